@@ -1,0 +1,1 @@
+"""Cryptographic and DP primitives shared by the servers and the client agent."""
