@@ -1,0 +1,1 @@
+"""The client agent: CSV -> counts -> masked upload, over REST to both servers."""

@@ -1,0 +1,1 @@
+"""The compute server: evaluation keys only; Primitive 1 and the noised releases."""

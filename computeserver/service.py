@@ -1,0 +1,336 @@
+"""The compute server's logic: seeds, ciphertexts, Primitive 1 with noise, release requests.
+
+Design concerns:
+
+* **Evaluation keys only.** This server holds the compiled circuit and the evaluation keys
+  the key server hands out; nothing here can decrypt.
+* **Noise before anything leaves.** Every ciphertext sent for decryption is the output of
+  the P1 circuit whose clear offset already carries this server's discrete Gaussian noise
+  on every selected cell (and a fresh uniform bit above the k count bits). The noise is
+  used once: the circuit outputs are stored durably before the request, so a retry after a
+  crash re-sends the same ciphertexts (which the key server recognises) instead of drawing
+  new noise.
+* **A mismatched client is never summed.** The key server forwards each masked vector's
+  seed commitment; a client whose seed here does not match it blocks the session with a
+  clear record.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import httpx
+import numpy as np
+from concrete import fhe
+
+from crypto.aggregation import chunk_ranges, release_offset
+from crypto.blobs import pack_blobs, unpack_blobs
+from crypto.discrete_gaussian import discrete_gaussian_vector
+from crypto.masking import expand_masks, seed_commitment
+from feddpsyn import wire
+from feddpsyn.serving import Database, token_hash, write_private
+from params.layout import MarginalLayout
+from params.parameter_sets import ParameterSet
+from params.schema import Schema
+from params.session_plan import ReleaseSpec, SessionPlan
+
+log = logging.getLogger("feddpsyn.computeserver")
+
+_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, public_json TEXT NOT NULL, token_hashes_json TEXT NOT NULL,
+    blocked TEXT);
+CREATE TABLE IF NOT EXISTS seeds (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, seed_hex TEXT NOT NULL,
+    received REAL NOT NULL, PRIMARY KEY (session_id, client_id));
+CREATE TABLE IF NOT EXISTS ciphertexts (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, commitment TEXT NOT NULL,
+    digest TEXT NOT NULL, PRIMARY KEY (session_id, client_id));
+CREATE TABLE IF NOT EXISTS outputs (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, digest TEXT NOT NULL,
+    PRIMARY KEY (session_id, release));
+CREATE TABLE IF NOT EXISTS releases (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, result_json TEXT NOT NULL,
+    PRIMARY KEY (session_id, release));
+"""
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ComputeServer:
+    def __init__(self, state_dir: Path, keyserver_url: str, peer_token: str,
+                 timeout: float = 600):
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
+        self.db = Database(state_dir / "computeserver.sqlite", _SCHEMA_SQL)
+        self._http = httpx.Client(base_url=keyserver_url, timeout=timeout,
+                                  headers={"Authorization": f"Bearer {peer_token}"})
+        self._lock = threading.Lock()
+        self._plans: dict[str, SessionPlan] = {}
+        self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
+        self.timings: dict[str, dict[str, float]] = {}
+
+    def close(self) -> None:
+        self._http.close()
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.state_dir / "sessions" / session_id
+
+    # ------------------------------------------------------------ session sync
+    def known_sessions(self) -> list[str]:
+        with self.db.connect() as conn:
+            return [r["id"] for r in conn.execute("SELECT id FROM sessions")]
+
+    def sync_session(self, session_id: str) -> None:
+        """Fetch a session's public plan, circuit and evaluation keys from the key server."""
+        if session_id in self.known_sessions():
+            return
+        response = self._http.get(f"/peer/sessions/{session_id}")
+        if response.status_code == 404:
+            raise ServiceError(404, f"unknown session {session_id!r}")
+        response.raise_for_status()
+        peer = wire.PeerSession.model_validate_json(response.content)
+        directory = self.session_dir(session_id)
+        write_private(directory / "server.zip", base64.b64decode(peer.server_zip_b64))
+        write_private(directory / "evaluation_keys.bin",
+                      base64.b64decode(peer.evaluation_keys_b64))
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, NULL)",
+                         (session_id, peer.session.model_dump_json(by_alias=True),
+                          json.dumps(peer.client_token_hashes)))
+        log.info("session %s: received plan, circuit and evaluation keys", session_id)
+
+    def public(self, session_id: str) -> wire.SessionPublic:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT public_json FROM sessions WHERE id = ?",
+                               (session_id,)).fetchone()
+        if row is None:
+            self.sync_session(session_id)
+            return self.public(session_id)
+        return wire.SessionPublic.model_validate_json(row["public_json"])
+
+    def plan(self, session_id: str) -> SessionPlan:
+        with self._lock:
+            if session_id in self._plans:
+                return self._plans[session_id]
+        public = self.public(session_id)
+        plan = SessionPlan(
+            schema=Schema.from_dict(public.schema_), layout=_layout(public),
+            parameters=_params(public), epsilon=public.epsilon, delta=public.delta,
+            rho_total=Fraction(public.rho_total),
+            releases=tuple(_release_spec(r) for r in public.releases))
+        with self._lock:
+            self._plans[session_id] = plan
+        return plan
+
+    def client_authorised(self, session_id: str, client_id: str, token: str) -> bool:
+        self.public(session_id)
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT token_hashes_json FROM sessions WHERE id = ?",
+                               (session_id,)).fetchone()
+        expected = json.loads(row["token_hashes_json"]).get(client_id)
+        return expected is not None and secrets.compare_digest(expected, token_hash(token))
+
+    # ------------------------------------------------------------ client seeds
+    def store_seed(self, session_id: str, client_id: str,
+                   upload: wire.SeedUpload) -> wire.UploadReceipt:
+        self.public(session_id)
+        if self.releases_done(session_id):
+            raise ServiceError(409, "session already released; uploads are closed")
+        digest = hashlib.sha256(bytes.fromhex(upload.seed_hex)).hexdigest()
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT seed_hex FROM seeds WHERE session_id = ? AND "
+                               "client_id = ?", (session_id, client_id)).fetchone()
+            if row is not None:
+                if secrets.compare_digest(row["seed_hex"], upload.seed_hex):
+                    return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                              stored=False, digest=digest)
+                raise ServiceError(409, f"client {client_id!r} already uploaded a different "
+                                        "seed for this session")
+            conn.execute("INSERT INTO seeds VALUES (?, ?, ?, ?)",
+                         (session_id, client_id, upload.seed_hex, time.time()))
+        return wire.UploadReceipt(session_id=session_id, client_id=client_id, stored=True,
+                                  digest=digest)
+
+    def releases_done(self, session_id: str) -> list[str]:
+        with self.db.connect() as conn:
+            return [r["release"] for r in conn.execute(
+                "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
+
+    def status(self, session_id: str) -> wire.SessionStatus:
+        public = self.public(session_id)
+        with self.db.connect() as conn:
+            seeds = {r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM seeds WHERE session_id = ?", (session_id,))}
+            ciphers = {r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM ciphertexts WHERE session_id = ?", (session_id,))}
+            blocked = conn.execute("SELECT blocked FROM sessions WHERE id = ?",
+                                   (session_id,)).fetchone()["blocked"]
+        ready = seeds & ciphers
+        done = self.releases_done(session_id)
+        if blocked:
+            state = "blocked"
+        elif len(done) == len(public.releases):
+            state = "released"
+        elif len(ready) < len(public.clients):
+            state = "collecting"
+        else:
+            state = "computing"
+        return wire.SessionStatus(
+            session_id=session_id, state=state, clients_uploaded=sorted(ready),
+            clients_missing=[c for c in public.clients if c not in ready],
+            releases_done=done, detail=blocked or "")
+
+    # ------------------------------------------------------------ the job
+    def step(self) -> None:
+        """One pass of the job: sync sessions, fetch ciphertexts, run due releases."""
+        response = self._http.get("/peer/sessions")
+        response.raise_for_status()
+        for session_id in response.json():
+            self.sync_session(session_id)
+            status = self.status(session_id)
+            if status.state in ("released", "blocked"):
+                continue
+            self._fetch_ciphertexts(session_id)
+            if self.status(session_id).state == "computing":
+                self._run_releases(session_id)
+
+    def _fetch_ciphertexts(self, session_id: str) -> None:
+        with self.db.connect() as conn:
+            have = {r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM ciphertexts WHERE session_id = ?", (session_id,))}
+        index = self._http.get(f"/peer/sessions/{session_id}/ciphertexts")
+        index.raise_for_status()
+        for entry in index.json():
+            client_id = entry["client_id"]
+            if client_id in have:
+                continue
+            blob = self._http.get(f"/peer/sessions/{session_id}/ciphertexts/{client_id}")
+            blob.raise_for_status()
+            if hashlib.sha256(blob.content).hexdigest() != entry["digest"]:
+                raise RuntimeError(f"ciphertexts of {client_id} do not match their digest")
+            write_private(self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin",
+                          blob.content)
+            with self.db.transaction() as conn:
+                conn.execute("INSERT OR IGNORE INTO ciphertexts VALUES (?, ?, ?, ?)",
+                             (session_id, client_id, entry["commitment"], entry["digest"]))
+
+    def _check_commitments(self, session_id: str) -> dict[str, bytes]:
+        with self.db.connect() as conn:
+            seeds = {r["client_id"]: bytes.fromhex(r["seed_hex"]) for r in conn.execute(
+                "SELECT client_id, seed_hex FROM seeds WHERE session_id = ?", (session_id,))}
+            commitments = {r["client_id"]: r["commitment"] for r in conn.execute(
+                "SELECT client_id, commitment FROM ciphertexts WHERE session_id = ?",
+                (session_id,))}
+        bad = [c for c, seed in seeds.items()
+               if seed_commitment(seed, session_id, c) != commitments.get(c)]
+        if bad:
+            detail = (f"clients {bad}: the seed uploaded here does not match the commitment "
+                      "sent with their masked vector; their data is not summed")
+            with self.db.transaction() as conn:
+                conn.execute("UPDATE sessions SET blocked = ? WHERE id = ?",
+                             (detail, session_id))
+            raise RuntimeError(detail)
+        return seeds
+
+    def _circuit(self, session_id: str) -> tuple[fhe.Server, fhe.EvaluationKeys]:
+        with self._lock:
+            if session_id in self._servers:
+                return self._servers[session_id]
+        directory = self.session_dir(session_id)
+        server = fhe.Server.load(directory / "server.zip")
+        keys = fhe.EvaluationKeys.deserialize((directory / "evaluation_keys.bin").read_bytes())
+        with self._lock:
+            self._servers[session_id] = (server, keys)
+        return server, keys
+
+    def _run_releases(self, session_id: str) -> None:
+        plan = self.plan(session_id)
+        done = set(self.releases_done(session_id))
+        seeds = self._check_commitments(session_id)
+        for spec in plan.releases:
+            if spec.name in done:
+                continue
+            path = self.session_dir(session_id) / "outputs" / f"{spec.name}.bin"
+            with self.db.connect() as conn:
+                stored = conn.execute("SELECT digest FROM outputs WHERE session_id = ? AND "
+                                      "release = ?", (session_id, spec.name)).fetchone()
+            if stored is None:
+                started = time.time()
+                body = self._aggregate(session_id, plan, spec, seeds)
+                write_private(path, body)
+                with self.db.transaction() as conn:
+                    conn.execute("INSERT INTO outputs VALUES (?, ?, ?)",
+                                 (session_id, spec.name, hashlib.sha256(body).hexdigest()))
+                self.timings.setdefault(session_id, {})[f"p1_{spec.name}"] = time.time() - started
+            body = path.read_bytes()
+            started = time.time()
+            response = self._http.post(f"/peer/sessions/{session_id}/releases/{spec.name}/decrypt",
+                                       content=body,
+                                       headers={"Content-Type": "application/octet-stream"})
+            if response.status_code != 200:
+                raise RuntimeError(f"key server refused release {spec.name}: "
+                                   f"{response.status_code} {response.text[:300]}")
+            result = wire.ReleaseResult.model_validate_json(response.content)
+            with self.db.transaction() as conn:
+                conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)",
+                             (session_id, spec.name, result.model_dump_json()))
+            self.timings.setdefault(session_id, {})[f"decrypt_{spec.name}"] = time.time() - started
+            log.info("session %s: release %s published", session_id, spec.name)
+
+    def _aggregate(self, session_id, plan, spec, seeds) -> bytes:
+        """Primitive 1 over the release's chunks, with this server's noise (module docstring)."""
+        public = self.public(session_id)
+        k = plan.parameters.count_bits
+        chunk = plan.parameters.chunk_cells
+        total = plan.layout.total_cells
+        mask_sum = np.zeros(-(-total // chunk) * chunk, dtype=np.int64)
+        for client_id in public.clients:
+            mask_sum[:total] += expand_masks(seeds[client_id], session_id, client_id, total, k)
+        blobs = {}
+        for client_id in public.clients:
+            path = self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin"
+            blobs[client_id] = unpack_blobs(path.read_bytes(),
+                                            expected=len(chunk_ranges(total, chunk)))
+        cells = plan.layout.cells_of(plan.slots_of(spec))
+        select_full = np.zeros_like(mask_sum)
+        select_full[cells] = 1
+        server, keys = self._circuit(session_id)
+        outputs = []
+        for c in sorted(set((cells // chunk).tolist())):
+            window = slice(c * chunk, (c + 1) * chunk)
+            select = select_full[window]
+            noise = np.zeros(chunk, dtype=np.int64)
+            noise[select == 1] = discrete_gaussian_vector(spec.sigma2, int(select.sum()))
+            offset = release_offset(mask_sum[window], noise, select, k)
+            args = [fhe.Value.deserialize(blobs[cid][c]) for cid in public.clients]
+            out = server.run(*args, select, offset, evaluation_keys=keys)
+            outputs.append(out.serialize())
+        return pack_blobs(outputs)
+
+
+def _layout(public: wire.SessionPublic) -> MarginalLayout:
+    schema = Schema.from_dict(public.schema_)
+    return MarginalLayout.build(schema.domain_sizes, [tuple(p) for p in public.pairs])
+
+
+def _params(public: wire.SessionPublic) -> ParameterSet:
+    return ParameterSet(**public.parameter_set)
+
+
+def _release_spec(r: wire.ReleasePlan) -> ReleaseSpec:
+    return ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho), Fraction(r.sigma2))

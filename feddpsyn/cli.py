@@ -1,0 +1,233 @@
+"""The ``feddpsyn`` command line: servers, the client agent, synthesis and the demo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Federated DP synthetic tables with two non-colluding servers.")
+client_app = typer.Typer(no_args_is_help=True, help="The data owner's agent.")
+app.add_typer(client_app, name="client")
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        _fail(f"cannot read token file {path}: {exc.strerror}")
+    if not token:
+        _fail(f"token file {path} is empty")
+    return token
+
+
+@app.command()
+def keyserver(host: str = "127.0.0.1", port: int = 8700,
+              state_dir: Path = typer.Option(..., help="where keys, ledger and state live"),
+              peer_token_file: Optional[Path] = typer.Option(
+                  None, help="token shared with the compute server (default: "
+                             "STATE_DIR/peer.token, created if missing)"),
+              log_level: str = "info") -> None:
+    """Run the key-management server."""
+    import uvicorn
+
+    from feddpsyn.serving import configure_logging, read_or_create_token
+    from keyserver.app import create_app
+
+    configure_logging(log_level.upper())
+    state_dir.mkdir(parents=True, exist_ok=True)
+    peer = read_or_create_token(peer_token_file or state_dir / "peer.token")
+    uvicorn.run(create_app(state_dir, peer), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def computeserver(host: str = "127.0.0.1", port: int = 8701,
+                  state_dir: Path = typer.Option(...),
+                  keyserver: str = typer.Option(..., help="the key server's base URL"),
+                  peer_token_file: Path = typer.Option(
+                      ..., help="token shared with the key server"),
+                  log_level: str = "info") -> None:
+    """Run the compute server (evaluation keys only)."""
+    import uvicorn
+
+    from computeserver.app import create_app
+    from feddpsyn.serving import configure_logging
+
+    configure_logging(log_level.upper())
+    uvicorn.run(create_app(state_dir, keyserver, _read_token(peer_token_file)), host=host,
+                port=port, log_level=log_level)
+
+
+@client_app.command("check")
+def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
+                 on_invalid: str = typer.Option("error", help="error | clamp | drop")) -> None:
+    """Check a CSV against a schema and print what would be uploaded."""
+    from clients.preprocess import InvalidValueError, encode_csv
+    from params.layout import MarginalLayout
+    from params.schema import Schema, SchemaError
+
+    try:
+        s = Schema.load(schema)
+        table = encode_csv(csv_path, s, on_invalid=on_invalid)  # type: ignore[arg-type]
+    except (SchemaError, InvalidValueError, ValueError) as exc:
+        _fail(str(exc))
+    layout = MarginalLayout.build(s.domain_sizes)
+    typer.echo(f"ok: {table.summary()}; {len(layout.marginals)} marginals, "
+               f"{layout.total_cells} cells")
+
+
+@client_app.command("counts")
+def client_counts(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
+                  out: Path = typer.Option(...), on_invalid: str = "error") -> None:
+    """Compute all 1-way and 2-way counts of a CSV (kept local; for inspection)."""
+    from clients.preprocess import InvalidValueError, encode_csv
+    from params.layout import MarginalLayout
+    from params.schema import Schema, SchemaError
+
+    try:
+        s = Schema.load(schema)
+        table = encode_csv(csv_path, s, on_invalid=on_invalid)  # type: ignore[arg-type]
+    except (SchemaError, InvalidValueError, ValueError) as exc:
+        _fail(str(exc))
+    layout = MarginalLayout.build(s.domain_sizes)
+    counts = layout.counts(table.records)
+    doc = {m.key: {"attrs": [s.names[a] for a in m.attrs], "shape": list(m.shape),
+                   "counts": counts[m.offset:m.offset + m.size].tolist()}
+           for m in layout.marginals}
+    out.write_text(json.dumps(doc))
+    typer.echo(f"wrote {len(doc)} marginals to {out}")
+
+
+@client_app.command("upload")
+def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer.Option(...),
+                  session: str = typer.Option(...), client_id: str = typer.Option(...),
+                  token_file: Path = typer.Option(...), csv_path: Path = typer.Option(..., "--csv"),
+                  on_invalid: str = "error",
+                  state_dir: Path = typer.Option(Path(".feddpsyn-client"))) -> None:
+    """Mask and upload this owner's counts (idempotent: safe to re-run)."""
+    from clients.agent import AgentError, ClientAgent
+    from clients.preprocess import InvalidValueError
+
+    token = _read_token(token_file)
+    try:
+        with ClientAgent(keyserver, computeserver, session, client_id, token,
+                         state_dir) as agent:
+            result = agent.upload(csv_path, on_invalid,  # type: ignore[arg-type]
+                                  progress=lambda m: typer.echo(f"... {m}"))
+    except (AgentError, InvalidValueError) as exc:
+        _fail(str(exc))
+    fresh = result.seed_receipt.stored or result.masked_receipt.stored
+    typer.echo(f"{'uploaded' if fresh else 'already uploaded'}: {result.rows} rows, "
+               f"{result.cells} masked counts, {result.bytes_sent} bytes, "
+               f"{result.seconds:.2f} s")
+
+
+@client_app.command("release")
+def client_release(keyserver: str = typer.Option(...), session: str = typer.Option(...),
+                   client_id: str = typer.Option(...), token_file: Path = typer.Option(...),
+                   out: Path = typer.Option(...)) -> None:
+    """Download the session's released noisy marginals (with their accounting)."""
+    from clients.agent import AgentError, ClientAgent
+
+    try:
+        with ClientAgent(keyserver, keyserver, session, client_id, _read_token(token_file),
+                         Path(".feddpsyn-client")) as agent:
+            document = agent.release()
+    except AgentError as exc:
+        _fail(str(exc))
+    out.write_text(document.model_dump_json(by_alias=True, indent=1))
+    typer.echo(f"wrote {out}")
+
+
+@app.command()
+def synthesize(release: Path = typer.Option(...),
+               schema: Optional[Path] = typer.Option(
+                   None, help="must match the release's schema (checked)"),
+               method: str = typer.Option("pgm", help="pgm | gum"),
+               rows: Optional[int] = typer.Option(None, help="default: estimated union size"),
+               out: Path = typer.Option(...), seed: Optional[int] = None) -> None:
+    """Turn released noisy marginals into a synthetic CSV in the original values."""
+    from pydantic import ValidationError
+
+    from feddpsyn import wire
+    from params.schema import Schema, SchemaError
+    from synthesis import marginals_from_release, synthesize as run
+
+    if method not in ("pgm", "gum"):
+        _fail(f"unknown method {method!r}: pgm or gum")
+    try:
+        document = wire.ReleaseDocument.model_validate_json(release.read_bytes())
+    except OSError as exc:
+        _fail(f"cannot read {release}: {exc.strerror}")
+    except ValidationError as exc:
+        _fail(f"{release} is not a release document: {exc.errors()[0]['msg']}")
+    release_schema, noisy = marginals_from_release(document)
+    if schema is not None:
+        try:
+            given = Schema.load(schema)
+        except SchemaError as exc:
+            _fail(str(exc))
+        if given.fingerprint() != release_schema.fingerprint():
+            _fail(f"{schema} differs from the schema the release was made with")
+    _, rows_out = run(release_schema, noisy, method, rows, seed)  # type: ignore[arg-type]
+    with out.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(release_schema.names)
+        writer.writerows(rows_out)
+    typer.echo(f"wrote {len(rows_out)} synthetic rows to {out}")
+
+
+@app.command()
+def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_disease | adult"),
+         clients: int = typer.Option(4, help="uniform split size (adult); "
+                                            "fed_heart_disease uses its 4 hospitals"),
+         out: Path = typer.Option(Path("demo-out")), epsilon: float = 1.0,
+         delta: float = 1e-5, method: str = "pgm", rows: Optional[int] = None,
+         seed: int = 0) -> None:
+    """Run the whole protocol on a bundled data set, everything on loopback."""
+    from feddpsyn.demo import run_demo
+
+    if out.exists() and any(out.iterdir()):
+        _fail(f"{out} exists and is not empty; choose another --out")
+    report = run_demo(dataset, clients, out, epsilon, delta, method, rows, seed)
+    _print_report(report, out)
+
+
+def _print_report(report: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"feddpsyn demo: {report['dataset']}, {report['clients']} owners, "
+                        f"eps={report['epsilon_budget']}")
+    table.add_column("average L1 error")
+    table.add_column("federated (2 servers)", justify="right")
+    table.add_column("centralized, same budget", justify="right")
+    for k in ("one_way", "two_way", "three_way"):
+        table.add_row(k, f"{report['workload_error'][k]:.4f}",
+                      f"{report['central_workload_error'][k]:.4f}")
+    console.print(table)
+    console.print(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']}); "
+                  f"phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
+    console.print(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""``feddpsyn demo``: four data owners, two real servers on loopback, one synthetic table.
+
+Starts the key server and the compute server as separate processes on 127.0.0.1, splits a
+bundled data set over clients, runs every client's masked upload over HTTP, waits for the
+servers' encryption job, encrypted aggregation and the two noised releases, synthesizes,
+and compares with a centralized run at the same budget.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from clients.agent import ClientAgent
+from clients.preprocess import encode_csv
+from feddpsyn import wire
+from params.schema import Schema
+from params.session_plan import SessionPlan
+from synthesis.central import central_marginals
+from synthesis.evaluate import workload_error
+from synthesis.marginals import marginals_from_release
+from synthesis.synthesize import synthesize
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
+
+
+@dataclass(frozen=True)
+class DemoDataset:
+    name: str
+    csv: Path
+    schema: Path
+    natural_column: str | None  # a column naming the owner, if the data has one
+
+
+def dataset(name: str) -> DemoDataset:
+    if name == "fed_heart_disease":
+        return DemoDataset(name, data_dir() / "fed_heart_disease" / "fed_heart_disease.csv",
+                           ROOT / "params" / "schemas" / "fed_heart_disease.schema.json",
+                           "center")
+    if name == "adult":
+        return DemoDataset(name, data_dir() / "adult" / "adult.csv",
+                           data_dir() / "adult" / "adult.schema.json", None)
+    raise ValueError(f"unknown dataset {name!r} (fed_heart_disease or adult)")
+
+
+def split_csv(ds: DemoDataset, clients: int, out: Path, seed: int) -> list[Path]:
+    """Natural split by the owner column when there is one, else uniform at random."""
+    with ds.csv.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        rows = [r for r in reader if r]
+    if ds.natural_column is not None:
+        col = header.index(ds.natural_column)
+        owners = sorted({r[col] for r in rows}, key=lambda v: (len(v), v))
+        groups = [[r for r in rows if r[col] == o] for o in owners]
+    else:
+        rng = np.random.default_rng(seed)
+        assignment = rng.integers(0, clients, len(rows))
+        groups = [[r for r, a in zip(rows, assignment) if a == i] for i in range(clients)]
+    paths = []
+    out.mkdir(parents=True, exist_ok=True)
+    for i, group in enumerate(groups):
+        path = out / f"client{i}.csv"
+        with path.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(header)
+            writer.writerows(group)
+        paths.append(path)
+    return paths
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A server started as its own process, stopped on exit."""
+
+    def __init__(self, args: list[str], log_path: Path, url: str):
+        self.url = url
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "feddpsyn.cli", *args],
+                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"server at {self.url} not healthy after {timeout} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
+    state.mkdir(parents=True, exist_ok=True)
+    peer_token = state / "peer.token"
+    if not peer_token.exists():
+        from feddpsyn.serving import new_token, write_private
+
+        write_private(peer_token, new_token().encode())
+    ks_port, cs_port = free_port(), free_port()
+    ks = ServerProcess(["keyserver", "--host", "127.0.0.1", "--port", str(ks_port),
+                        "--state-dir", str(state / "keyserver"),
+                        "--peer-token-file", str(peer_token)],
+                       state / "keyserver.log", f"http://127.0.0.1:{ks_port}")
+    ks.wait_healthy()
+    cs = ServerProcess(["computeserver", "--host", "127.0.0.1", "--port", str(cs_port),
+                        "--state-dir", str(state / "computeserver"), "--keyserver", ks.url,
+                        "--peer-token-file", str(peer_token)],
+                       state / "computeserver.log", f"http://127.0.0.1:{cs_port}")
+    cs.wait_healthy()
+    return ks, cs
+
+
+def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: float,
+             method: str, rows: int | None, seed: int, say=print,
+             timeout: float = 1800) -> dict:
+    phases: dict[str, float] = {}
+    ds = dataset(dataset_name)
+    schema = Schema.load(ds.schema)
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.time()
+    csvs = split_csv(ds, clients, out / "clients", seed)
+    phases["split"] = time.time() - t
+    say(f"[demo] {ds.name}: {len(csvs)} data owners "
+        f"({'natural split by ' + ds.natural_column if ds.natural_column else 'uniform split'})")
+    t = time.time()
+    ks, cs = start_servers(out / "state")
+    phases["start_servers"] = time.time() - t
+    try:
+        say(f"[demo] key server {ks.url}, compute server {cs.url}")
+        operator = (out / "state" / "keyserver" / "operator.token").read_text().strip()
+        client_ids = [f"owner{i}" for i in range(len(csvs))]
+        request = wire.SessionCreate(schema=schema.to_dict(), clients=client_ids,
+                                     budget=wire.BudgetSpec(epsilon=epsilon, delta=delta))
+        t = time.time()
+        response = httpx.post(f"{ks.url}/sessions", content=request.model_dump_json(by_alias=True),
+                              headers={"Authorization": f"Bearer {operator}",
+                                       "Content-Type": "application/json"}, timeout=600)
+        if response.status_code != 201:
+            raise RuntimeError(f"session creation failed: {response.text}")
+        created = wire.SessionCreated.model_validate_json(response.content)
+        session_id = created.session.session_id
+        phases["session_keygen"] = time.time() - t
+        say(f"[demo] session {session_id}: circuits compiled, keys generated "
+            f"({created.session.total_cells} cells per client)")
+        t = time.time()
+        upload_bytes = []
+        for cid, path in zip(client_ids, csvs):
+            with ClientAgent(ks.url, cs.url, session_id, cid, created.client_tokens[cid],
+                             out / "client-state") as agent:
+                result = agent.upload(path)
+            upload_bytes.append(result.bytes_sent)
+            say(f"[demo]   {cid}: {result.rows} rows, {result.cells} masked counts uploaded "
+                f"in {result.seconds:.2f} s")
+        phases["client_uploads"] = time.time() - t
+        t = time.time()
+        with ClientAgent(ks.url, cs.url, session_id, client_ids[0],
+                         created.client_tokens[client_ids[0]], out / "client-state") as agent:
+            last = ""
+            deadline = time.time() + timeout
+            while True:
+                status = agent.status()
+                line = f"{status.state}: releases done {status.releases_done or '-'}"
+                if line != last:
+                    say(f"[demo] {line}")
+                    last = line
+                if status.state == "released":
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError(f"session not released after {timeout} s; see "
+                                       f"{out / 'state'}/*.log")
+                time.sleep(0.5)
+            document = agent.release()
+        phases["encrypt_aggregate_release"] = time.time() - t
+        (out / "release.json").write_text(document.model_dump_json(by_alias=True, indent=1))
+    finally:
+        ks.stop()
+        cs.stop()
+    t = time.time()
+    _, noisy = marginals_from_release(document)
+    records, rows_out = synthesize(schema, noisy, method, rows, seed)
+    with (out / "synthetic.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(schema.names)
+        writer.writerows(rows_out)
+    phases["synthesis"] = time.time() - t
+    union = np.concatenate([encode_csv(p, schema).records for p in csvs])
+    error = workload_error(union, records, schema.domain_sizes)
+    t = time.time()
+    plan = SessionPlan.build(schema, None, epsilon, delta, request.budget.split, "default",
+                             request.max_rows)
+    central_records, _ = synthesize(schema, central_marginals(plan, union), method, rows, seed)
+    central_error = workload_error(union, central_records, schema.domain_sizes)
+    phases["central_baseline"] = time.time() - t
+    report = {
+        "dataset": ds.name,
+        "clients": len(csvs),
+        "rows_union": int(len(union)),
+        "rows_synthetic": int(len(records)),
+        "method": method,
+        "epsilon_budget": epsilon,
+        "epsilon_spent": document.accounting["epsilon_spent"],
+        "delta": delta,
+        "rho_spent": document.accounting["rho_spent"],
+        "noise": document.noise,
+        "phases": {k: round(v, 3) for k, v in phases.items()},
+        "upload_bytes_per_client": upload_bytes,
+        "workload_error": error,
+        "central_workload_error": central_error,
+        "session_id": session_id,
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report

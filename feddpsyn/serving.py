@@ -1,0 +1,162 @@
+"""What both servers share: credentials, durable SQLite access, a background worker, logging.
+
+Design concerns: **credentials are stored only as hashes and compared in constant time**;
+**state survives a kill at any point** (SQLite in WAL mode with synchronous=FULL, and files
+written to a temporary name, fsynced, then renamed); **every background loop is bounded**
+(it stops when the server stops, and each pass does a finite amount of work).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from fastapi import HTTPException, Request
+
+log = logging.getLogger("feddpsyn")
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(b"feddpsyn/token/v1" + token.encode()).hexdigest()
+
+
+def read_or_create_token(path: Path) -> str:
+    """A bearer token kept in a 0600 file (created on first use)."""
+    if path.exists():
+        token = path.read_text().strip()
+        if not token:
+            raise RuntimeError(f"{path} is empty")
+        return token
+    token = new_token()
+    write_private(path, token.encode())
+    return token
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write atomically with mode 0600 (temporary file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise HTTPException(status_code=401, detail="missing bearer token",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return token.strip()
+
+
+def token_matches(token: str, expected_hash: str) -> bool:
+    return hmac.compare_digest(token_hash(token), expected_hash)
+
+
+class Database:
+    """A SQLite file opened per call (safe across uvicorn's worker threads)."""
+
+    def __init__(self, path: Path, schema_sql: str):
+        self.path = path
+        self._write_lock = threading.Lock()
+        with self.connect() as conn:
+            conn.executescript(schema_sql)
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    @contextmanager
+    def connect(self):
+        conn = self._open()
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def transaction(self):
+        """An IMMEDIATE transaction: writers are serialised, so check-then-write is atomic."""
+        with self._write_lock:
+            conn = self._open()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            finally:
+                conn.close()
+
+
+class BackgroundWorker:
+    """Runs ``step`` every ``interval`` seconds on a daemon thread until ``stop``."""
+
+    def __init__(self, name: str, step: Callable[[], None], interval: float = 0.5):
+        self.name = name
+        self._step = step
+        self._interval = interval
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 10) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._step()
+            except Exception as exc:  # keep serving; the step is retried next pass
+                log.warning("%s: step failed: %s", self.name, _safe_error(exc))
+            self._wake.wait(self._interval)
+            self._wake.clear()
+
+
+def _safe_error(exc: BaseException) -> str:
+    # Exception text from our own code never carries key material; we still cut it short so
+    # that a library message quoting a large buffer cannot flood the log.
+    text = f"{type(exc).__name__}: {exc}"
+    return text[:300]
+
+
+def configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -1,0 +1,170 @@
+"""Typed REST bodies shared by the client agent, the key server and the compute server.
+
+Every request and response body crossing a process boundary is one of these pydantic models,
+so each server's OpenAPI document is the contract, and both ends import the same definition.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+_ID_RE = re.compile(ID_PATTERN)
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BudgetSpec(StrictModel):
+    """The session's total budget as (epsilon, delta)-DP, and how rho is split over releases."""
+
+    epsilon: float = Field(gt=0, le=100)
+    delta: float = Field(gt=0, lt=1)
+    split: dict[str, float] = Field(
+        default_factory=lambda: {"one_way": 0.2, "two_way": 0.8},
+        description="fraction of the session's rho for each release (must sum to <= 1)")
+
+    @field_validator("split")
+    @classmethod
+    def _split_valid(cls, v: dict[str, float]) -> dict[str, float]:
+        if set(v) != {"one_way", "two_way"}:
+            raise ValueError("split must name exactly 'one_way' and 'two_way'")
+        if any(x <= 0 for x in v.values()) or sum(v.values()) > 1 + 1e-12:
+            raise ValueError("split fractions must be > 0 and sum to at most 1")
+        return v
+
+
+class SessionCreate(StrictModel):
+    schema_: dict[str, Any] = Field(alias="schema")
+    clients: list[str] = Field(min_length=1, max_length=1000)
+    budget: BudgetSpec
+    parameter_set: str = "default"
+    pairs: list[tuple[int, int]] | None = Field(
+        default=None, description="2-way marginals to release; default every pair")
+    max_rows: int = Field(default=100_000, gt=0,
+                          description="public upper bound on the rows of the union")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("clients")
+    @classmethod
+    def _ids_valid(cls, v: list[str]) -> list[str]:
+        bad = [c for c in v if not _ID_RE.match(c)]
+        if bad:
+            raise ValueError(f"client ids must match {ID_PATTERN}: {bad[:3]}")
+        if len(set(v)) != len(v):
+            raise ValueError("client ids must be unique")
+        return v
+
+
+class ReleasePlan(StrictModel):
+    name: str
+    marginals: list[str]
+    rho: str = Field(description="zCDP cost of this release against each server, exact rational")
+    sigma2: str = Field(description="variance of each server's discrete Gaussian noise")
+
+
+class SessionPublic(StrictModel):
+    session_id: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    schema_fingerprint: str
+    clients: list[str]
+    pairs: list[tuple[int, int]]
+    parameter_set: dict[str, Any]
+    total_cells: int
+    releases: list[ReleasePlan]
+    epsilon: float
+    delta: float
+    rho_total: str
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SessionCreated(StrictModel):
+    session: SessionPublic
+    client_tokens: dict[str, str] = Field(
+        description="one bearer token per client, shown once; the servers keep only hashes")
+
+
+class PeerSession(StrictModel):
+    """What the key server tells the compute server about a new session."""
+
+    session: SessionPublic
+    client_token_hashes: dict[str, str]
+    server_zip_b64: str
+    evaluation_keys_b64: str
+
+
+class MaskedUpload(StrictModel):
+    commitment: str = Field(pattern=r"^[0-9a-f]{64}$")
+    values: list[int]
+
+
+class SeedUpload(StrictModel):
+    seed_hex: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class UploadReceipt(StrictModel):
+    session_id: str
+    client_id: str
+    stored: bool = Field(description="false if this exact upload was already stored")
+    digest: str
+
+
+class SessionStatus(StrictModel):
+    session_id: str
+    state: str
+    clients_uploaded: list[str]
+    clients_missing: list[str]
+    releases_done: list[str]
+    detail: str = ""
+
+
+class LedgerEntry(StrictModel):
+    release: str
+    rho: str
+    at: float
+
+
+class LedgerView(StrictModel):
+    session_id: str
+    rho_total: str
+    rho_spent: str
+    epsilon_spent: float
+    delta: float
+    entries: list[LedgerEntry]
+
+
+class ReleasedMarginal(StrictModel):
+    attrs: list[str]
+    shape: list[int]
+    counts: list[int]
+
+
+class ReleaseResult(StrictModel):
+    session_id: str
+    release: str
+    rho: str
+    sigma2_per_server: str
+    marginals: dict[str, ReleasedMarginal]
+
+
+class ReleaseDocument(StrictModel):
+    """Everything published for a session: the noisy marginals and the accounting."""
+
+    session_id: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    parameter_set: dict[str, Any]
+    noise: dict[str, Any]
+    accounting: dict[str, Any]
+    releases: list[ReleaseResult]
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ErrorBody(StrictModel):
+    detail: str

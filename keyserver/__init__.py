@@ -1,0 +1,1 @@
+"""The key-management server: keys, offline encryption, noised decryption, privacy ledger."""

@@ -1,0 +1,155 @@
+"""The key server's HTTP API (FastAPI). One router per caller: operator, client, peer.
+
+Credentials: the operator's bearer token (``operator.token`` in the state directory, 0600),
+the peer token shared with the compute server (``--peer-token-file``), and per-client tokens
+issued at session creation (only their hashes are stored).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from feddpsyn import wire
+from feddpsyn.serving import BackgroundWorker, bearer, read_or_create_token
+from keyserver.service import KeyServer, ServiceError
+
+log = logging.getLogger("feddpsyn.keyserver")
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def create_app(state_dir: Path, peer_token: str, *, encryption_interval: float = 0.5) -> FastAPI:
+    service = KeyServer(state_dir)
+    operator_token = read_or_create_token(state_dir / "operator.token")
+    worker = BackgroundWorker("encryption-job", service.run_encryption_job, encryption_interval)
+
+    app = FastAPI(title="feddpsyn key server", version="1",
+                  description="Keys, offline encryption of masked uploads, noised decryption "
+                              "within a privacy budget, and the privacy ledger.")
+    app.state.service = service
+    app.state.worker = worker
+
+    @app.on_event("startup")
+    def _start() -> None:
+        worker.start()
+
+    @app.on_event("shutdown")
+    def _stop() -> None:
+        worker.stop()
+
+    @app.exception_handler(ServiceError)
+    def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status, content={"detail": exc.message})
+
+    @app.middleware("http")
+    async def _limit_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return JSONResponse(status_code=413, content={
+                "detail": f"request body larger than {MAX_BODY_BYTES} bytes"})
+        return await call_next(request)
+
+    def operator(request: Request) -> None:
+        if not hmac.compare_digest(bearer(request), operator_token):
+            raise ServiceError(403, "operator credentials required")
+
+    def peer(request: Request) -> None:
+        if not hmac.compare_digest(bearer(request), peer_token):
+            raise ServiceError(403, "peer credentials required")
+
+    def operator_or_client(session_id: str, request: Request) -> None:
+        token = bearer(request)
+        if hmac.compare_digest(token, operator_token):
+            return
+        service.public(session_id)
+        if service.client_of_token(session_id, token) is None:
+            raise ServiceError(403, "operator or client credentials of this session required")
+
+    def own_client(session_id: str, client_id: str, request: Request) -> None:
+        service.public(session_id)
+        if not service.client_authorised(session_id, client_id, bearer(request)):
+            raise ServiceError(403, f"credentials are not those of client {client_id!r} "
+                                    "in this session")
+
+    responses = {403: {"model": wire.ErrorBody}, 404: {"model": wire.ErrorBody},
+                 409: {"model": wire.ErrorBody}, 422: {"model": wire.ErrorBody}}
+
+    ops = APIRouter(prefix="/sessions", tags=["operator"], responses=responses)
+
+    @ops.post("", response_model=wire.SessionCreated, status_code=201,
+              dependencies=[Depends(operator)])
+    def create_session(body: wire.SessionCreate) -> wire.SessionCreated:
+        return service.create_session(body)
+
+    @ops.get("/{session_id}/ledger", response_model=wire.LedgerView,
+             dependencies=[Depends(operator)])
+    def ledger(session_id: str) -> wire.LedgerView:
+        return service.ledger(session_id)
+
+    clients = APIRouter(prefix="/sessions", tags=["client"], responses=responses)
+
+    @clients.get("/{session_id}", response_model=wire.SessionPublic,
+                 dependencies=[Depends(operator_or_client)])
+    def public(session_id: str) -> wire.SessionPublic:
+        return service.public(session_id)
+
+    @clients.get("/{session_id}/status", response_model=wire.SessionStatus,
+                 dependencies=[Depends(operator_or_client)])
+    def status(session_id: str) -> wire.SessionStatus:
+        return service.status(session_id)
+
+    @clients.get("/{session_id}/release", response_model=wire.ReleaseDocument,
+                 dependencies=[Depends(operator_or_client)])
+    def release(session_id: str) -> wire.ReleaseDocument:
+        return service.release_document(session_id)
+
+    @clients.put("/{session_id}/clients/{client_id}/masked", response_model=wire.UploadReceipt,
+                 dependencies=[Depends(own_client)])
+    def upload_masked(session_id: str, client_id: str,
+                      body: wire.MaskedUpload) -> wire.UploadReceipt:
+        receipt = service.store_masked(session_id, client_id, body)
+        worker.wake()
+        return receipt
+
+    peers = APIRouter(prefix="/peer/sessions", tags=["peer"], responses=responses,
+                      dependencies=[Depends(peer)])
+
+    @peers.get("", response_model=list[str])
+    def peer_sessions() -> list[str]:
+        return service.session_ids()
+
+    @peers.get("/{session_id}", response_model=wire.PeerSession)
+    def peer_session(session_id: str) -> wire.PeerSession:
+        return service.peer_session(session_id)
+
+    @peers.get("/{session_id}/ciphertexts", response_model=list[dict[str, str]])
+    def ciphertext_index(session_id: str) -> list[dict[str, str]]:
+        return service.ciphertext_index(session_id)
+
+    @peers.get("/{session_id}/ciphertexts/{client_id}", response_class=Response,
+               responses={200: {"content": {"application/octet-stream": {}}}})
+    def ciphertexts(session_id: str, client_id: str) -> Response:
+        return Response(service.ciphertexts(session_id, client_id),
+                        media_type="application/octet-stream")
+
+    @peers.post("/{session_id}/releases/{release}/decrypt", response_model=wire.ReleaseResult,
+                openapi_extra={"requestBody": {"content": {"application/octet-stream": {
+                    "schema": {"type": "string", "format": "binary"}}}, "required": True}})
+    async def decrypt(session_id: str, release: str, request: Request) -> wire.ReleaseResult:
+        body = await request.body()
+        return await run_in_threadpool(service.decrypt_release, session_id, release, body)
+
+    @app.get("/health", tags=["health"])
+    def health() -> dict[str, str]:
+        return {"status": "ok", "role": "keyserver"}
+
+    app.include_router(ops)
+    app.include_router(clients)
+    app.include_router(peers)
+    return app

@@ -1,0 +1,429 @@
+"""The key server's logic: sessions, masked uploads, the offline encryption job, the ledger.
+
+Design concerns:
+
+* **Decrypt only registered, noised releases, within budget, at most once.** A decryption
+  request names a release of the session's public plan. The ledger charges its rho in the
+  same SQLite transaction that checks the remaining budget, bound to the SHA-256 of the
+  ciphertexts: a retry with the same ciphertexts returns the stored result (no new charge,
+  no second decryption with fresh noise); different ciphertexts for a charged release are
+  refused, because decrypting them would give this server a second noisy view.
+* **Nothing changes on refusal.** Requests are fully validated (session, release, container
+  format, chunk count, every ciphertext parses) before anything is written.
+* **Restart-safe.** Every state change is a committed SQLite row or an atomically renamed
+  file; the encryption job is re-entrant (it encrypts whatever is stored and not yet
+  encrypted).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from crypto.accounting import rho_to_eps
+from crypto.aggregation import chunk_ranges, decode_release
+from crypto.blobs import BlobFormatError, pack_blobs, unpack_blobs
+from crypto.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn import wire
+from feddpsyn.serving import Database, new_token, token_hash, write_private
+from keyserver.keys import SessionKeys
+from params.schema import Schema, SchemaError
+from params.session_plan import SessionPlan
+
+log = logging.getLogger("feddpsyn.keyserver")
+
+_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, request_json TEXT NOT NULL, public_json TEXT NOT NULL,
+    created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS client_tokens (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, token_hash TEXT NOT NULL,
+    PRIMARY KEY (session_id, client_id));
+CREATE TABLE IF NOT EXISTS masked (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, commitment TEXT NOT NULL,
+    digest TEXT NOT NULL, received REAL NOT NULL, cipher_digest TEXT,
+    PRIMARY KEY (session_id, client_id));
+CREATE TABLE IF NOT EXISTS ledger (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, rho TEXT NOT NULL,
+    request_digest TEXT NOT NULL, charged_at REAL NOT NULL,
+    PRIMARY KEY (session_id, release));
+CREATE TABLE IF NOT EXISTS releases (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, result_json TEXT NOT NULL,
+    completed_at REAL NOT NULL, PRIMARY KEY (session_id, release));
+"""
+
+
+class ServiceError(Exception):
+    """An error with an HTTP status and a message safe to show to the caller."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class KeyServer:
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
+        self.db = Database(state_dir / "keyserver.sqlite", _SCHEMA_SQL)
+        self._keys: dict[str, SessionKeys] = {}
+        self._plans: dict[str, SessionPlan] = {}
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- sessions
+    def session_dir(self, session_id: str) -> Path:
+        return self.state_dir / "sessions" / session_id
+
+    def create_session(self, request: wire.SessionCreate) -> wire.SessionCreated:
+        try:
+            schema = Schema.from_dict(request.schema_)
+        except SchemaError as exc:
+            raise ServiceError(422, f"invalid schema: {exc}") from None
+        try:
+            plan = SessionPlan.build(schema, request.pairs, request.budget.epsilon,
+                                     request.budget.delta, request.budget.split,
+                                     request.parameter_set, request.max_rows)
+        except ValueError as exc:
+            raise ServiceError(422, str(exc)) from None
+        session_id = "s-" + secrets.token_hex(8)
+        directory = self.session_dir(session_id)
+        keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
+                                                               directory)
+        write_private(directory / "server.zip", server_zip)
+        write_private(directory / "evaluation_keys.bin", evaluation_keys)
+        public = self._public(session_id, plan, request)
+        tokens = {c: new_token() for c in request.clients}
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
+                         (session_id, request.model_dump_json(by_alias=True),
+                          public.model_dump_json(by_alias=True), time.time()))
+            conn.executemany("INSERT INTO client_tokens VALUES (?, ?, ?)",
+                             [(session_id, c, token_hash(t)) for c, t in tokens.items()])
+        with self._lock:
+            self._keys[session_id] = keys
+            self._plans[session_id] = plan
+        log.info("session %s created: %d clients, %d cells, rho_total=%s", session_id,
+                 len(request.clients), plan.layout.total_cells, plan.rho_total)
+        return wire.SessionCreated(session=public, client_tokens=tokens)
+
+    @staticmethod
+    def _public(session_id: str, plan: SessionPlan,
+                request: wire.SessionCreate) -> wire.SessionPublic:
+        return wire.SessionPublic(
+            session_id=session_id, schema=plan.schema.to_dict(),
+            schema_fingerprint=plan.schema.fingerprint(), clients=request.clients,
+            pairs=plan.layout.pairs, parameter_set=plan.parameters.to_dict(),
+            total_cells=plan.layout.total_cells,
+            releases=[wire.ReleasePlan(name=r.name, marginals=list(r.marginal_keys),
+                                       rho=str(r.rho), sigma2=str(r.sigma2))
+                      for r in plan.releases],
+            epsilon=plan.epsilon, delta=plan.delta, rho_total=str(plan.rho_total))
+
+    def public(self, session_id: str) -> wire.SessionPublic:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT public_json FROM sessions WHERE id = ?",
+                               (session_id,)).fetchone()
+        if row is None:
+            raise ServiceError(404, f"unknown session {session_id!r}")
+        return wire.SessionPublic.model_validate_json(row["public_json"])
+
+    def session_ids(self) -> list[str]:
+        with self.db.connect() as conn:
+            return [r["id"] for r in conn.execute("SELECT id FROM sessions ORDER BY created")]
+
+    def plan(self, session_id: str) -> SessionPlan:
+        with self._lock:
+            if session_id in self._plans:
+                return self._plans[session_id]
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT request_json FROM sessions WHERE id = ?",
+                               (session_id,)).fetchone()
+        if row is None:
+            raise ServiceError(404, f"unknown session {session_id!r}")
+        req = wire.SessionCreate.model_validate_json(row["request_json"])
+        plan = SessionPlan.build(Schema.from_dict(req.schema_), req.pairs, req.budget.epsilon,
+                                 req.budget.delta, req.budget.split, req.parameter_set,
+                                 req.max_rows)
+        with self._lock:
+            self._plans[session_id] = plan
+        return plan
+
+    def keys(self, session_id: str) -> SessionKeys:
+        with self._lock:
+            if session_id in self._keys:
+                return self._keys[session_id]
+        public = self.public(session_id)
+        keys = SessionKeys.load(self.session_dir(session_id), len(public.clients))
+        with self._lock:
+            self._keys[session_id] = keys
+        return keys
+
+    def client_authorised(self, session_id: str, client_id: str, token: str) -> bool:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT token_hash FROM client_tokens WHERE session_id = ? "
+                               "AND client_id = ?", (session_id, client_id)).fetchone()
+        return row is not None and secrets.compare_digest(row["token_hash"], token_hash(token))
+
+    def client_of_token(self, session_id: str, token: str) -> str | None:
+        h = token_hash(token)
+        with self.db.connect() as conn:
+            rows = conn.execute("SELECT client_id, token_hash FROM client_tokens "
+                                "WHERE session_id = ?", (session_id,)).fetchall()
+        for r in rows:
+            if secrets.compare_digest(r["token_hash"], h):
+                return r["client_id"]
+        return None
+
+    # ---------------------------------------------------------------- uploads
+    def store_masked(self, session_id: str, client_id: str,
+                     upload: wire.MaskedUpload) -> wire.UploadReceipt:
+        public = self.public(session_id)
+        if self.releases_done(session_id):
+            raise ServiceError(409, "session already released; uploads are closed")
+        k = public.parameter_set["count_bits"]
+        if len(upload.values) != public.total_cells:
+            raise ServiceError(422, f"expected {public.total_cells} masked values, "
+                                    f"got {len(upload.values)}")
+        values = np.asarray(upload.values, dtype=object)
+        if any((not isinstance(v, int)) or v < 0 or v >= (1 << k) for v in upload.values):
+            raise ServiceError(422, f"masked values must be integers in [0, 2^{k})")
+        vector = values.astype(np.int64)
+        digest = hashlib.sha256(upload.commitment.encode() + vector.tobytes()).hexdigest()
+        path = self.session_dir(session_id) / "masked" / f"{client_id}.npy"
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT digest FROM masked WHERE session_id = ? AND "
+                               "client_id = ?", (session_id, client_id)).fetchone()
+            if row is not None:
+                if row["digest"] == digest:
+                    return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                              stored=False, digest=digest)
+                raise ServiceError(409, f"client {client_id!r} already uploaded a different "
+                                        "masked vector for this session")
+            write_private(path, vector.tobytes())
+            conn.execute("INSERT INTO masked VALUES (?, ?, ?, ?, ?, NULL)",
+                         (session_id, client_id, upload.commitment, digest, time.time()))
+        return wire.UploadReceipt(session_id=session_id, client_id=client_id, stored=True,
+                                  digest=digest)
+
+    def run_encryption_job(self) -> int:
+        """Encrypt every stored masked vector not yet encrypted. Returns how many it did."""
+        with self.db.connect() as conn:
+            todo = conn.execute("SELECT session_id, client_id FROM masked "
+                                "WHERE cipher_digest IS NULL").fetchall()
+        done = 0
+        for row in todo:
+            self._encrypt_client(row["session_id"], row["client_id"])
+            done += 1
+        return done
+
+    def _encrypt_client(self, session_id: str, client_id: str) -> None:
+        public = self.public(session_id)
+        params = public.parameter_set
+        position = public.clients.index(client_id)
+        directory = self.session_dir(session_id)
+        vector = np.frombuffer((directory / "masked" / f"{client_id}.npy").read_bytes(),
+                               dtype=np.int64)
+        keys = self.keys(session_id)
+        chunk = params["chunk_cells"]
+        started = time.time()
+        blobs = []
+        for c in chunk_ranges(len(vector), chunk):
+            padded = np.zeros(chunk, dtype=np.int64)
+            padded[:c.stop - c.start] = vector[c.start:c.stop]
+            blobs.append(keys.encrypt_chunk(position, padded))
+        data = pack_blobs(blobs)
+        write_private(directory / "ciphertexts" / f"{client_id}.bin", data)
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE masked SET cipher_digest = ? WHERE session_id = ? AND "
+                         "client_id = ?", (hashlib.sha256(data).hexdigest(), session_id,
+                                           client_id))
+        log.info("session %s: encrypted client %s (%d values, %.2f s)", session_id, client_id,
+                 len(vector), time.time() - started)
+
+    def ciphertext_index(self, session_id: str) -> list[dict]:
+        self.public(session_id)
+        with self.db.connect() as conn:
+            rows = conn.execute("SELECT client_id, commitment, cipher_digest FROM masked "
+                                "WHERE session_id = ? AND cipher_digest IS NOT NULL",
+                                (session_id,)).fetchall()
+        return [{"client_id": r["client_id"], "commitment": r["commitment"],
+                 "digest": r["cipher_digest"]} for r in rows]
+
+    def ciphertexts(self, session_id: str, client_id: str) -> bytes:
+        path = self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin"
+        if not path.exists():
+            raise ServiceError(404, f"no ciphertexts for client {client_id!r} yet")
+        return path.read_bytes()
+
+    def uploaded_clients(self, session_id: str) -> list[str]:
+        with self.db.connect() as conn:
+            return [r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM masked WHERE session_id = ?", (session_id,))]
+
+    # ---------------------------------------------------------------- releases
+    def release_chunks(self, plan: SessionPlan, name: str) -> tuple[list[int], np.ndarray]:
+        """Chunk indices a release touches, and its cells' positions in the full vector."""
+        cells = plan.layout.cells_of(plan.slots_of(plan.release(name)))
+        chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
+        return chunks, cells
+
+    def decrypt_release(self, session_id: str, name: str, body: bytes) -> wire.ReleaseResult:
+        plan = self.plan(session_id)
+        try:
+            spec = plan.release(name)
+        except KeyError:
+            raise ServiceError(404, f"release {name!r} is not registered for this session; "
+                                    f"registered: {[r.name for r in plan.releases]}") from None
+        chunks, cells = self.release_chunks(plan, name)
+        try:
+            blobs = unpack_blobs(body, expected=len(chunks))
+        except BlobFormatError as exc:
+            raise ServiceError(422, f"bad ciphertext container: {exc}") from None
+        keys = self.keys(session_id)
+        digest = hashlib.sha256(body).hexdigest()
+        stored = self._charge(session_id, spec, digest)
+        if stored is not None:
+            return stored
+        try:
+            decrypted = {c: keys.decrypt_chunk(b) for c, b in zip(chunks, blobs)}
+        except Exception:
+            # The charge stays: the ledger counts a release as spent once its ciphertexts
+            # were accepted, whatever happens next (conservative). No detail: a library
+            # message here could quote ciphertext bytes.
+            raise ServiceError(422, "ciphertexts do not decrypt under this session's keys") from None
+        chunk_cells = plan.parameters.chunk_cells
+        full = np.concatenate([decrypted[c][: chunk_cells] for c in chunks])
+        position = {c: i for i, c in enumerate(chunks)}
+        index = np.array([position[c // chunk_cells] * chunk_cells + c % chunk_cells
+                          for c in cells.tolist()], dtype=np.int64)
+        noised_by_cs = decode_release(full[index], plan.parameters.count_bits)
+        released = noised_by_cs + discrete_gaussian_vector(spec.sigma2, len(cells))
+        result = self._result(session_id, plan, spec, released)
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?, ?)",
+                         (session_id, name, result.model_dump_json(), time.time()))
+            row = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
+                               "release = ?", (session_id, name)).fetchone()
+        log.info("session %s: release %s decrypted and noised (%d cells)", session_id, name,
+                 len(cells))
+        return wire.ReleaseResult.model_validate_json(row["result_json"])
+
+    def _charge(self, session_id: str, spec, digest: str) -> wire.ReleaseResult | None:
+        """Charge the ledger for ``spec`` (or find the finished release); refuse overspending."""
+        plan = self.plan(session_id)
+        with self.db.transaction() as conn:
+            done = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
+                                "release = ?", (session_id, spec.name)).fetchone()
+            charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? "
+                                   "AND release = ?", (session_id, spec.name)).fetchone()
+            if charged is not None:
+                if charged["request_digest"] != digest:
+                    raise ServiceError(409, f"release {spec.name!r} was already charged for "
+                                            "other ciphertexts; a second decryption would "
+                                            "spend budget twice")
+                if done is not None:
+                    return wire.ReleaseResult.model_validate_json(done["result_json"])
+                return None
+            spent = sum((Fraction(r["rho"]) for r in conn.execute(
+                "SELECT rho FROM ledger WHERE session_id = ?", (session_id,))), Fraction(0))
+            if spent + spec.rho > plan.rho_total:
+                raise ServiceError(403, f"budget exceeded: release {spec.name!r} needs rho="
+                                        f"{float(spec.rho):.6g}, remaining "
+                                        f"{float(plan.rho_total - spent):.6g}")
+            conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?)",
+                         (session_id, spec.name, str(spec.rho), digest, time.time()))
+        return None
+
+    @staticmethod
+    def _result(session_id, plan, spec, released) -> wire.ReleaseResult:
+        marginals = {}
+        pos = 0
+        for slot in plan.slots_of(spec):
+            marginals[slot.key] = wire.ReleasedMarginal(
+                attrs=[plan.schema.names[a] for a in slot.attrs], shape=list(slot.shape),
+                counts=released[pos:pos + slot.size].tolist())
+            pos += slot.size
+        return wire.ReleaseResult(session_id=session_id, release=spec.name, rho=str(spec.rho),
+                                  sigma2_per_server=str(spec.sigma2), marginals=marginals)
+
+    def releases_done(self, session_id: str) -> list[str]:
+        with self.db.connect() as conn:
+            return [r["release"] for r in conn.execute(
+                "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
+
+    def ledger(self, session_id: str) -> wire.LedgerView:
+        plan = self.plan(session_id)
+        with self.db.connect() as conn:
+            rows = conn.execute("SELECT release, rho, charged_at FROM ledger WHERE "
+                                "session_id = ? ORDER BY charged_at", (session_id,)).fetchall()
+        spent = sum((Fraction(r["rho"]) for r in rows), Fraction(0))
+        return wire.LedgerView(
+            session_id=session_id, rho_total=str(plan.rho_total), rho_spent=str(spent),
+            epsilon_spent=rho_to_eps(spent, plan.delta) if spent else 0.0, delta=plan.delta,
+            entries=[wire.LedgerEntry(release=r["release"], rho=r["rho"], at=r["charged_at"])
+                     for r in rows])
+
+    def status(self, session_id: str) -> wire.SessionStatus:
+        public = self.public(session_id)
+        uploaded = self.uploaded_clients(session_id)
+        done = self.releases_done(session_id)
+        planned = [r.name for r in public.releases]
+        if set(done) == set(planned):
+            state = "released"
+        elif len(uploaded) < len(public.clients):
+            state = "collecting"
+        else:
+            state = "computing"
+        return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
+                                  clients_missing=[c for c in public.clients if c not in uploaded],
+                                  releases_done=done)
+
+    def release_document(self, session_id: str) -> wire.ReleaseDocument:
+        public = self.public(session_id)
+        status = self.status(session_id)
+        if status.state != "released":
+            raise ServiceError(409, f"session not released yet (state: {status.state})")
+        with self.db.connect() as conn:
+            rows = {r["release"]: r["result_json"] for r in conn.execute(
+                "SELECT release, result_json FROM releases WHERE session_id = ?",
+                (session_id,))}
+        results = [wire.ReleaseResult.model_validate_json(rows[r.name]) for r in public.releases]
+        ledger = self.ledger(session_id)
+        return wire.ReleaseDocument(
+            session_id=session_id, schema=public.schema_, parameter_set=public.parameter_set,
+            noise={"mechanism": "discrete_gaussian",
+                   "servers": ["compute_server", "key_server"],
+                   "note": "each server adds independent N_Z(0, sigma2_per_server); the "
+                           "published counts carry both (variance 2 sigma2); each server's "
+                           "view is rho-zCDP on its own"},
+            accounting={"neighbouring": "add/remove one record of the union",
+                        "rho_total": ledger.rho_total, "rho_spent": ledger.rho_spent,
+                        "epsilon_spent": ledger.epsilon_spent, "delta": ledger.delta,
+                        "epsilon_budget": public.epsilon,
+                        "conversion": "zCDP -> (eps, delta): Canonne-Kamath-Steinke 2020, "
+                                      "rounded up",
+                        "entries": [e.model_dump() for e in ledger.entries]},
+            releases=results)
+
+    def peer_session(self, session_id: str) -> wire.PeerSession:
+        public = self.public(session_id)
+        directory = self.session_dir(session_id)
+        with self.db.connect() as conn:
+            hashes = {r["client_id"]: r["token_hash"] for r in conn.execute(
+                "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
+                (session_id,))}
+        return wire.PeerSession(
+            session=public, client_token_hashes=hashes,
+            server_zip_b64=base64.b64encode((directory / "server.zip").read_bytes()).decode(),
+            evaluation_keys_b64=base64.b64encode(
+                (directory / "evaluation_keys.bin").read_bytes()).decode())
