@@ -26,12 +26,16 @@ no evaluation keys and its only error source is encryption noise, bounded by ``p
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import secrets
 from dataclasses import dataclass
 
 import numpy as np
 from concrete import fhe
+
+# The module, not the same-named function that concrete.fhe.extensions re-exports.
+fhe_tag = importlib.import_module("concrete.fhe.extensions.tag")
 
 __all__ = ["compile_aggregation", "release_offset", "decode_release", "aggregate_plaintext",
            "chunk_ranges"]
@@ -60,6 +64,10 @@ def compile_aggregation(n_clients: int, chunk_cells: int, count_bits: int,
     """Compile the P1 circuit for ``n_clients`` masked vectors of ``chunk_cells`` cells."""
     if n_clients < 1:
         raise ValueError("need at least one client")
+    # concrete keeps its tracing tag stack in a thread-local initialised only in the thread
+    # that imported it; servers compile in worker threads, so give this thread its own.
+    if not hasattr(fhe_tag.tag_context, "stack"):
+        fhe_tag.tag_context.stack = []
     func = _aggregate_function(n_clients)
     encryption = {f"m{i}": "encrypted" for i in range(n_clients)}
     encryption.update(select="clear", offset="clear")

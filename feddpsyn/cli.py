@@ -195,7 +195,9 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
          clients: int = typer.Option(4, help="uniform split size (adult); "
                                             "fed_heart_disease uses its 4 hospitals"),
          out: Path = typer.Option(Path("demo-out")), epsilon: float = 1.0,
-         delta: float = 1e-5, method: str = "pgm", rows: Optional[int] = None,
+         delta: float = 1e-5,
+         method: str = typer.Option("gum", help="gum (uses every released pair) | pgm"),
+         rows: Optional[int] = None,
          seed: int = 0) -> None:
     """Run the whole protocol on a bundled data set, everything on loopback."""
     from feddpsyn.demo import run_demo

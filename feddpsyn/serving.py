@@ -160,3 +160,5 @@ def _safe_error(exc: BaseException) -> str:
 
 def configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # One line per peer request at INFO would drown the job's own progress lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
