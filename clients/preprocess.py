@@ -16,9 +16,9 @@ Both policies report what they did (counts per column) so nothing happens unseen
 from __future__ import annotations
 
 import csv
-import math
 from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
@@ -51,12 +51,13 @@ class EncodedTable:
         return "; ".join(parts)
 
 
-def _parse_number(text: str) -> float | None:
+def _parse_number(text: str) -> Fraction | None:
+    # Exact: "0.3" becomes 3/10, so bin edges are compared without float rounding.
+    # Fraction() refuses "nan" and "inf", which have no place in a bounded column.
     try:
-        value = float(text)
-    except ValueError:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
         return None
-    return value if math.isfinite(value) else None
 
 
 def encode_rows(rows: list[list[str]], header: list[str], schema: Schema, *,

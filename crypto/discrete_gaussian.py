@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["SamplerExhausted", "bernoulli", "bernoulli_exp", "discrete_laplace",
+__all__ = ["ExactSampler", "SamplerExhausted", "bernoulli", "bernoulli_exp", "discrete_laplace",
            "discrete_gaussian", "discrete_gaussian_vector"]
 
 # Each loop below succeeds with probability >= 1/2 (most far more) per iteration, so
@@ -52,80 +53,94 @@ def _as_fraction(x: Fraction | int | str) -> Fraction:
     return Fraction(x)
 
 
-def bernoulli(p: Fraction) -> int:
-    """One draw of Bernoulli(p) for rational p in [0, 1]."""
-    if not 0 <= p <= 1:
-        raise ValueError(f"probability {p} outside [0, 1]")
-    return int(secrets.randbelow(p.denominator) < p.numerator)
+class ExactSampler:
+    """The samplers over one source of uniform integers.
 
+    ``randbelow(n)`` must return a uniform integer in [0, n). Production uses
+    ``secrets.randbelow`` (the module-level functions below); tests pass a seeded generator so
+    that statistical tests are reproducible.
+    """
 
-def bernoulli_exp(gamma: Fraction | int | str) -> int:
-    """One draw of Bernoulli(exp(-gamma)), gamma >= 0 rational (CKS20, Algorithm 1)."""
-    gamma = _as_fraction(gamma)
-    if gamma < 0:
-        raise ValueError("gamma must be >= 0")
-    whole = math.floor(gamma)
-    # Bounded by floor(gamma); each round ends the loop with probability 1 - 1/e.
-    for _ in range(whole):
-        if not _bernoulli_exp_unit(Fraction(1)):
-            return 0
-    return _bernoulli_exp_unit(gamma - whole)
+    def __init__(self, randbelow: Callable[[int], int] = secrets.randbelow):
+        self._randbelow = randbelow
 
+    def bernoulli(self, p: Fraction) -> int:
+        """One draw of Bernoulli(p) for rational p in [0, 1]."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"probability {p} outside [0, 1]")
+        return int(self._randbelow(p.denominator) < p.numerator)
 
-def _bernoulli_exp_unit(gamma: Fraction) -> int:
-    # For gamma in [0, 1]: draw A_k ~ Bernoulli(gamma / k) for k = 1, 2, ... until the first
-    # zero; P[first zero at an odd k] = exp(-gamma).
-    k = 1
-    for _ in range(_MAX_ITERATIONS):
-        if not bernoulli(gamma / k):
-            return k % 2
-        k += 1
-    raise SamplerExhausted("bernoulli_exp did not terminate")
+    def bernoulli_exp(self, gamma: Fraction | int | str) -> int:
+        """One draw of Bernoulli(exp(-gamma)), gamma >= 0 rational (CKS20, Algorithm 1)."""
+        gamma = _as_fraction(gamma)
+        if gamma < 0:
+            raise ValueError("gamma must be >= 0")
+        whole = math.floor(gamma)
+        # Bounded by floor(gamma); each round ends the loop with probability 1 - 1/e.
+        for _ in range(whole):
+            if not self._bernoulli_exp_unit(Fraction(1)):
+                return 0
+        return self._bernoulli_exp_unit(gamma - whole)
 
-
-def discrete_laplace(scale: Fraction | int | str) -> int:
-    """One draw Y with P[Y = y] proportional to exp(-|y| / scale) (CKS20, Algorithm 2)."""
-    scale = _as_fraction(scale)
-    if scale <= 0:
-        raise ValueError("scale must be > 0")
-    # CKS20 Algorithm 2 with parameters (s, t) samples P[y] ~ exp(-|y| s / t), so a scale of
-    # numerator/denominator means t = numerator, s = denominator.
-    s, t = scale.denominator, scale.numerator
-    for _ in range(_MAX_ITERATIONS):
-        u = secrets.randbelow(t)
-        if not bernoulli_exp(Fraction(u, t)):
-            continue
-        v = 0
+    def _bernoulli_exp_unit(self, gamma: Fraction) -> int:
+        # For gamma in [0, 1]: draw A_k ~ Bernoulli(gamma / k) for k = 1, 2, ... until the first
+        # zero; P[first zero at an odd k] = exp(-gamma).
+        k = 1
         for _ in range(_MAX_ITERATIONS):
-            if not bernoulli_exp(1):
-                break
-            v += 1
-        else:
-            raise SamplerExhausted("geometric draw did not terminate")
-        x = u + t * v
-        y = x // s
-        negative = secrets.randbelow(2)
-        if negative and y == 0:
-            continue
-        return -y if negative else y
-    raise SamplerExhausted("discrete_laplace did not terminate")
+            if not self.bernoulli(gamma / k):
+                return k % 2
+            k += 1
+        raise SamplerExhausted("bernoulli_exp did not terminate")
+
+    def discrete_laplace(self, scale: Fraction | int | str) -> int:
+        """One draw Y with P[Y = y] proportional to exp(-|y| / scale) (CKS20, Algorithm 2)."""
+        scale = _as_fraction(scale)
+        if scale <= 0:
+            raise ValueError("scale must be > 0")
+        # CKS20 Algorithm 2 with parameters (s, t) samples P[y] ~ exp(-|y| s / t), so a scale of
+        # numerator/denominator means t = numerator, s = denominator.
+        s, t = scale.denominator, scale.numerator
+        for _ in range(_MAX_ITERATIONS):
+            u = self._randbelow(t)
+            if not self.bernoulli_exp(Fraction(u, t)):
+                continue
+            v = 0
+            for _ in range(_MAX_ITERATIONS):
+                if not self.bernoulli_exp(1):
+                    break
+                v += 1
+            else:
+                raise SamplerExhausted("geometric draw did not terminate")
+            x = u + t * v
+            y = x // s
+            negative = self._randbelow(2)
+            if negative and y == 0:
+                continue
+            return -y if negative else y
+        raise SamplerExhausted("discrete_laplace did not terminate")
+
+    def discrete_gaussian(self, sigma2: Fraction | int | str) -> int:
+        """One draw Y with P[Y = y] proportional to exp(-y^2 / (2 sigma2)) (CKS20, Algorithm 3)."""
+        sigma2 = _as_fraction(sigma2)
+        if sigma2 <= 0:
+            raise ValueError("sigma2 must be > 0")
+        t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1
+        for _ in range(_MAX_ITERATIONS):
+            y = self.discrete_laplace(t)
+            gamma = (abs(y) - sigma2 / t) ** 2 / (2 * sigma2)
+            if self.bernoulli_exp(gamma):
+                return y
+        raise SamplerExhausted("discrete_gaussian did not terminate")
+
+    def discrete_gaussian_vector(self, sigma2: Fraction | int | str, size: int) -> np.ndarray:
+        """``size`` independent draws of N_Z(0, sigma2) as an int64 array."""
+        sigma2 = _as_fraction(sigma2)
+        return np.array([self.discrete_gaussian(sigma2) for _ in range(size)], dtype=np.int64)
 
 
-def discrete_gaussian(sigma2: Fraction | int | str) -> int:
-    """One draw Y with P[Y = y] proportional to exp(-y^2 / (2 sigma2)) (CKS20, Algorithm 3)."""
-    sigma2 = _as_fraction(sigma2)
-    if sigma2 <= 0:
-        raise ValueError("sigma2 must be > 0")
-    t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1
-    for _ in range(_MAX_ITERATIONS):
-        y = discrete_laplace(t)
-        gamma = (abs(y) - sigma2 / t) ** 2 / (2 * sigma2)
-        if bernoulli_exp(gamma):
-            return y
-    raise SamplerExhausted("discrete_gaussian did not terminate")
-
-
-def discrete_gaussian_vector(sigma2: Fraction | int | str, size: int) -> np.ndarray:
-    """``size`` independent draws of N_Z(0, sigma2) as an int64 array."""
-    sigma2 = _as_fraction(sigma2)
-    return np.array([discrete_gaussian(sigma2) for _ in range(size)], dtype=np.int64)
+_CSPRNG = ExactSampler()
+bernoulli = _CSPRNG.bernoulli
+bernoulli_exp = _CSPRNG.bernoulli_exp
+discrete_laplace = _CSPRNG.discrete_laplace
+discrete_gaussian = _CSPRNG.discrete_gaussian
+discrete_gaussian_vector = _CSPRNG.discrete_gaussian_vector

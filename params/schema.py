@@ -58,14 +58,14 @@ class ContinuousColumn:
         width = (self.max - self.min) / self.bins
         return [self.min + i * width for i in range(self.bins)] + [self.max]
 
-    def in_bounds(self, value: float) -> bool:
+    def in_bounds(self, value: float | Fraction) -> bool:
         return self.min <= value <= self.max
 
-    def bin_of(self, value: float) -> int:
+    def bin_of(self, value: float | Fraction | str) -> int:
         """Bin index of an in-bounds value; the upper bound falls in the last bin.
 
-        Computed with exact rationals so that a value on an edge lands in the same bin on
-        every machine (the clients' layouts must agree bit for bit).
+        Computed with exact rationals, and CSV text is read exactly ("0.3" is 3/10, not the
+        nearest double), so a value on an edge lands in the same bin on every machine.
         """
         span = Fraction(self.max) - Fraction(self.min)
         position = (Fraction(value) - Fraction(self.min)) * self.bins / span
