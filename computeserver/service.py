@@ -82,7 +82,6 @@ class ComputeServer:
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}
         self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
-        self.timings: dict[str, dict[str, float]] = {}
 
     def close(self) -> None:
         self._http.close()
@@ -270,27 +269,43 @@ class ComputeServer:
                 stored = conn.execute("SELECT digest FROM outputs WHERE session_id = ? AND "
                                       "release = ?", (session_id, spec.name)).fetchone()
             if stored is None:
-                started = time.time()
                 body = self._aggregate(session_id, plan, spec, seeds)
                 write_private(path, body)
                 with self.db.transaction() as conn:
                     conn.execute("INSERT INTO outputs VALUES (?, ?, ?)",
                                  (session_id, spec.name, hashlib.sha256(body).hexdigest()))
-                self.timings.setdefault(session_id, {})[f"p1_{spec.name}"] = time.time() - started
-            body = path.read_bytes()
-            started = time.time()
-            response = self._http.post(f"/peer/sessions/{session_id}/releases/{spec.name}/decrypt",
-                                       content=body,
-                                       headers={"Content-Type": "application/octet-stream"})
-            if response.status_code != 200:
-                raise RuntimeError(f"key server refused release {spec.name}: "
-                                   f"{response.status_code} {response.text[:300]}")
-            result = wire.ReleaseResult.model_validate_json(response.content)
+            result = self._request_decryption(session_id, spec.name, plan, path)
             with self.db.transaction() as conn:
                 conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)",
                              (session_id, spec.name, result.model_dump_json()))
-            self.timings.setdefault(session_id, {})[f"decrypt_{spec.name}"] = time.time() - started
             log.info("session %s: release %s published", session_id, spec.name)
+
+    def _request_decryption(self, session_id: str, name: str, plan: SessionPlan,
+                            path: Path) -> wire.ReleaseResult:
+        """Register the manifest (the key server charges its ledger), send chunks, finalize."""
+        outputs = unpack_blobs(path.read_bytes())
+        cells = plan.layout.cells_of(plan.slots_of(plan.release(name)))
+        chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
+        manifest = wire.ReleaseManifest(
+            chunks=chunks, digests=[hashlib.sha256(o).hexdigest() for o in outputs])
+        base = f"/peer/sessions/{session_id}/releases/{name}"
+        progress = self._peer("PUT", f"{base}/manifest", wire.ReleaseProgress,
+                              content=manifest.model_dump_json(),
+                              headers={"Content-Type": "application/json"})
+        if not progress.published:
+            for chunk, output in zip(chunks, outputs):
+                if chunk in progress.missing_chunks:
+                    self._peer("PUT", f"{base}/chunks/{chunk}", wire.ReleaseProgress,
+                               content=output,
+                               headers={"Content-Type": "application/octet-stream"})
+        return self._peer("POST", f"{base}/finalize", wire.ReleaseResult)
+
+    def _peer(self, method: str, url: str, model, **kw):
+        response = self._http.request(method, url, **kw)
+        if response.status_code != 200:
+            raise RuntimeError(f"key server answered {method} {url}: {response.status_code} "
+                               f"{response.text[:300]}")
+        return model.model_validate_json(response.content)
 
     def _aggregate(self, session_id, plan, spec, seeds) -> bytes:
         """Primitive 1 over the release's chunks, with this server's noise (module docstring)."""

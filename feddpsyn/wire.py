@@ -6,10 +6,11 @@ so each server's OpenAPI document is the contract, and both ends import the same
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -137,6 +138,35 @@ class LedgerView(StrictModel):
     epsilon_spent: float
     delta: float
     entries: list[LedgerEntry]
+
+
+class ReleaseManifest(StrictModel):
+    """The compute server's list of the ciphertext chunks of one release, by SHA-256."""
+
+    chunks: list[int] = Field(max_length=1_000_000)
+    digests: list[str] = Field(max_length=1_000_000)
+
+    @field_validator("digests")
+    @classmethod
+    def _hex(cls, v: list[str]) -> list[str]:
+        if any(len(d) != 64 or any(ch not in "0123456789abcdef" for ch in d) for d in v):
+            raise ValueError("digests must be lowercase hex SHA-256")
+        return v
+
+    @model_validator(mode="after")
+    def _one_digest_per_chunk(self) -> "ReleaseManifest":
+        if len(self.chunks) != len(self.digests):
+            raise ValueError("one digest per chunk")
+        return self
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+
+class ReleaseProgress(StrictModel):
+    release: str
+    missing_chunks: list[int]
+    published: bool
 
 
 class ReleasedMarginal(StrictModel):

@@ -138,12 +138,24 @@ def create_app(state_dir: Path, peer_token: str, *, encryption_interval: float =
         return Response(service.ciphertexts(session_id, client_id),
                         media_type="application/octet-stream")
 
-    @peers.post("/{session_id}/releases/{release}/decrypt", response_model=wire.ReleaseResult,
-                openapi_extra={"requestBody": {"content": {"application/octet-stream": {
-                    "schema": {"type": "string", "format": "binary"}}}, "required": True}})
-    async def decrypt(session_id: str, release: str, request: Request) -> wire.ReleaseResult:
+    @peers.put("/{session_id}/releases/{release}/manifest", response_model=wire.ReleaseProgress)
+    def register_release(session_id: str, release: str,
+                         body: wire.ReleaseManifest) -> wire.ReleaseProgress:
+        return service.register_release(session_id, release, body)
+
+    @peers.put("/{session_id}/releases/{release}/chunks/{chunk}",
+               response_model=wire.ReleaseProgress,
+               openapi_extra={"requestBody": {"content": {"application/octet-stream": {
+                   "schema": {"type": "string", "format": "binary"}}}, "required": True}})
+    async def decrypt_chunk(session_id: str, release: str, chunk: int,
+                            request: Request) -> wire.ReleaseProgress:
         body = await request.body()
-        return await run_in_threadpool(service.decrypt_release, session_id, release, body)
+        await run_in_threadpool(service.decrypt_chunk, session_id, release, chunk, body)
+        return await run_in_threadpool(service.release_progress, session_id, release)
+
+    @peers.post("/{session_id}/releases/{release}/finalize", response_model=wire.ReleaseResult)
+    def finalize_release(session_id: str, release: str) -> wire.ReleaseResult:
+        return service.finalize_release(session_id, release)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, str]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from crypto.accounting import rho_to_eps
 from crypto.aggregation import chunk_ranges, decode_release
-from crypto.blobs import BlobFormatError, pack_blobs, unpack_blobs
+from crypto.blobs import pack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from feddpsyn import wire
 from feddpsyn.serving import Database, new_token, token_hash, write_private
@@ -53,8 +53,11 @@ CREATE TABLE IF NOT EXISTS masked (
     PRIMARY KEY (session_id, client_id));
 CREATE TABLE IF NOT EXISTS ledger (
     session_id TEXT NOT NULL, release TEXT NOT NULL, rho TEXT NOT NULL,
-    request_digest TEXT NOT NULL, charged_at REAL NOT NULL,
+    request_digest TEXT NOT NULL, charged_at REAL NOT NULL, manifest_json TEXT NOT NULL,
     PRIMARY KEY (session_id, release));
+CREATE TABLE IF NOT EXISTS release_chunks (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, chunk INTEGER NOT NULL,
+    cells BLOB NOT NULL, PRIMARY KEY (session_id, release, chunk));
 CREATE TABLE IF NOT EXISTS releases (
     session_id TEXT NOT NULL, release TEXT NOT NULL, result_json TEXT NOT NULL,
     completed_at REAL NOT NULL, PRIMARY KEY (session_id, release));
@@ -277,53 +280,115 @@ class KeyServer:
         chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
         return chunks, cells
 
-    def decrypt_release(self, session_id: str, name: str, body: bytes) -> wire.ReleaseResult:
-        plan = self.plan(session_id)
+    def _release_spec(self, plan: SessionPlan, name: str):
         try:
-            spec = plan.release(name)
+            return plan.release(name)
         except KeyError:
             raise ServiceError(404, f"release {name!r} is not registered for this session; "
                                     f"registered: {[r.name for r in plan.releases]}") from None
-        chunks, cells = self.release_chunks(plan, name)
+
+    def register_release(self, session_id: str, name: str,
+                         manifest: wire.ReleaseManifest) -> wire.ReleaseProgress:
+        """Step 1 of a release: bind it to its ciphertexts' digests and charge the ledger.
+
+        Charging happens here, before any decryption, in the transaction that checks the
+        budget; the manifest digest then pins which ciphertexts may ever be decrypted for
+        this release.
+        """
+        plan = self.plan(session_id)
+        spec = self._release_spec(plan, name)
+        chunks, _ = self.release_chunks(plan, name)
+        if manifest.chunks != chunks:
+            raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
+                                    f"{manifest.chunks}")
+        self.keys(session_id)  # fail before charging if this session's keys are unusable
+        self._charge(session_id, spec, manifest)
+        return self.release_progress(session_id, name)
+
+    def _manifest(self, session_id: str, name: str) -> wire.ReleaseManifest:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT manifest_json FROM ledger WHERE session_id = ? AND "
+                               "release = ?", (session_id, name)).fetchone()
+        if row is None:
+            raise ServiceError(409, f"release {name!r} has no registered manifest yet")
+        return wire.ReleaseManifest.model_validate_json(row["manifest_json"])
+
+    def release_progress(self, session_id: str, name: str) -> wire.ReleaseProgress:
+        manifest = self._manifest(session_id, name)
+        with self.db.connect() as conn:
+            have = {r["chunk"] for r in conn.execute(
+                "SELECT chunk FROM release_chunks WHERE session_id = ? AND release = ?",
+                (session_id, name))}
+        return wire.ReleaseProgress(release=name,
+                                    missing_chunks=[c for c in manifest.chunks if c not in have],
+                                    published=name in self.releases_done(session_id))
+
+    def decrypt_chunk(self, session_id: str, name: str, chunk: int, body: bytes) -> None:
+        """Step 2: decrypt one registered chunk; keep only the release's cells, CS-noised."""
+        plan = self.plan(session_id)
+        self._release_spec(plan, name)
+        manifest = self._manifest(session_id, name)
+        if chunk not in manifest.chunks:
+            raise ServiceError(404, f"chunk {chunk} is not part of release {name!r}")
+        expected = manifest.digests[manifest.chunks.index(chunk)]
+        if not secrets.compare_digest(hashlib.sha256(body).hexdigest(), expected):
+            raise ServiceError(409, f"chunk {chunk} does not match the registered manifest; "
+                                    "only the registered ciphertexts are ever decrypted")
+        with self.db.connect() as conn:
+            if conn.execute("SELECT 1 FROM release_chunks WHERE session_id = ? AND release = ? "
+                            "AND chunk = ?", (session_id, name, chunk)).fetchone():
+                return
         try:
-            blobs = unpack_blobs(body, expected=len(chunks))
-        except BlobFormatError as exc:
-            raise ServiceError(422, f"bad ciphertext container: {exc}") from None
-        keys = self.keys(session_id)
-        digest = hashlib.sha256(body).hexdigest()
-        stored = self._charge(session_id, spec, digest)
-        if stored is not None:
-            return stored
-        try:
-            decrypted = {c: keys.decrypt_chunk(b) for c, b in zip(chunks, blobs)}
+            decrypted = self.keys(session_id).decrypt_chunk(body)
         except Exception:
-            # The charge stays: the ledger counts a release as spent once its ciphertexts
-            # were accepted, whatever happens next (conservative). No detail: a library
-            # message here could quote ciphertext bytes.
-            raise ServiceError(422, "ciphertexts do not decrypt under this session's keys") from None
-        chunk_cells = plan.parameters.chunk_cells
-        full = np.concatenate([decrypted[c][: chunk_cells] for c in chunks])
-        position = {c: i for i, c in enumerate(chunks)}
-        index = np.array([position[c // chunk_cells] * chunk_cells + c % chunk_cells
-                          for c in cells.tolist()], dtype=np.int64)
-        noised_by_cs = decode_release(full[index], plan.parameters.count_bits)
-        released = noised_by_cs + discrete_gaussian_vector(spec.sigma2, len(cells))
+            # No detail: a library message here could quote ciphertext bytes.
+            raise ServiceError(422, "ciphertext does not decrypt under this session's "
+                                    "keys") from None
+        _, cells = self.release_chunks(plan, name)
+        size = plan.parameters.chunk_cells
+        mine = cells[cells // size == chunk] - chunk * size
+        if decrypted.shape != (size,):
+            raise ServiceError(422, f"ciphertext holds {decrypted.shape}, expected ({size},)")
+        values = decode_release(decrypted[mine], plan.parameters.count_bits)
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO release_chunks VALUES (?, ?, ?, ?)",
+                         (session_id, name, chunk, values.astype("<i8").tobytes()))
+
+    def finalize_release(self, session_id: str, name: str) -> wire.ReleaseResult:
+        """Step 3: once every chunk is in, add this server's noise once and publish."""
+        plan = self.plan(session_id)
+        spec = self._release_spec(plan, name)
+        with self.db.connect() as conn:
+            done = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
+                                "release = ?", (session_id, name)).fetchone()
+            if done is not None:
+                return wire.ReleaseResult.model_validate_json(done["result_json"])
+            parts = {r["chunk"]: np.frombuffer(r["cells"], dtype="<i8") for r in conn.execute(
+                "SELECT chunk, cells FROM release_chunks WHERE session_id = ? AND release = ?",
+                (session_id, name))}
+        missing = self.release_progress(session_id, name).missing_chunks
+        if missing:
+            raise ServiceError(409, f"release {name!r} still misses chunks {missing}")
+        noised_by_cs = np.concatenate([parts[c] for c in sorted(parts)])
+        released = noised_by_cs + discrete_gaussian_vector(spec.sigma2, len(noised_by_cs))
         result = self._result(session_id, plan, spec, released)
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?, ?)",
                          (session_id, name, result.model_dump_json(), time.time()))
             row = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
                                "release = ?", (session_id, name)).fetchone()
+            # The CS-noised values were this server's private view; the release replaces them.
+            conn.execute("DELETE FROM release_chunks WHERE session_id = ? AND release = ?",
+                         (session_id, name))
         log.info("session %s: release %s decrypted and noised (%d cells)", session_id, name,
-                 len(cells))
+                 len(released))
         return wire.ReleaseResult.model_validate_json(row["result_json"])
 
-    def _charge(self, session_id: str, spec, digest: str) -> wire.ReleaseResult | None:
-        """Charge the ledger for ``spec`` (or find the finished release); refuse overspending."""
+    def _charge(self, session_id: str, spec, manifest: wire.ReleaseManifest) -> None:
+        """Charge the ledger for ``spec`` once, bound to ``manifest``; refuse overspending."""
         plan = self.plan(session_id)
+        digest = manifest.digest()
         with self.db.transaction() as conn:
-            done = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
-                                "release = ?", (session_id, spec.name)).fetchone()
             charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? "
                                    "AND release = ?", (session_id, spec.name)).fetchone()
             if charged is not None:
@@ -331,18 +396,16 @@ class KeyServer:
                     raise ServiceError(409, f"release {spec.name!r} was already charged for "
                                             "other ciphertexts; a second decryption would "
                                             "spend budget twice")
-                if done is not None:
-                    return wire.ReleaseResult.model_validate_json(done["result_json"])
-                return None
+                return
             spent = sum((Fraction(r["rho"]) for r in conn.execute(
                 "SELECT rho FROM ledger WHERE session_id = ?", (session_id,))), Fraction(0))
             if spent + spec.rho > plan.rho_total:
                 raise ServiceError(403, f"budget exceeded: release {spec.name!r} needs rho="
                                         f"{float(spec.rho):.6g}, remaining "
                                         f"{float(plan.rho_total - spent):.6g}")
-            conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?)",
-                         (session_id, spec.name, str(spec.rho), digest, time.time()))
-        return None
+            conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
+                         (session_id, spec.name, str(spec.rho), digest, time.time(),
+                          manifest.model_dump_json()))
 
     @staticmethod
     def _result(session_id, plan, spec, released) -> wire.ReleaseResult:
