@@ -1,0 +1,300 @@
+"""Both servers as real processes over HTTP on 127.0.0.1: a whole session, bad requests,
+the ledger's refusals, and a kill -9 of both servers in the middle of a session."""
+
+import csv
+import os
+import signal
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from clients.agent import AgentError, ClientAgent
+from clients.preprocess import encode_csv
+from feddpsyn import wire
+from feddpsyn.demo import start_servers
+from params.layout import MarginalLayout
+from params.schema import Schema
+
+SCHEMA = {"name": "tiny", "columns": [
+    {"name": "age", "type": "continuous", "min": 0, "max": 100, "bins": 4},
+    {"name": "sex", "type": "categorical", "i2s": ["F", "M"]},
+    {"name": "smoker", "type": "categorical", "i2s": ["no", "yes", "unknown"]},
+]}
+CLIENTS = ["alice", "bob", "carol"]
+
+
+def write_client_csvs(directory: Path, seed: int = 0) -> dict[str, Path]:
+    rng = np.random.default_rng(seed)
+    paths = {}
+    for i, client in enumerate(CLIENTS):
+        path = directory / f"{client}.csv"
+        with path.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["age", "sex", "smoker"])
+            for _ in range(40 + 30 * i):
+                w.writerow([int(rng.integers(0, 101)), rng.choice(["F", "M"]),
+                            rng.choice(["no", "yes", "unknown"], p=[0.6, 0.3, 0.1])])
+        paths[client] = path
+    return paths
+
+
+def create_session(ks_url: str, operator: str, epsilon: float = 50.0) -> wire.SessionCreated:
+    request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                                 budget=wire.BudgetSpec(epsilon=epsilon, delta=1e-6),
+                                 max_rows=1000)
+    r = httpx.post(f"{ks_url}/sessions", content=request.model_dump_json(by_alias=True),
+                   headers={"Authorization": f"Bearer {operator}",
+                            "Content-Type": "application/json"}, timeout=120)
+    assert r.status_code == 201, r.text
+    return wire.SessionCreated.model_validate_json(r.content)
+
+
+def wait_released(agent: ClientAgent, timeout: float = 120) -> wire.ReleaseDocument:
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if agent.status().state == "released":
+            return agent.release()
+        time.sleep(0.3)
+    raise AssertionError("session not released in time")
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    state = tmp_path_factory.mktemp("state")
+    ks, cs = start_servers(state)
+    yield ks, cs, state
+    ks.stop()
+    cs.stop()
+
+
+@pytest.fixture(scope="module")
+def released_session(servers, tmp_path_factory):
+    ks, cs, state = servers
+    operator = (state / "keyserver" / "operator.token").read_text().strip()
+    created = create_session(ks.url, operator)
+    csvs = write_client_csvs(tmp_path_factory.mktemp("csv"))
+    agent_state = tmp_path_factory.mktemp("agents")
+    for client in CLIENTS:
+        with ClientAgent(ks.url, cs.url, created.session.session_id, client,
+                         created.client_tokens[client], agent_state) as agent:
+            agent.upload(csvs[client])
+    with ClientAgent(ks.url, cs.url, created.session.session_id, CLIENTS[0],
+                     created.client_tokens[CLIENTS[0]], agent_state) as agent:
+        document = wait_released(agent)
+    return created, csvs, agent_state, document, operator
+
+
+def true_counts(csvs) -> np.ndarray:
+    schema = Schema.from_dict(SCHEMA)
+    records = np.concatenate([encode_csv(p, schema).records for p in csvs.values()])
+    return MarginalLayout.build(schema.domain_sizes).counts(records)
+
+
+def test_release_is_the_true_union_plus_two_small_noises(released_session):
+    created, csvs, _, document, _ = released_session
+    released = np.concatenate([np.array(m.counts) for r in document.releases
+                               for m in r.marginals.values()])
+    truth = true_counts(csvs)
+    errors = released - truth
+    # eps=50: each server's sigma2 is about 0.5; a wrap or mask bug would be off by ~2^16.
+    sigma2 = max(float(Fraction(r.sigma2_per_server)) for r in document.releases)
+    assert np.abs(errors).max() <= 10 * np.sqrt(2 * sigma2)
+    assert np.abs(errors).max() < 2 ** 10
+    assert document.accounting["epsilon_spent"] <= 50.0
+    assert Fraction(document.accounting["rho_spent"]) <= Fraction(document.accounting["rho_total"])
+    assert [e["release"] for e in document.accounting["entries"]] == ["one_way", "two_way"]
+
+
+def test_release_document_feeds_synthesis(released_session, tmp_path):
+    from synthesis import marginals_from_release, synthesize
+
+    _, _, _, document, _ = released_session
+    schema, noisy = marginals_from_release(document)
+    records, rows = synthesize(schema, noisy, "gum", 200, seed=1)
+    assert records.shape == (200, 3)
+    assert all(row[1] in ("F", "M") for row in rows)
+
+
+def test_identical_reupload_is_idempotent_and_a_different_one_refused(servers, released_session,
+                                                                      tmp_path):
+    ks, cs, _ = servers
+    created, csvs, agent_state, _, _ = released_session
+    sid = created.session.session_id
+    token = created.client_tokens["bob"]
+    seed = (agent_state / sid / "bob.seed").read_bytes()
+    r = httpx.put(f"{cs.url}/sessions/{sid}/clients/bob/seed",
+                  json={"seed_hex": seed.hex()}, headers={"Authorization": f"Bearer {token}"})
+    # The session is released, so uploads are closed; before release, identical re-uploads
+    # are accepted with stored=false (checked in the restart test).
+    assert r.status_code == 409 and "closed" in r.json()["detail"]
+    r = httpx.put(f"{cs.url}/sessions/{sid}/clients/bob/seed",
+                  json={"seed_hex": "00" * 32}, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 409
+
+
+@pytest.mark.parametrize("who, path, status", [
+    ("none", "/sessions/{sid}/clients/alice/masked", 401),
+    ("bob", "/sessions/{sid}/clients/alice/masked", 403),
+    ("garbage", "/sessions/{sid}/clients/alice/masked", 403),
+    ("alice", "/sessions/unknown/clients/alice/masked", 404),
+])
+def test_uploads_need_the_clients_own_credentials(servers, released_session, who, path, status):
+    ks, _, _ = servers
+    created = released_session[0]
+    sid = created.session.session_id
+    headers = {}
+    if who in CLIENTS:
+        headers["Authorization"] = f"Bearer {created.client_tokens[who]}"
+    elif who == "garbage":
+        headers["Authorization"] = "Bearer not-a-token"
+    r = httpx.put(ks.url + path.format(sid=sid), headers=headers,
+                  json={"commitment": "0" * 64, "values": [0]})
+    assert r.status_code == status, r.text
+    assert "detail" in r.json()
+
+
+def test_operator_endpoints_refuse_clients(servers, released_session):
+    ks, _, _ = servers
+    created = released_session[0]
+    r = httpx.post(f"{ks.url}/sessions", json={},
+                   headers={"Authorization": f"Bearer {created.client_tokens['alice']}"})
+    assert r.status_code == 403
+
+
+def test_bad_session_requests_are_refused_with_the_reason(servers, released_session):
+    ks, _, _ = servers
+    operator = released_session[4]
+    headers = {"Authorization": f"Bearer {operator}"}
+    bad_schema = {"schema": {"columns": []}, "clients": ["a"],
+                  "budget": {"epsilon": 1, "delta": 1e-6}}
+    r = httpx.post(f"{ks.url}/sessions", json=bad_schema, headers=headers)
+    assert r.status_code == 422 and "schema" in r.json()["detail"]
+    too_big = {"schema": SCHEMA, "clients": ["a"], "budget": {"epsilon": 0.01, "delta": 1e-6},
+               "parameter_set": "test-small", "max_rows": 30000}
+    r = httpx.post(f"{ks.url}/sessions", json=too_big, headers=headers)
+    assert r.status_code == 422 and "does not fit" in r.json()["detail"]
+    r = httpx.post(f"{ks.url}/sessions", content=b"{not json", headers=headers)
+    assert r.status_code == 422
+
+
+def test_ledger_refuses_a_second_decryption_and_unregistered_releases(servers, released_session):
+    ks, _, state = servers
+    created = released_session[0]
+    sid = created.session.session_id
+    peer = {"Authorization": f"Bearer {(state / 'peer.token').read_text().strip()}"}
+    operator = {"Authorization": f"Bearer {released_session[4]}"}
+    before = httpx.get(f"{ks.url}/sessions/{sid}/ledger", headers=operator).json()
+    other = {"chunks": [0], "digests": ["ab" * 32]}
+    r = httpx.put(f"{ks.url}/peer/sessions/{sid}/releases/one_way/manifest", json=other,
+                  headers=peer)
+    assert r.status_code == 409 and "already charged" in r.json()["detail"]
+    r = httpx.put(f"{ks.url}/peer/sessions/{sid}/releases/raw_counts/manifest", json=other,
+                  headers=peer)
+    assert r.status_code == 404 and "not registered" in r.json()["detail"]
+    r = httpx.put(f"{ks.url}/peer/sessions/{sid}/releases/one_way/chunks/0",
+                  content=b"forged", headers=peer)
+    assert r.status_code == 409 and "manifest" in r.json()["detail"]
+    # A client cannot use the peer API at all.
+    r = httpx.get(f"{ks.url}/peer/sessions",
+                  headers={"Authorization": f"Bearer {created.client_tokens['alice']}"})
+    assert r.status_code == 403
+    after = httpx.get(f"{ks.url}/sessions/{sid}/ledger", headers=operator).json()
+    assert after == before
+
+
+def test_budget_overspend_is_refused_and_concurrent_charges_never_overspend(tmp_path):
+    from keyserver.service import KeyServer, ServiceError
+    from params.session_plan import ReleaseSpec
+
+    service = KeyServer(tmp_path / "ks")
+    request = wire.SessionCreate(schema=SCHEMA, clients=["a"], parameter_set="test-small",
+                                 budget=wire.BudgetSpec(epsilon=1, delta=1e-6), max_rows=100)
+    sid = service.create_session(request).session.session_id
+    plan = service.plan(sid)
+    greedy = ReleaseSpec("one_way", ("0",), plan.rho_total * 2, Fraction(1))
+    manifest = wire.ReleaseManifest(chunks=[0], digests=["00" * 32])
+    with pytest.raises(ServiceError) as info:
+        service._charge(sid, greedy, manifest)
+    assert info.value.status == 403
+    assert service.ledger(sid).entries == []
+    # 30 threads race to charge a release each worth 40% of the budget: at most two succeed.
+    outcomes = []
+
+    def attempt(i: int) -> None:
+        spec = ReleaseSpec(f"r{i}", ("0",), plan.rho_total * Fraction(2, 5), Fraction(1))
+        try:
+            service._charge(sid, spec, manifest)
+            outcomes.append("ok")
+        except ServiceError as exc:
+            outcomes.append(exc.status)
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outcomes.count("ok") == 2 and outcomes.count(403) == 28
+    assert Fraction(service.ledger(sid).rho_spent) <= plan.rho_total
+
+
+def test_secret_key_stays_in_the_key_server_state_dir(servers, released_session):
+    _, _, state = servers
+    sid = released_session[0].session.session_id
+    key_file = state / "keyserver" / "sessions" / sid / "keys.bin"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    secret = key_file.read_bytes()
+    # The LWE secret is binary, stored one bit per 64-bit word: a 1 KiB window holds 128 key
+    # bits, which no unrelated file contains by chance.
+    probe = secret[len(secret) // 2: len(secret) // 2 + 1024]
+    assert len(set(probe)) > 1
+    for path in (state / "computeserver").rglob("*"):
+        if path.is_file():
+            assert probe not in path.read_bytes(), path
+    for log in state.glob("*.log"):
+        assert probe not in log.read_bytes()
+
+
+def test_kill_both_servers_mid_session_and_finish(tmp_path):
+    state = tmp_path / "state"
+    ks, cs = start_servers(state)
+    operator = (state / "keyserver" / "operator.token").read_text().strip()
+    created = create_session(ks.url, operator)
+    sid = created.session.session_id
+    csvs = write_client_csvs(tmp_path)
+    agents = tmp_path / "agents"
+    for client in CLIENTS[:2]:
+        with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
+                         agents) as agent:
+            agent.upload(csvs[client])
+    for server in (ks, cs):
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(10)
+        server.stop()
+    ks, cs = start_servers(state)  # same state directories, new ports
+    try:
+        with ClientAgent(ks.url, cs.url, sid, "alice", created.client_tokens["alice"],
+                         agents) as agent:
+            again = agent.upload(csvs["alice"])  # same seed from the agent's state: idempotent
+        assert not again.seed_receipt.stored and not again.masked_receipt.stored
+        with ClientAgent(ks.url, cs.url, sid, "carol", created.client_tokens["carol"],
+                         agents) as agent:
+            agent.upload(csvs["carol"])
+            document = wait_released(agent)
+        released = np.concatenate([np.array(m.counts) for r in document.releases
+                                   for m in r.marginals.values()])
+        assert np.abs(released - true_counts(csvs)).max() < 2 ** 10
+        assert len(document.accounting["entries"]) == 2
+        # A fresh seed for an already-uploaded client is refused (it would mismatch).
+        with ClientAgent(ks.url, cs.url, sid, "bob", created.client_tokens["bob"],
+                         tmp_path / "other-agent-state") as agent:
+            with pytest.raises(AgentError, match="409"):
+                agent.upload(csvs["bob"])
+    finally:
+        ks.stop()
+        cs.stop()
