@@ -71,11 +71,14 @@ def _update(records, m, sizes, rows, alpha, rng, duplicate_share) -> None:
         return
     movers = np.concatenate(movers)
     destinations = rng.choice(m.counts.size, size=len(movers), p=under / under.sum())
-    values = np.stack(np.unravel_index(destinations, m.counts.shape), axis=1)
-    duplicate = rng.random(len(movers)) < duplicate_share
-    for i, (rec, dest) in enumerate(zip(movers, destinations)):
-        members = order[starts[dest]:ends[dest]]
-        if duplicate[i] and len(members) > 0:
-            records[rec] = records[rng.choice(members)]
-        else:
-            records[rec, list(m.attrs)] = values[i]
+    sizes_at_dest = ends[destinations] - starts[destinations]
+    duplicate = (rng.random(len(movers)) < duplicate_share) & (sizes_at_dest > 0)
+    # Duplicate: copy a random record already in the destination cell (a snapshot, so that
+    # copies never chain within one update).
+    picks = starts[destinations] + np.floor(rng.random(len(movers)) * np.maximum(sizes_at_dest, 1))
+    sources = order[picks.astype(np.int64).clip(max=len(order) - 1)]
+    snapshot = records[sources[duplicate]].copy()
+    records[movers[duplicate]] = snapshot
+    # Replace: set only this marginal's attributes to the destination cell's values.
+    values = np.stack(np.unravel_index(destinations[~duplicate], m.counts.shape), axis=1)
+    records[np.ix_(movers[~duplicate], list(m.attrs))] = values

@@ -1,0 +1,82 @@
+"""The main job end to end (``feddpsyn demo``), and the command line's error handling."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def feddpsyn(*args, check=False):
+    return subprocess.run([sys.executable, "-m", "feddpsyn.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, check=check)
+
+
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    result = feddpsyn("demo", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
+    report = json.loads((demo_out / "report.json").read_text())
+    assert report["dataset"] == "fed_heart_disease" and report["clients"] == 4
+    assert report["rows_union"] == 740
+    assert 0 < report["epsilon_spent"] <= 1.0
+    assert report["delta"] == 1e-5
+    for key in ("one_way", "two_way", "three_way"):
+        assert 0 <= report["workload_error"][key] <= 2
+        assert 0 <= report["central_workload_error"][key] <= 2
+    assert {"client_uploads", "encrypt_aggregate_release", "synthesis"} <= set(report["phases"])
+    with (demo_out / "synthetic.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    with (data_dir / "fed_heart_disease" / "fed_heart_disease.csv").open() as fh:
+        header = next(csv.reader(fh))
+    assert rows[0] == header
+    assert len(rows) - 1 == report["rows_synthetic"]
+
+
+def test_demo_refuses_a_non_empty_output_directory(demo_out):
+    result = feddpsyn("demo", "--out", str(demo_out))
+    assert result.returncode == 2 and "not empty" in result.stderr
+
+
+@pytest.mark.parametrize("method", ["gum", "pgm"])
+def test_synthesize_command_on_the_demo_release(demo_out, tmp_path, method):
+    out = tmp_path / "synth.csv"
+    result = feddpsyn("synthesize", "--release", str(demo_out / "release.json"), "--schema",
+                      str(ROOT / "params" / "schemas" / "fed_heart_disease.schema.json"),
+                      "--method", method, "--rows", "100", "--out", str(out), "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    with out.open() as fh:
+        assert len(list(csv.reader(fh))) == 101
+
+
+def test_synthesize_refuses_a_mismatched_schema_and_bad_files(demo_out, tmp_path, data_dir):
+    result = feddpsyn("synthesize", "--release", str(demo_out / "release.json"), "--schema",
+                      str(data_dir / "adult" / "adult.schema.json"), "--out",
+                      str(tmp_path / "x.csv"))
+    assert result.returncode == 2 and "differs" in result.stderr
+    bogus = tmp_path / "bogus.json"
+    bogus.write_text("{}")
+    result = feddpsyn("synthesize", "--release", str(bogus), "--out", str(tmp_path / "y.csv"))
+    assert result.returncode == 2 and "not a release document" in result.stderr
+
+
+def test_client_check_names_the_bad_value(tmp_path):
+    schema = ROOT / "params" / "schemas" / "fed_heart_disease.schema.json"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("center,age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,target\n"
+                   "0,6,1,0,5,4,1,2,4,0,5,0\n0,6,1,9,5,4,1,2,4,0,5,0\n")
+    result = feddpsyn("client", "check", "--csv", str(bad), "--schema", str(schema))
+    assert result.returncode == 2
+    assert "bad.csv: row 2 (line 3), column 'cp': unknown category '9'" in result.stderr
+    result = feddpsyn("client", "check", "--csv", str(bad), "--schema", str(schema),
+                      "--on-invalid", "drop")
+    assert result.returncode == 0 and "1 rows encoded of 2 read" in result.stdout

@@ -1,0 +1,100 @@
+"""Synthesis from noisy marginals: consistency, GUM, Private-PGM (mbi), evaluation."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from params.layout import MarginalLayout
+from synthesis.consistency import make_consistent, norm_sub
+from synthesis.evaluate import marginal, workload_error
+from synthesis.marginals import NoisyMarginal
+from synthesis.synthesize import synthesize_records
+
+SIZES = (3, 4, 2, 3)
+
+
+def correlated_records(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 3, n)
+    b = (a + rng.integers(0, 2, n)) % 4
+    c = (b % 2) ^ (rng.random(n) < 0.1)
+    d = np.where(rng.random(n) < 0.8, a, rng.integers(0, 3, n))
+    return np.stack([a, b, c.astype(int), d], axis=1)
+
+
+def noisy_marginals(records: np.ndarray, variance: float, seed: int = 1) -> list[NoisyMarginal]:
+    rng = np.random.default_rng(seed)
+    layout = MarginalLayout.build(SIZES)
+    counts = layout.counts(records)
+    return [NoisyMarginal(m.attrs, (counts[m.offset:m.offset + m.size]
+                                    + rng.normal(0, np.sqrt(variance), m.size)).reshape(m.shape),
+                          variance) for m in layout.marginals]
+
+
+def independent_error(records: np.ndarray) -> float:
+    """Two-way error of a table that keeps every 1-way exactly but no correlation."""
+    rng = np.random.default_rng(9)
+    shuffled = np.stack([rng.permutation(records[:, j]) for j in range(records.shape[1])], 1)
+    return workload_error(records, shuffled, SIZES)["two_way"]
+
+
+def test_norm_sub_keeps_the_total_and_removes_negatives():
+    out = norm_sub(np.array([5.0, -3.0, 2.0, 10.0]), 14.0)
+    assert (out >= 0).all() and out.sum() == pytest.approx(14.0)
+
+
+def test_consistency_makes_totals_and_projections_agree():
+    records = correlated_records(2000)
+    ms, total = make_consistent(noisy_marginals(records, 400.0), SIZES)
+    assert total == pytest.approx(2000, rel=0.1)
+    for m in ms:
+        assert (m.counts >= 0).all()
+        assert m.counts.sum() == pytest.approx(total)
+    for attr in range(len(SIZES)):
+        projections = [m.counts.sum(axis=tuple(i for i in range(len(m.attrs))
+                                                 if m.attrs[i] != attr))
+                       for m in ms if attr in m.attrs]
+        for p in projections[1:]:
+            assert np.abs(p - projections[0]).max() < 0.05 * total
+
+
+@pytest.mark.parametrize("method", ["gum", "pgm"])
+def test_synthesis_recovers_correlations_from_low_noise_marginals(method):
+    records = correlated_records(3000)
+    ms = noisy_marginals(records, variance=4.0)
+    synth = synthesize_records(_schema(), ms, method, 3000, np.random.default_rng(0))
+    assert synth.shape == (3000, 4)
+    for j, size in enumerate(SIZES):
+        assert synth[:, j].min() >= 0 and synth[:, j].max() < size
+    error = workload_error(records, synth, SIZES)
+    assert error["one_way"] < 0.05
+    assert error["two_way"] < 0.3 * independent_error(records)
+
+
+def _schema():
+    from params.schema import Schema
+
+    return Schema.from_dict({"columns": [
+        {"name": f"c{j}", "type": "categorical", "i2s": [str(v) for v in range(s)]}
+        for j, s in enumerate(SIZES)]})
+
+
+def test_workload_error_by_hand():
+    real = np.array([[0, 0], [0, 1], [1, 1], [1, 1]])
+    synth = np.array([[0, 0], [0, 0], [0, 0], [1, 1]])
+    err = workload_error(real, synth, (2, 2))
+    # 1-way: attr0 real (.5,.5) vs (.75,.25) -> .5; attr1 real (.25,.75) vs (.75,.25) -> 1.
+    assert err["one_way"] == pytest.approx(0.75)
+    # 2-way: real (.25,.25,0,.5) vs synth (.75,0,0,.25) -> .5+.25+0+.25 = 1.
+    assert err["two_way"] == pytest.approx(1.0)
+    assert err["three_way"] == 0.0
+    assert marginal(real, (0, 1), (2, 2)).tolist() == [0.25, 0.25, 0.0, 0.5]
+
+
+def test_three_way_sample_is_fixed():
+    sizes = (2,) * 8
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 2, (100, 8)), rng.integers(0, 2, (100, 8))
+    assert workload_error(a, b, sizes) == workload_error(a, b, sizes)
+    assert len(list(itertools.combinations(range(8), 3))) == 56  # > 50: a sample is drawn
