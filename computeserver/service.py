@@ -148,8 +148,6 @@ class ComputeServer:
     def store_seed(self, session_id: str, client_id: str,
                    upload: wire.SeedUpload) -> wire.UploadReceipt:
         self.public(session_id)
-        if self.releases_done(session_id):
-            raise ServiceError(409, "session already released; uploads are closed")
         digest = hashlib.sha256(bytes.fromhex(upload.seed_hex)).hexdigest()
         with self.db.transaction() as conn:
             row = conn.execute("SELECT seed_hex FROM seeds WHERE session_id = ? AND "
@@ -160,6 +158,10 @@ class ComputeServer:
                                               stored=False, digest=digest)
                 raise ServiceError(409, f"client {client_id!r} already uploaded a different "
                                         "seed for this session")
+            # An identical retry is answered above even after release; anything new is late.
+            if conn.execute("SELECT 1 FROM releases WHERE session_id = ?",
+                            (session_id,)).fetchone():
+                raise ServiceError(409, "session already released; uploads are closed")
             conn.execute("INSERT INTO seeds VALUES (?, ?, ?, ?)",
                          (session_id, client_id, upload.seed_hex, time.time()))
         return wire.UploadReceipt(session_id=session_id, client_id=client_id, stored=True,

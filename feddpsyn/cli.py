@@ -17,6 +17,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated DP synthetic tables with two non-colluding servers.")
 client_app = typer.Typer(no_args_is_help=True, help="The data owner's agent.")
 app.add_typer(client_app, name="client")
+session_app = typer.Typer(no_args_is_help=True, help="The operator's view of the key server.")
+app.add_typer(session_app, name="session")
 
 
 def _fail(message: str) -> None:
@@ -150,6 +152,76 @@ def client_release(keyserver: str = typer.Option(...), session: str = typer.Opti
         _fail(str(exc))
     out.write_text(document.model_dump_json(by_alias=True, indent=1))
     typer.echo(f"wrote {out}")
+
+
+def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
+                   content: str | None = None, content_type: str | None = None):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {_read_token(token_file)}"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    try:
+        response = httpx.request(method, f"{keyserver.rstrip('/')}{path}", timeout=600,
+                                 headers=headers, content=content)
+    except httpx.TransportError as exc:
+        _fail(f"key server {keyserver} unreachable ({type(exc).__name__})")
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text[:300]
+        _fail(f"{response.status_code}: {detail}")
+    return response
+
+
+@session_app.command("create")
+def session_create(keyserver: str = typer.Option(...),
+                   operator_token_file: Path = typer.Option(
+                       ..., help="the key server's STATE_DIR/operator.token"),
+                   schema: Path = typer.Option(...),
+                   clients: str = typer.Option(..., help="comma-separated client ids"),
+                   epsilon: float = typer.Option(...), delta: float = typer.Option(...),
+                   parameter_set: str = "default",
+                   max_rows: int = typer.Option(100_000, help="public bound on union rows"),
+                   one_way_share: float = typer.Option(0.2, help="share of rho for 1-ways"),
+                   tokens_dir: Path = typer.Option(
+                       ..., help="where each client's token is written (mode 0600)")) -> None:
+    """Create a synthesis session; write one credential file per client."""
+    from feddpsyn import wire
+    from feddpsyn.serving import write_private
+    from params.schema import Schema, SchemaError
+
+    try:
+        s = Schema.load(schema)
+    except SchemaError as exc:
+        _fail(str(exc))
+    try:
+        request = wire.SessionCreate(
+            schema=s.to_dict(), clients=[c.strip() for c in clients.split(",") if c.strip()],
+            budget=wire.BudgetSpec(epsilon=epsilon, delta=delta,
+                                   split={"one_way": one_way_share,
+                                          "two_way": 1 - one_way_share}),
+            parameter_set=parameter_set, max_rows=max_rows)
+    except ValueError as exc:
+        _fail(f"invalid session request: {exc}")
+    response = _operator_call(keyserver, operator_token_file, "POST", "/sessions",
+                              content=request.model_dump_json(by_alias=True),
+                              content_type="application/json")
+    created = wire.SessionCreated.model_validate_json(response.content)
+    for client_id, token in created.client_tokens.items():
+        write_private(tokens_dir / f"{client_id}.token", token.encode())
+    typer.echo(f"session {created.session.session_id}: {len(created.client_tokens)} clients, "
+               f"{created.session.total_cells} cells; tokens in {tokens_dir}/")
+
+
+@session_app.command("status")
+def session_status(keyserver: str = typer.Option(...), session: str = typer.Option(...),
+                   operator_token_file: Path = typer.Option(...)) -> None:
+    """Show a session's state and its privacy ledger."""
+    status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")
+    ledger = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/ledger")
+    typer.echo(json.dumps({"status": status.json(), "ledger": ledger.json()}, indent=1))
 
 
 @app.command()

@@ -27,6 +27,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 def create_app(state_dir: Path, peer_token: str, *, encryption_interval: float = 0.5) -> FastAPI:
     service = KeyServer(state_dir)
     operator_token = read_or_create_token(state_dir / "operator.token")
+    log.info("operator credentials: %s (mode 0600)", state_dir / "operator.token")
     worker = BackgroundWorker("encryption-job", service.run_encryption_job, encryption_interval)
 
     app = FastAPI(title="feddpsyn key server", version="1",

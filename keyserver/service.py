@@ -191,8 +191,6 @@ class KeyServer:
     def store_masked(self, session_id: str, client_id: str,
                      upload: wire.MaskedUpload) -> wire.UploadReceipt:
         public = self.public(session_id)
-        if self.releases_done(session_id):
-            raise ServiceError(409, "session already released; uploads are closed")
         k = public.parameter_set["count_bits"]
         if len(upload.values) != public.total_cells:
             raise ServiceError(422, f"expected {public.total_cells} masked values, "
@@ -212,6 +210,10 @@ class KeyServer:
                                               stored=False, digest=digest)
                 raise ServiceError(409, f"client {client_id!r} already uploaded a different "
                                         "masked vector for this session")
+            # An identical retry is answered above even after release; anything new is late.
+            if conn.execute("SELECT 1 FROM ledger WHERE session_id = ?",
+                            (session_id,)).fetchone():
+                raise ServiceError(409, "session already released; uploads are closed")
             write_private(path, vector.tobytes())
             conn.execute("INSERT INTO masked VALUES (?, ?, ?, ?, ?, NULL)",
                          (session_id, client_id, upload.commitment, digest, time.time()))

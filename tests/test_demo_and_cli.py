@@ -80,3 +80,56 @@ def test_client_check_names_the_bad_value(tmp_path):
     result = feddpsyn("client", "check", "--csv", str(bad), "--schema", str(schema),
                       "--on-invalid", "drop")
     assert result.returncode == 0 and "1 rows encoded of 2 read" in result.stdout
+
+
+def test_the_manual_operator_and_data_owner_workflow(tmp_path):
+    """What a deployment does by hand: servers, `session create`, `client upload`,
+    `client release`, `session status`, `synthesize`."""
+    from feddpsyn.demo import start_servers
+    from tests.test_servers import CLIENTS, SCHEMA, write_client_csvs
+
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    csvs = write_client_csvs(tmp_path)
+    ks, cs = start_servers(tmp_path / "state")
+    try:
+        op = str(tmp_path / "state" / "keyserver" / "operator.token")
+        result = feddpsyn("session", "create", "--keyserver", ks.url, "--operator-token-file", op,
+                          "--schema", str(schema), "--clients", ",".join(CLIENTS),
+                          "--epsilon", "2", "--delta", "1e-6", "--parameter-set", "test-small",
+                          "--max-rows", "1000", "--tokens-dir", str(tmp_path / "tokens"))
+        assert result.returncode == 0, result.stderr
+        sid = result.stdout.split()[1].rstrip(":")
+        for client in CLIENTS:
+            token = tmp_path / "tokens" / f"{client}.token"
+            assert oct(token.stat().st_mode & 0o777) == "0o600"
+            args = ("client", "upload", "--keyserver", ks.url, "--computeserver", cs.url,
+                    "--session", sid, "--client-id", client, "--token-file", str(token),
+                    "--csv", str(csvs[client]), "--state-dir", str(tmp_path / "agent"))
+            result = feddpsyn(*args)
+            assert result.returncode == 0 and "uploaded:" in result.stdout, result.stderr
+        again = feddpsyn(*args)
+        assert again.returncode == 0 and "already uploaded" in again.stdout
+        release = tmp_path / "release.json"
+        import time
+
+        for _ in range(200):
+            result = feddpsyn("client", "release", "--keyserver", ks.url, "--session", sid,
+                              "--client-id", CLIENTS[0], "--token-file",
+                              str(tmp_path / "tokens" / f"{CLIENTS[0]}.token"),
+                              "--out", str(release))
+            if result.returncode == 0:
+                break
+            assert "not released yet" in result.stderr
+            time.sleep(0.3)
+        assert release.exists()
+        status = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
+                          "--operator-token-file", op)
+        ledger = json.loads(status.stdout)["ledger"]
+        assert 0 < ledger["epsilon_spent"] <= 2 and len(ledger["entries"]) == 2
+        result = feddpsyn("synthesize", "--release", str(release), "--schema", str(schema),
+                          "--out", str(tmp_path / "synthetic.csv"))
+        assert result.returncode == 0, result.stderr
+    finally:
+        ks.stop()
+        cs.stop()

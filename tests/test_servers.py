@@ -130,12 +130,11 @@ def test_identical_reupload_is_idempotent_and_a_different_one_refused(servers, r
     seed = (agent_state / sid / "bob.seed").read_bytes()
     r = httpx.put(f"{cs.url}/sessions/{sid}/clients/bob/seed",
                   json={"seed_hex": seed.hex()}, headers={"Authorization": f"Bearer {token}"})
-    # The session is released, so uploads are closed; before release, identical re-uploads
-    # are accepted with stored=false (checked in the restart test).
-    assert r.status_code == 409 and "closed" in r.json()["detail"]
+    # An identical retry is acknowledged (even after release) without storing anything.
+    assert r.status_code == 200 and r.json()["stored"] is False
     r = httpx.put(f"{cs.url}/sessions/{sid}/clients/bob/seed",
                   json={"seed_hex": "00" * 32}, headers={"Authorization": f"Bearer {token}"})
-    assert r.status_code == 409
+    assert r.status_code == 409 and "different seed" in r.json()["detail"]
 
 
 @pytest.mark.parametrize("who, path, status", [
