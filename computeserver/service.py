@@ -98,7 +98,11 @@ class ComputeServer:
         """Fetch a session's public plan, circuit and evaluation keys from the key server."""
         if session_id in self.known_sessions():
             return
-        response = self._http.get(f"/peer/sessions/{session_id}")
+        try:
+            response = self._http.get(f"/peer/sessions/{session_id}")
+        except httpx.TransportError as exc:
+            raise ServiceError(503, "the key server is unreachable, so this session cannot "
+                                    f"be looked up now ({type(exc).__name__}); retry later")
         if response.status_code == 404:
             raise ServiceError(404, f"unknown session {session_id!r}")
         response.raise_for_status()
@@ -224,11 +228,23 @@ class ComputeServer:
             blob.raise_for_status()
             if hashlib.sha256(blob.content).hexdigest() != entry["digest"]:
                 raise RuntimeError(f"ciphertexts of {client_id} do not match their digest")
+            self._validate_ciphertexts(session_id, client_id, blob.content)
             write_private(self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin",
                           blob.content)
             with self.db.transaction() as conn:
                 conn.execute("INSERT OR IGNORE INTO ciphertexts VALUES (?, ?, ?, ?)",
                              (session_id, client_id, entry["commitment"], entry["digest"]))
+
+    def _validate_ciphertexts(self, session_id: str, client_id: str, data: bytes) -> None:
+        """Refuse (and never store) a container with the wrong chunk count or unparsable values."""
+        plan = self.plan(session_id)
+        expected = len(chunk_ranges(plan.layout.total_cells, plan.parameters.chunk_cells))
+        for item in unpack_blobs(data, expected=expected):
+            try:
+                fhe.Value.deserialize(item)
+            except Exception:
+                raise RuntimeError(f"ciphertexts of {client_id}: a chunk is not a concrete "
+                                   "value") from None
 
     def _check_commitments(self, session_id: str) -> dict[str, bytes]:
         with self.db.connect() as conn:

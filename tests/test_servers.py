@@ -297,3 +297,23 @@ def test_kill_both_servers_mid_session_and_finish(tmp_path):
     finally:
         ks.stop()
         cs.stop()
+
+
+def test_compute_server_says_when_the_key_server_is_unreachable(tmp_path):
+    from feddpsyn.demo import ServerProcess, free_port
+    from feddpsyn.serving import new_token, write_private
+
+    token = tmp_path / "peer.token"
+    write_private(token, new_token().encode())
+    port = free_port()
+    cs = ServerProcess(["computeserver", "--host", "127.0.0.1", "--port", str(port),
+                        "--state-dir", str(tmp_path / "cs"), "--keyserver",
+                        f"http://127.0.0.1:{free_port()}", "--peer-token-file", str(token)],
+                       tmp_path / "cs.log", f"http://127.0.0.1:{port}")
+    try:
+        cs.wait_healthy()
+        r = httpx.put(f"{cs.url}/sessions/s-1/clients/a/seed", json={"seed_hex": "00" * 32},
+                      headers={"Authorization": "Bearer x"})
+        assert r.status_code == 503 and "unreachable" in r.json()["detail"]
+    finally:
+        cs.stop()
