@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -59,8 +60,9 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
 def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   state_dir: Path = typer.Option(...),
                   keyserver: str = typer.Option(..., help="the key server's base URL"),
-                  peer_token_file: Path = typer.Option(
-                      ..., help="token shared with the key server"),
+                  peer_token_file: Optional[Path] = typer.Option(
+                      None, help="token shared with the key server (default: "
+                                 "STATE_DIR/peer.token, a copy of the key server's)"),
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
     import uvicorn
@@ -69,6 +71,10 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
     from feddpsyn.serving import configure_logging
 
     configure_logging(log_level.upper())
+    peer_token_file = peer_token_file or state_dir / "peer.token"
+    if not peer_token_file.exists():
+        _fail(f"{peer_token_file} not found: copy the key server's peer.token there "
+              "(or pass --peer-token-file)")
     uvicorn.run(create_app(state_dir, keyserver, _read_token(peer_token_file)), host=host,
                 port=port, log_level=log_level)
 
@@ -260,6 +266,45 @@ def synthesize(release: Path = typer.Option(...),
         writer.writerow(release_schema.names)
         writer.writerows(rows_out)
     typer.echo(f"wrote {len(rows_out)} synthetic rows to {out}")
+
+
+@app.command()
+def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated epsilons"),
+             nb: int = typer.Option(17, help="bits of the fixed-point score (n_b)"),
+             kappa: int = typer.Option(13, help="scale of the result, 2^kappa"),
+             kappa_prime: Optional[str] = typer.Option(
+                 None, help="kappa'_j: one value for every j, or n_b comma-separated values "
+                            "(default: kappa)"),
+             lam: int = typer.Option(17, "--lambda", help="fraction bits of the score"),
+             e_prev: float = typer.Option(0.0, help="error of the input score, |2^-lambda U - u|"),
+             as_json: bool = typer.Option(False, "--json", help="print rows as JSON")) -> None:
+    """Extra privacy loss of TFHE-EXP: Theorem C.1's bound and the exact worst case."""
+    from crypto.exp_privacy import numerics_row
+    from crypto.tfhe_exp import ExpParams
+
+    try:
+        eps_values = [float(e) for e in eps.split(",") if e.strip()]
+        if kappa_prime is None:
+            kp = (kappa,) * nb
+        else:
+            parts = [int(k) for k in kappa_prime.split(",")]
+            kp = tuple(parts * nb if len(parts) == 1 else parts)
+        rows = [numerics_row(ExpParams(eps=e, nb=nb, kappa=kappa, kappa_prime=kp, lam=lam),
+                             e_prev) for e in eps_values]
+    except ValueError as exc:
+        _fail(str(exc))
+    if as_json:
+        # Strict JSON has no infinity: an unbounded loss (a weight rounds to 0) is null.
+        def finite(v):
+            return None if isinstance(v, float) and math.isinf(v) else v
+
+        typer.echo(json.dumps([{k: finite(r[k]) for k in ("eps", "nb", "kappa", "lambda",
+                                                          "bound", "exact", "total")}
+                               for r in rows]))
+        return
+    typer.echo(f"{'eps':>8} {'bound e_prime':>14} {'exact e_prime':>14} {'eps+4*exact':>12}")
+    for r in rows:
+        typer.echo(f"{r['eps']:>8g} {r['bound']:>14.6f} {r['exact']:>14.6f} {r['total']:>12.6f}")
 
 
 @app.command()
