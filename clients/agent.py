@@ -133,7 +133,7 @@ class ClientAgent:
         seed = self._seed()
         masks = expand_masks(seed, self.session_id, self.client_id, counts.size, k)
         masked = mask_counts(counts, masks, k)
-        progress(f"uploading seed to the compute server")
+        progress("uploading seed to the compute server")
         seed_body = wire.SeedUpload(seed_hex=seed.hex()).model_dump_json()
         seed_receipt = wire.UploadReceipt.model_validate_json(self._request(
             self._cs, "PUT", f"/sessions/{self.session_id}/clients/{self.client_id}/seed",

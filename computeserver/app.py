@@ -11,11 +11,10 @@ import logging
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
 
-from computeserver.service import ComputeServer, ServiceError
+from computeserver.service import ComputeServer
 from feddpsyn import wire
-from feddpsyn.serving import BackgroundWorker, bearer
+from feddpsyn.serving import BackgroundWorker, ServiceError, bearer, service_app
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -27,32 +26,11 @@ def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
     service = ComputeServer(state_dir, keyserver_url, peer_token)
     worker = BackgroundWorker("compute-job", service.step, job_interval)
 
-    app = FastAPI(title="feddpsyn compute server", version="1",
-                  description="Evaluation keys only: encrypted aggregation (FedDPSyn "
-                              "Primitive 1) with discrete Gaussian noise under encryption.")
+    app = service_app("feddpsyn compute server",
+                      "Evaluation keys only: encrypted aggregation (FedDPSyn Primitive 1) "
+                      "with discrete Gaussian noise under encryption.",
+                      worker, on_shutdown=service.close, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
-    app.state.worker = worker
-
-    @app.on_event("startup")
-    def _start() -> None:
-        worker.start()
-
-    @app.on_event("shutdown")
-    def _stop() -> None:
-        worker.stop()
-        service.close()
-
-    @app.exception_handler(ServiceError)
-    def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status, content={"detail": exc.message})
-
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse(status_code=413, content={
-                "detail": f"request body larger than {MAX_BODY_BYTES} bytes"})
-        return await call_next(request)
 
     def own_client(session_id: str, client_id: str, request: Request) -> None:
         token = bearer(request)

@@ -36,7 +36,7 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.masking import expand_masks, seed_commitment
 from feddpsyn import wire
-from feddpsyn.serving import Database, token_hash, write_private
+from feddpsyn.serving import Database, ServiceError, token_hash, write_private
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.schema import Schema
@@ -62,12 +62,6 @@ CREATE TABLE IF NOT EXISTS releases (
     PRIMARY KEY (session_id, release));
 """
 
-
-class ServiceError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class ComputeServer:
@@ -102,7 +96,7 @@ class ComputeServer:
             response = self._http.get(f"/peer/sessions/{session_id}")
         except httpx.TransportError as exc:
             raise ServiceError(503, "the key server is unreachable, so this session cannot "
-                                    f"be looked up now ({type(exc).__name__}); retry later")
+                                    f"be looked up now ({type(exc).__name__}); retry later") from None
         if response.status_code == 404:
             raise ServiceError(404, f"unknown session {session_id!r}")
         response.raise_for_status()

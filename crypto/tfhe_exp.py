@@ -16,7 +16,7 @@ numerics (:mod:`crypto.exp_privacy`) enumerate.
 
 >>> p = ExpParams(eps=1.0, nb=4, kappa=8, kappa_prime=(8, 8, 8, 8), lam=2)
 >>> fixed_point_weights(p).tolist()[:4]   # A = 0, 1, 2, 3: ~ 256 exp(-A / 4)
-[256, 199, 155, 121]
+[256, 199, 155, 120]
 """
 
 from __future__ import annotations

@@ -19,9 +19,50 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastapi import HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 
 log = logging.getLogger("feddpsyn")
+
+
+class ServiceError(Exception):
+    """An error with an HTTP status and a message safe to show to the caller."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def service_app(title: str, description: str, worker: "BackgroundWorker",
+                on_shutdown: Callable[[], None], max_body_bytes: int) -> FastAPI:
+    """A FastAPI app with what both servers need: the background job's lifetime, typed
+    errors as ``{"detail": ...}``, and a body-size limit checked before any body is read."""
+    app = FastAPI(title=title, version="1", description=description)
+    app.state.worker = worker
+
+    @app.on_event("startup")
+    def _start() -> None:
+        worker.start()
+
+    @app.on_event("shutdown")
+    def _stop() -> None:
+        worker.stop()
+        on_shutdown()
+
+    @app.exception_handler(ServiceError)
+    def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status, content={"detail": exc.message})
+
+    @app.middleware("http")
+    async def _limit_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return JSONResponse(status_code=413, content={
+                "detail": f"request body larger than {max_body_bytes} bytes"})
+        return await call_next(request)
+
+    return app
 
 
 def new_token() -> str:

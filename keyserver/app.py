@@ -12,49 +12,30 @@ import logging
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from feddpsyn import wire
-from feddpsyn.serving import BackgroundWorker, bearer, read_or_create_token
-from keyserver.service import KeyServer, ServiceError
+from feddpsyn.serving import (BackgroundWorker, ServiceError, bearer, read_or_create_token,
+                              service_app)
+from keyserver.service import KeyServer
 
 log = logging.getLogger("feddpsyn.keyserver")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-def create_app(state_dir: Path, peer_token: str, *, encryption_interval: float = 0.5) -> FastAPI:
+def create_app(state_dir: Path, peer_token: str, *,
+               encryption_interval: float = 0.5) -> FastAPI:
     service = KeyServer(state_dir)
     operator_token = read_or_create_token(state_dir / "operator.token")
     log.info("operator credentials: %s (mode 0600)", state_dir / "operator.token")
     worker = BackgroundWorker("encryption-job", service.run_encryption_job, encryption_interval)
 
-    app = FastAPI(title="feddpsyn key server", version="1",
-                  description="Keys, offline encryption of masked uploads, noised decryption "
-                              "within a privacy budget, and the privacy ledger.")
+    app = service_app("feddpsyn key server",
+                      "Keys, offline encryption of masked uploads, noised decryption within a "
+                      "privacy budget, and the privacy ledger.",
+                      worker, on_shutdown=lambda: None, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
-    app.state.worker = worker
-
-    @app.on_event("startup")
-    def _start() -> None:
-        worker.start()
-
-    @app.on_event("shutdown")
-    def _stop() -> None:
-        worker.stop()
-
-    @app.exception_handler(ServiceError)
-    def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status, content={"detail": exc.message})
-
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse(status_code=413, content={
-                "detail": f"request body larger than {MAX_BODY_BYTES} bytes"})
-        return await call_next(request)
 
     def operator(request: Request) -> None:
         if not hmac.compare_digest(bearer(request), operator_token):

@@ -33,7 +33,7 @@ from crypto.aggregation import chunk_ranges, decode_release
 from crypto.blobs import pack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from feddpsyn import wire
-from feddpsyn.serving import Database, new_token, token_hash, write_private
+from feddpsyn.serving import Database, ServiceError, new_token, token_hash, write_private
 from keyserver.keys import SessionKeys
 from params.schema import Schema, SchemaError
 from params.session_plan import SessionPlan
@@ -63,14 +63,6 @@ CREATE TABLE IF NOT EXISTS releases (
     completed_at REAL NOT NULL, PRIMARY KEY (session_id, release));
 """
 
-
-class ServiceError(Exception):
-    """An error with an HTTP status and a message safe to show to the caller."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class KeyServer:
