@@ -317,3 +317,42 @@ def test_compute_server_says_when_the_key_server_is_unreachable(tmp_path):
         assert r.status_code == 503 and "unreachable" in r.json()["detail"]
     finally:
         cs.stop()
+
+
+def test_malformed_uploads_get_a_4xx_that_says_why_and_store_nothing(servers):
+    ks, cs, state = servers
+    operator = (state / "keyserver" / "operator.token").read_text().strip()
+    created = create_session(ks.url, operator)
+    sid, cells = created.session.session_id, created.session.total_cells
+    auth = {"Authorization": f"Bearer {created.client_tokens['alice']}"}
+    masked_url = f"{ks.url}/sessions/{sid}/clients/alice/masked"
+    seed_url = f"{cs.url}/sessions/{sid}/clients/alice/seed"
+    cases = [
+        (masked_url, {"commitment": "0" * 64, "values": [0] * (cells - 1)}, 422, "expected"),
+        (masked_url, {"commitment": "0" * 64, "values": [2 ** 16] + [0] * (cells - 1)}, 422,
+         "[0, 2^16)"),
+        (masked_url, {"commitment": "0" * 64, "values": [-1] + [0] * (cells - 1)}, 422, "2^16"),
+        (masked_url, {"commitment": "0" * 64, "values": ["x"] * cells}, 422, "int"),
+        (masked_url, {"commitment": "xyz", "values": [0] * cells}, 422, "pattern"),
+        (masked_url, {"values": [0] * cells}, 422, "commitment"),
+        (masked_url, {"commitment": "0" * 64, "values": [0] * cells, "extra": 1}, 422, "extra"),
+        (seed_url, {"seed_hex": "00" * 31}, 422, "pattern"),
+        (seed_url, {"seed_hex": "zz" * 32}, 422, "pattern"),
+    ]
+    for url, body, status, needle in cases:
+        r = httpx.put(url, json=body, headers=auth)
+        assert r.status_code == status, (body, r.text)
+        assert needle in r.text, (needle, r.text)
+    r = httpx.put(masked_url, content=b"{broken", headers={**auth, "Content-Type":
+                                                            "application/json"})
+    assert r.status_code == 422
+    r = httpx.put(masked_url, content=b"x" * (65 * 1024 * 1024), headers=auth)
+    assert r.status_code == 413 and "larger than" in r.json()["detail"]
+    status = httpx.get(f"{ks.url}/sessions/{sid}/status", headers=auth).json()
+    assert status["clients_uploaded"] == []
+    # A valid upload, then a conflicting one: the first stays.
+    good = {"commitment": "a" * 64, "values": [1] * cells}
+    assert httpx.put(masked_url, json=good, headers=auth).json()["stored"] is True
+    r = httpx.put(masked_url, json={**good, "values": [2] * cells}, headers=auth)
+    assert r.status_code == 409 and "different masked vector" in r.json()["detail"]
+    assert httpx.put(masked_url, json=good, headers=auth).json()["stored"] is False
