@@ -49,14 +49,16 @@ class UploadResult:
 class ClientAgent:
     def __init__(self, keyserver_url: str, computeserver_url: str, session_id: str,
                  client_id: str, token: str, state_dir: Path, *, attempts: int = 8,
-                 timeout: float = 120):
+                 timeout: float = 120, verify: bool | str = True):
         self.session_id = session_id
         self.client_id = client_id
         self.state_dir = state_dir
         self.attempts = attempts
         headers = {"Authorization": f"Bearer {token}"}
-        self._ks = httpx.Client(base_url=keyserver_url, headers=headers, timeout=timeout)
-        self._cs = httpx.Client(base_url=computeserver_url, headers=headers, timeout=timeout)
+        self._ks = httpx.Client(base_url=keyserver_url, headers=headers, timeout=timeout,
+                                verify=verify)
+        self._cs = httpx.Client(base_url=computeserver_url, headers=headers, timeout=timeout,
+                                verify=verify)
 
     def close(self) -> None:
         self._ks.close()

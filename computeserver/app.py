@@ -22,8 +22,8 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
-               job_interval: float = 0.5) -> FastAPI:
-    service = ComputeServer(state_dir, keyserver_url, peer_token)
+               job_interval: float = 0.5, verify: bool | str = True) -> FastAPI:
+    service = ComputeServer(state_dir, keyserver_url, peer_token, verify=verify)
     worker = BackgroundWorker("compute-job", service.step, job_interval)
 
     app = service_app("feddpsyn compute server",

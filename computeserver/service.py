@@ -66,12 +66,12 @@ CREATE TABLE IF NOT EXISTS releases (
 
 class ComputeServer:
     def __init__(self, state_dir: Path, keyserver_url: str, peer_token: str,
-                 timeout: float = 600):
+                 timeout: float = 600, verify: bool | str = True):
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
         self.db = Database(state_dir / "computeserver.sqlite", _SCHEMA_SQL)
-        self._http = httpx.Client(base_url=keyserver_url, timeout=timeout,
+        self._http = httpx.Client(base_url=keyserver_url, timeout=timeout, verify=verify,
                                   headers={"Authorization": f"Bearer {peer_token}"})
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}

@@ -43,17 +43,30 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
               peer_token_file: Optional[Path] = typer.Option(
                   None, help="token shared with the compute server (default: "
                              "STATE_DIR/peer.token, created if missing)"),
+              ssl_certfile: Optional[Path] = typer.Option(None, help="serve HTTPS with this "
+                                                                     "certificate (PEM)"),
+              ssl_keyfile: Optional[Path] = typer.Option(None, help="its private key (PEM)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
-    import uvicorn
-
     from feddpsyn.serving import configure_logging, read_or_create_token
     from keyserver.app import create_app
 
     configure_logging(log_level.upper())
     state_dir.mkdir(parents=True, exist_ok=True)
     peer = read_or_create_token(peer_token_file or state_dir / "peer.token")
-    uvicorn.run(create_app(state_dir, peer), host=host, port=port, log_level=log_level)
+    _serve(create_app(state_dir, peer), host, port, log_level, ssl_certfile, ssl_keyfile)
+
+
+def _serve(app, host: str, port: int, log_level: str, certfile: Optional[Path],
+           keyfile: Optional[Path]) -> None:
+    import uvicorn
+
+    from feddpsyn.serving import BodyLimit
+
+    if (certfile is None) != (keyfile is None):
+        _fail("--ssl-certfile and --ssl-keyfile go together")
+    uvicorn.run(BodyLimit(app, app.state.max_body_bytes), host=host, port=port,
+                log_level=log_level, ssl_certfile=certfile, ssl_keyfile=keyfile)
 
 
 @app.command()
@@ -63,10 +76,11 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   peer_token_file: Optional[Path] = typer.Option(
                       None, help="token shared with the key server (default: "
                                  "STATE_DIR/peer.token, a copy of the key server's)"),
+                  keyserver_ca: Optional[Path] = typer.Option(
+                      None, help="CA certificate to verify an HTTPS key server"),
+                  ssl_certfile: Optional[Path] = None, ssl_keyfile: Optional[Path] = None,
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
-    import uvicorn
-
     from computeserver.app import create_app
     from feddpsyn.serving import configure_logging
 
@@ -75,8 +89,9 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
     if not peer_token_file.exists():
         _fail(f"{peer_token_file} not found: copy the key server's peer.token there "
               "(or pass --peer-token-file)")
-    uvicorn.run(create_app(state_dir, keyserver, _read_token(peer_token_file)), host=host,
-                port=port, log_level=log_level)
+    app = create_app(state_dir, keyserver, _read_token(peer_token_file),
+                     verify=str(keyserver_ca) if keyserver_ca else True)
+    _serve(app, host, port, log_level, ssl_certfile, ssl_keyfile)
 
 
 @client_app.command("check")
@@ -124,15 +139,17 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
                   session: str = typer.Option(...), client_id: str = typer.Option(...),
                   token_file: Path = typer.Option(...), csv_path: Path = typer.Option(..., "--csv"),
                   on_invalid: str = "error",
-                  state_dir: Path = typer.Option(Path(".feddpsyn-client"))) -> None:
+                  state_dir: Path = typer.Option(Path(".feddpsyn-client")),
+                  ca_file: Optional[Path] = typer.Option(
+                      None, help="CA certificate to verify HTTPS servers")) -> None:
     """Mask and upload this owner's counts (idempotent: safe to re-run)."""
     from clients.agent import AgentError, ClientAgent
     from clients.preprocess import InvalidValueError
 
     token = _read_token(token_file)
     try:
-        with ClientAgent(keyserver, computeserver, session, client_id, token,
-                         state_dir) as agent:
+        with ClientAgent(keyserver, computeserver, session, client_id, token, state_dir,
+                         verify=str(ca_file) if ca_file else True) as agent:
             result = agent.upload(csv_path, on_invalid,  # type: ignore[arg-type]
                                   progress=lambda m: typer.echo(f"... {m}"))
     except (AgentError, InvalidValueError) as exc:
@@ -146,13 +163,16 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
 @client_app.command("release")
 def client_release(keyserver: str = typer.Option(...), session: str = typer.Option(...),
                    client_id: str = typer.Option(...), token_file: Path = typer.Option(...),
-                   out: Path = typer.Option(...)) -> None:
+                   out: Path = typer.Option(...),
+                   ca_file: Optional[Path] = typer.Option(
+                       None, help="CA certificate to verify an HTTPS key server")) -> None:
     """Download the session's released noisy marginals (with their accounting)."""
     from clients.agent import AgentError, ClientAgent
 
     try:
         with ClientAgent(keyserver, keyserver, session, client_id, _read_token(token_file),
-                         Path(".feddpsyn-client")) as agent:
+                         Path(".feddpsyn-client"),
+                         verify=str(ca_file) if ca_file else True) as agent:
             document = agent.release()
     except AgentError as exc:
         _fail(str(exc))

@@ -99,13 +99,14 @@ class ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "feddpsyn.cli", *args],
                                      stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
 
-    def wait_healthy(self, timeout: float = 60) -> None:
+    def wait_healthy(self, timeout: float = 60, verify: bool | str = True) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early; see {self.log_path}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=2,
+                             verify=verify).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

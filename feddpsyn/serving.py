@@ -54,15 +54,67 @@ def service_app(title: str, description: str, worker: "BackgroundWorker",
     def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return JSONResponse(status_code=exc.status, content={"detail": exc.message})
 
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return JSONResponse(status_code=413, content={
-                "detail": f"request body larger than {max_body_bytes} bytes"})
-        return await call_next(request)
-
+    app.state.max_body_bytes = max_body_bytes
     return app
+
+
+class BodyLimit:
+    """ASGI wrapper refusing bodies over ``max_bytes`` with 413, before reading them whole.
+
+    A declared Content-Length over the limit is refused before any byte is read; a body
+    without one (chunked) is counted as it streams and refused as soon as it passes the
+    limit. It wraps the whole app (outside FastAPI's error handling), so the refusal is a
+    clean 413 rather than a 500.
+    """
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, send) -> None:
+        body = JSONResponse(status_code=413, content={
+            "detail": f"request body larger than {self.max_bytes} bytes"}).body
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return await self._refuse(send)
+        received = 0
+        started = refused = False
+
+        async def counting_receive():
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes and not started:
+                    # Answer now; the app then sees a disconnected client and stops reading.
+                    refused = True
+                    await self._refuse(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message):
+            nonlocal started
+            if refused:
+                return  # the 413 has been sent; drop whatever the app answers afterwards
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not refused:
+                raise
 
 
 def new_token() -> str:

@@ -356,3 +356,70 @@ def test_malformed_uploads_get_a_4xx_that_says_why_and_store_nothing(servers):
     r = httpx.put(masked_url, json={**good, "values": [2] * cells}, headers=auth)
     assert r.status_code == 409 and "different masked vector" in r.json()["detail"]
     assert httpx.put(masked_url, json=good, headers=auth).json()["stored"] is False
+
+
+def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
+    """Both servers over TLS; the compute server and the agent verify with the CA file."""
+    import subprocess
+
+    from feddpsyn.demo import ServerProcess, free_port
+    from feddpsyn.serving import new_token, write_private
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+                   timeout=60)
+    peer = tmp_path / "peer.token"
+    write_private(peer, new_token().encode())
+    tls = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    ks_port, cs_port = free_port(), free_port()
+    ks = ServerProcess(["keyserver", "--port", str(ks_port), "--state-dir", str(tmp_path / "ks"),
+                        "--peer-token-file", str(peer), *tls], tmp_path / "ks.log",
+                       f"https://127.0.0.1:{ks_port}")
+    cs = ServerProcess(["computeserver", "--port", str(cs_port), "--state-dir",
+                        str(tmp_path / "cs"), "--keyserver", ks.url, "--peer-token-file",
+                        str(peer), "--keyserver-ca", str(cert), *tls], tmp_path / "cs.log",
+                       f"https://127.0.0.1:{cs_port}")
+    try:
+        for server in (ks, cs):
+            server.wait_healthy(verify=str(cert))
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{ks.url}/health")  # not trusted without the CA file
+        operator = (tmp_path / "ks" / "operator.token").read_text().strip()
+        r = httpx.post(f"{ks.url}/sessions", verify=str(cert), timeout=120,
+                       headers={"Authorization": f"Bearer {operator}",
+                                "Content-Type": "application/json"},
+                       content=wire.SessionCreate(
+                           schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                           budget=wire.BudgetSpec(epsilon=50, delta=1e-6),
+                           max_rows=1000).model_dump_json(by_alias=True))
+        created = wire.SessionCreated.model_validate_json(r.content)
+        csvs = write_client_csvs(tmp_path)
+        for client in CLIENTS:
+            with ClientAgent(ks.url, cs.url, created.session.session_id, client,
+                             created.client_tokens[client], tmp_path / "agents",
+                             verify=str(cert)) as agent:
+                agent.upload(csvs[client])
+        with ClientAgent(ks.url, cs.url, created.session.session_id, "alice",
+                         created.client_tokens["alice"], tmp_path / "agents",
+                         verify=str(cert)) as agent:
+            document = wait_released(agent)
+        released = np.concatenate([np.array(m.counts) for r in document.releases
+                                   for m in r.marginals.values()])
+        assert np.abs(released - true_counts(csvs)).max() < 2 ** 10
+    finally:
+        ks.stop()
+        cs.stop()
+
+
+def test_a_chunked_body_over_the_limit_is_refused_while_streaming(servers):
+    _, cs, _ = servers
+
+    def chunks():
+        for _ in range(300):  # 300 x 8 KiB > the compute server's 1 MiB limit
+            yield b"x" * 8192
+
+    r = httpx.put(f"{cs.url}/sessions/s-x/clients/a/seed", content=chunks(),
+                  headers={"Authorization": "Bearer x"})
+    assert r.status_code == 413 and "larger than" in r.json()["detail"]
