@@ -1,0 +1,73 @@
+"""Primitive 2 under encryption (tiny widths): decrypted InDif equals the plaintext score."""
+
+import itertools
+import secrets
+
+import numpy as np
+import pytest
+from concrete import fhe
+
+from crypto.indif import (compile_indif_chunk, expected_counts, indif_exact, indif_offset,
+                          indif_plaintext)
+from crypto.masking import expand_masks, new_seed
+
+K, CELLS = 6, 6  # counts of a 2x3 pair, |d| < 2^5
+
+
+@pytest.fixture(scope="module")
+def circuit():
+    c = compile_indif_chunk(CELLS, K, 2.0 ** -40)
+    c.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    return c
+
+
+def masked_inputs(counts_per_client, expected):
+    masks = [expand_masks(new_seed(), "s", f"c{i}", CELLS, K)
+             for i in range(len(counts_per_client))]
+    masked_sum = sum((c + m) % 2 ** K for c, m in zip(counts_per_client, masks)) % 2 ** K
+    return masked_sum, indif_offset(sum(masks), expected, K)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_decrypted_indif_equals_the_plaintext_score(circuit, seed):
+    rng = np.random.default_rng(seed)
+    clients = [rng.integers(0, 5, CELLS) for _ in range(3)]
+    counts = sum(clients)
+    expected = expected_counts(counts.reshape(2, 3).sum(1), counts.reshape(2, 3).sum(0),
+                               counts.sum())
+    masked_sum, offset = masked_inputs(clients, expected)
+    assert indif_plaintext(masked_sum, offset, K) == indif_exact(counts, expected)
+    result = circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset)))
+    assert result == indif_exact(counts, expected)
+
+
+def test_extreme_differences_both_signs(circuit):
+    counts = np.array([31, 0, 0, 0, 0, 0])
+    expected = np.array([0, 31, 0, 0, 0, 1])
+    masked_sum, offset = masked_inputs([counts], expected)
+    assert circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset))) == 63
+
+
+def test_sensitivity_is_one_for_add_remove_and_two_for_substitution():
+    """Enumerate every neighbour of small tables over a 2x3 domain, K held fixed."""
+    rng = np.random.default_rng(0)
+    worst_add, worst_sub = 0, 0
+    for _ in range(200):
+        counts = rng.integers(0, 4, CELLS)
+        expected = rng.integers(0, 4, CELLS)
+        base = indif_exact(counts, expected)
+        for cell in range(CELLS):
+            for delta in (1, -1):
+                if counts[cell] + delta < 0:
+                    continue
+                nb = counts.copy()
+                nb[cell] += delta
+                worst_add = max(worst_add, abs(indif_exact(nb, expected) - base))
+        for a, b in itertools.permutations(range(CELLS), 2):
+            if counts[a] == 0:
+                continue
+            nb = counts.copy()
+            nb[a] -= 1
+            nb[b] += 1
+            worst_sub = max(worst_sub, abs(indif_exact(nb, expected) - base))
+    assert worst_add == 1 and worst_sub == 2
