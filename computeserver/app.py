@@ -32,25 +32,26 @@ def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
                       worker, on_shutdown=service.close, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
 
-    def own_client(session_id: str, client_id: str, request: Request) -> None:
+    def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
+                   request: Request) -> None:
         token = bearer(request)
         if not service.client_authorised(session_id, client_id, token):
             raise ServiceError(403, f"credentials are not those of client {client_id!r} "
                                     "in this session")
 
-    responses = {403: {"model": wire.ErrorBody}, 404: {"model": wire.ErrorBody},
-                 409: {"model": wire.ErrorBody}}
+    responses = wire.ERROR_RESPONSES
     clients = APIRouter(prefix="/sessions", tags=["client"], responses=responses)
 
     @clients.put("/{session_id}/clients/{client_id}/seed", response_model=wire.UploadReceipt,
                  dependencies=[Depends(own_client)])
-    def upload_seed(session_id: str, client_id: str, body: wire.SeedUpload) -> wire.UploadReceipt:
+    def upload_seed(session_id: wire.SessionId, client_id: wire.ClientId,
+                    body: wire.SeedUpload) -> wire.UploadReceipt:
         receipt = service.store_seed(session_id, client_id, body)
         worker.wake()
         return receipt
 
     @clients.get("/{session_id}/status", response_model=wire.SessionStatus)
-    def status(session_id: str, request: Request) -> wire.SessionStatus:
+    def status(session_id: wire.SessionId, request: Request) -> wire.SessionStatus:
         token = bearer(request)
         public = service.public(session_id)
         if not any(service.client_authorised(session_id, c, token) for c in public.clients):

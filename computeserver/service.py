@@ -71,14 +71,24 @@ class ComputeServer:
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
         self.db = Database(state_dir / "computeserver.sqlite", _SCHEMA_SQL)
-        self._http = httpx.Client(base_url=keyserver_url, timeout=timeout, verify=verify,
+        self._http_options = dict(base_url=keyserver_url, timeout=timeout, verify=verify,
                                   headers={"Authorization": f"Bearer {peer_token}"})
+        self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}
         self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
 
+    @property
+    def _http(self) -> httpx.Client:
+        # (Re)opened on demand: an app's shutdown hook closes it, and an ASGI test transport
+        # may run startup and shutdown around every request.
+        if self._client is None or self._client.is_closed:
+            self._client = httpx.Client(**self._http_options)
+        return self._client
+
     def close(self) -> None:
-        self._http.close()
+        if self._client is not None:
+            self._client.close()
 
     def session_dir(self, session_id: str) -> Path:
         return self.state_dir / "sessions" / session_id

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 log = logging.getLogger("feddpsyn")
@@ -53,6 +54,18 @@ def service_app(title: str, description: str, worker: "BackgroundWorker",
     @app.exception_handler(ServiceError)
     def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return JSONResponse(status_code=exc.status, content={"detail": exc.message})
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # One error shape for every 4xx ({"detail": str}, as documented), naming each field.
+        problems = []
+        for error in exc.errors()[:5]:
+            where = ".".join(str(part) for part in error.get("loc", ()))
+            problems.append(f"{where}: {error.get('msg', 'invalid')}")
+        more = len(exc.errors()) - len(problems)
+        detail = "invalid request: " + "; ".join(problems) + (f"; and {more} more" if more > 0
+                                                              else "")
+        return JSONResponse(status_code=422, content={"detail": detail})
 
     app.state.max_body_bytes = max_body_bytes
     return app
@@ -224,7 +237,10 @@ class BackgroundWorker:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        # Idempotent: an app's startup hook may run more than once (e.g. under test
+        # transports); one job thread per server is what we want.
+        if not self._thread.is_alive() and not self._stop.is_set():
+            self._thread.start()
 
     def wake(self) -> None:
         self._wake.set()

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import Path as PathParam
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 _ID_RE = re.compile(ID_PATTERN)
+
+# Path parameters: ids are checked before any lookup, so no odd byte reaches a URL or a file.
+SessionId = Annotated[str, PathParam(pattern=ID_PATTERN)]
+ClientId = Annotated[str, PathParam(pattern=ID_PATTERN)]
+ReleaseName = Annotated[str, PathParam(pattern=ID_PATTERN)]
 
 
 class StrictModel(BaseModel):
@@ -198,3 +205,8 @@ class ReleaseDocument(StrictModel):
 
 class ErrorBody(StrictModel):
     detail: str
+
+
+# Every error either server returns has this one shape; routers declare them all.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 503)}

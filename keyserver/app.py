@@ -45,7 +45,7 @@ def create_app(state_dir: Path, peer_token: str, *,
         if not hmac.compare_digest(bearer(request), peer_token):
             raise ServiceError(403, "peer credentials required")
 
-    def operator_or_client(session_id: str, request: Request) -> None:
+    def operator_or_client(session_id: wire.SessionId, request: Request) -> None:
         token = bearer(request)
         if hmac.compare_digest(token, operator_token):
             return
@@ -53,14 +53,14 @@ def create_app(state_dir: Path, peer_token: str, *,
         if service.client_of_token(session_id, token) is None:
             raise ServiceError(403, "operator or client credentials of this session required")
 
-    def own_client(session_id: str, client_id: str, request: Request) -> None:
+    def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
+                   request: Request) -> None:
         service.public(session_id)
         if not service.client_authorised(session_id, client_id, bearer(request)):
             raise ServiceError(403, f"credentials are not those of client {client_id!r} "
                                     "in this session")
 
-    responses = {403: {"model": wire.ErrorBody}, 404: {"model": wire.ErrorBody},
-                 409: {"model": wire.ErrorBody}, 422: {"model": wire.ErrorBody}}
+    responses = wire.ERROR_RESPONSES
 
     ops = APIRouter(prefix="/sessions", tags=["operator"], responses=responses)
 
@@ -71,29 +71,29 @@ def create_app(state_dir: Path, peer_token: str, *,
 
     @ops.get("/{session_id}/ledger", response_model=wire.LedgerView,
              dependencies=[Depends(operator)])
-    def ledger(session_id: str) -> wire.LedgerView:
+    def ledger(session_id: wire.SessionId) -> wire.LedgerView:
         return service.ledger(session_id)
 
     clients = APIRouter(prefix="/sessions", tags=["client"], responses=responses)
 
     @clients.get("/{session_id}", response_model=wire.SessionPublic,
                  dependencies=[Depends(operator_or_client)])
-    def public(session_id: str) -> wire.SessionPublic:
+    def public(session_id: wire.SessionId) -> wire.SessionPublic:
         return service.public(session_id)
 
     @clients.get("/{session_id}/status", response_model=wire.SessionStatus,
                  dependencies=[Depends(operator_or_client)])
-    def status(session_id: str) -> wire.SessionStatus:
+    def status(session_id: wire.SessionId) -> wire.SessionStatus:
         return service.status(session_id)
 
     @clients.get("/{session_id}/release", response_model=wire.ReleaseDocument,
                  dependencies=[Depends(operator_or_client)])
-    def release(session_id: str) -> wire.ReleaseDocument:
+    def release(session_id: wire.SessionId) -> wire.ReleaseDocument:
         return service.release_document(session_id)
 
     @clients.put("/{session_id}/clients/{client_id}/masked", response_model=wire.UploadReceipt,
                  dependencies=[Depends(own_client)])
-    def upload_masked(session_id: str, client_id: str,
+    def upload_masked(session_id: wire.SessionId, client_id: wire.ClientId,
                       body: wire.MaskedUpload) -> wire.UploadReceipt:
         receipt = service.store_masked(session_id, client_id, body)
         worker.wake()
@@ -107,21 +107,21 @@ def create_app(state_dir: Path, peer_token: str, *,
         return service.session_ids()
 
     @peers.get("/{session_id}", response_model=wire.PeerSession)
-    def peer_session(session_id: str) -> wire.PeerSession:
+    def peer_session(session_id: wire.SessionId) -> wire.PeerSession:
         return service.peer_session(session_id)
 
     @peers.get("/{session_id}/ciphertexts", response_model=list[dict[str, str]])
-    def ciphertext_index(session_id: str) -> list[dict[str, str]]:
+    def ciphertext_index(session_id: wire.SessionId) -> list[dict[str, str]]:
         return service.ciphertext_index(session_id)
 
     @peers.get("/{session_id}/ciphertexts/{client_id}", response_class=Response,
                responses={200: {"content": {"application/octet-stream": {}}}})
-    def ciphertexts(session_id: str, client_id: str) -> Response:
+    def ciphertexts(session_id: wire.SessionId, client_id: wire.ClientId) -> Response:
         return Response(service.ciphertexts(session_id, client_id),
                         media_type="application/octet-stream")
 
     @peers.put("/{session_id}/releases/{release}/manifest", response_model=wire.ReleaseProgress)
-    def register_release(session_id: str, release: str,
+    def register_release(session_id: wire.SessionId, release: wire.ReleaseName,
                          body: wire.ReleaseManifest) -> wire.ReleaseProgress:
         return service.register_release(session_id, release, body)
 
@@ -129,14 +129,16 @@ def create_app(state_dir: Path, peer_token: str, *,
                response_model=wire.ReleaseProgress,
                openapi_extra={"requestBody": {"content": {"application/octet-stream": {
                    "schema": {"type": "string", "format": "binary"}}}, "required": True}})
-    async def decrypt_chunk(session_id: str, release: str, chunk: int,
+    async def decrypt_chunk(session_id: wire.SessionId, release: wire.ReleaseName,
+                            chunk: int,
                             request: Request) -> wire.ReleaseProgress:
         body = await request.body()
         await run_in_threadpool(service.decrypt_chunk, session_id, release, chunk, body)
         return await run_in_threadpool(service.release_progress, session_id, release)
 
     @peers.post("/{session_id}/releases/{release}/finalize", response_model=wire.ReleaseResult)
-    def finalize_release(session_id: str, release: str) -> wire.ReleaseResult:
+    def finalize_release(session_id: wire.SessionId,
+                         release: wire.ReleaseName) -> wire.ReleaseResult:
         return service.finalize_release(session_id, release)
 
     @app.get("/health", tags=["health"])

@@ -5,7 +5,6 @@ import secrets
 
 import numpy as np
 import pytest
-from concrete import fhe
 
 from crypto.indif import (compile_indif_chunk, expected_counts, indif_exact, indif_offset,
                           indif_plaintext)

@@ -1,0 +1,88 @@
+"""Property-based API fuzzing (schemathesis) of both servers' OpenAPI documents, bounded.
+
+Every generated request (valid and invalid, with operator, client, peer or no credentials)
+must get a non-5xx answer whose body conforms to the documented schema. A longer run:
+``bench/fuzz_api.py``.
+"""
+
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+from computeserver.app import create_app as create_compute_app
+from feddpsyn import wire
+from feddpsyn.demo import ServerProcess, free_port
+from feddpsyn.serving import write_private
+from keyserver.app import create_app as create_key_app
+
+STATE = Path(tempfile.mkdtemp(prefix="feddpsyn-fuzz-"))
+PEER = "peer-token-for-fuzzing"
+KEY_APP = create_key_app(STATE / "ks", PEER)
+# The compute server under test talks to a real key server process (started below).
+PEER_PORT = free_port()
+COMPUTE_APP = create_compute_app(STATE / "cs", f"http://127.0.0.1:{PEER_PORT}", PEER)
+OPERATOR = (STATE / "ks" / "operator.token").read_text().strip()
+SESSION = KEY_APP.state.service.create_session(wire.SessionCreate(
+    schema={"columns": [{"name": "a", "type": "categorical", "i2s": ["x", "y"]},
+                        {"name": "b", "type": "continuous", "min": 0, "max": 9, "bins": 3}]},
+    clients=["c1"], parameter_set="test-small", budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
+    max_rows=100))
+CLIENT = SESSION.client_tokens["c1"]
+
+CREDENTIALS = {"operator": OPERATOR, "client": CLIENT, "peer": PEER, "none": None,
+               "peer-client": None}
+CHECKS = [not_a_server_error, response_schema_conformance]
+FUZZ = settings(max_examples=12, deadline=None, derandomize=True,
+                suppress_health_check=list(HealthCheck))
+
+key_schema = schemathesis.openapi.from_asgi("/openapi.json", KEY_APP)
+compute_schema = schemathesis.openapi.from_asgi("/openapi.json", COMPUTE_APP)
+
+
+@pytest.fixture(scope="module")
+def peer_key_server():
+    """A key server process for the compute server, with one session and its client."""
+    write_private(STATE / "peer.token", PEER.encode())
+    ks = ServerProcess(["keyserver", "--port", str(PEER_PORT), "--state-dir",
+                        str(STATE / "peer-ks"), "--peer-token-file", str(STATE / "peer.token")],
+                       STATE / "peer-ks.log", f"http://127.0.0.1:{PEER_PORT}")
+    ks.wait_healthy()
+    operator = (STATE / "peer-ks" / "operator.token").read_text().strip()
+    created = wire.SessionCreated.model_validate_json(httpx.post(
+        f"{ks.url}/sessions", headers={"Authorization": f"Bearer {operator}",
+                                       "Content-Type": "application/json"}, timeout=120,
+        content=wire.SessionCreate(schema=SESSION.session.schema_, clients=["c1"],
+                                   parameter_set="test-small",
+                                   budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
+                                   max_rows=100).model_dump_json(by_alias=True)).content)
+    CREDENTIALS["peer-client"] = created.client_tokens["c1"]
+    yield created.session.session_id
+    ks.stop()
+
+
+def headers(who: str) -> dict:
+    token = CREDENTIALS[who]
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@pytest.mark.parametrize("who", sorted(CREDENTIALS))
+@key_schema.parametrize()
+@FUZZ
+def test_key_server_never_fails_and_keeps_its_contract(case, who):
+    if "session_id" in (case.path_parameters or {}) and who != "none":
+        case.path_parameters["session_id"] = SESSION.session.session_id
+    case.call_and_validate(headers=headers(who), checks=CHECKS)
+
+
+@pytest.mark.parametrize("who", ["peer-client", "client", "none"])
+@compute_schema.parametrize()
+@FUZZ
+def test_compute_server_never_fails_and_keeps_its_contract(case, who, peer_key_server):
+    if "session_id" in (case.path_parameters or {}) and who == "peer-client":
+        case.path_parameters["session_id"] = peer_key_server
+    case.call_and_validate(headers=headers(who), checks=CHECKS)
