@@ -423,3 +423,30 @@ def test_a_chunked_body_over_the_limit_is_refused_while_streaming(servers):
     r = httpx.put(f"{cs.url}/sessions/s-x/clients/a/seed", content=chunks(),
                   headers={"Authorization": "Bearer x"})
     assert r.status_code == 413 and "larger than" in r.json()["detail"]
+
+
+def test_no_client_count_vector_or_key_appears_in_any_state_log_or_response(servers,
+                                                                             released_session):
+    ks, cs, state = servers
+    created, csvs, _, document, operator = released_session
+    schema = Schema.from_dict(SCHEMA)
+    layout = MarginalLayout.build(schema.domain_sizes)
+    needles = []
+    for path in csvs.values():
+        counts = layout.counts(encode_csv(path, schema).records)
+        needles += [counts.astype("<i8").tobytes(), ", ".join(map(str, counts)).encode(),
+                    ",".join(map(str, counts)).encode()]
+    sid = created.session.session_id
+    key = (state / "keyserver" / "sessions" / sid / "keys.bin").read_bytes()
+    key_probe = key[len(key) // 2: len(key) // 2 + 1024]
+    haystacks = [p.read_bytes() for p in state.rglob("*") if p.is_file()
+                 and p.name != "keys.bin"]
+    auth = {"Authorization": f"Bearer {operator}"}
+    for url in (f"{ks.url}/sessions/{sid}", f"{ks.url}/sessions/{sid}/release",
+                f"{ks.url}/sessions/{sid}/ledger", f"{ks.url}/sessions/{sid}/status",
+                f"{ks.url}/openapi.json", f"{cs.url}/openapi.json"):
+        haystacks.append(httpx.get(url, headers=auth).content)
+    for hay in haystacks:
+        assert key_probe not in hay
+        for needle in needles:
+            assert needle not in hay

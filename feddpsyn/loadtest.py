@@ -1,0 +1,101 @@
+"""A load run on loopback: N clients upload at once to both server processes.
+
+Used by ``bench/bench_load.py`` (N=100, latency percentiles) and by a bounded test. Every
+request goes to 127.0.0.1; every loop and wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from clients.agent import ClientAgent
+from feddpsyn import wire
+from feddpsyn.demo import start_servers
+from params.layout import MarginalLayout
+from params.schema import Schema
+
+LOAD_SCHEMA = {"name": "load", "columns": [
+    {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},
+    {"name": "b", "type": "continuous", "min": 0, "max": 10, "bins": 4},
+    {"name": "c", "type": "categorical", "i2s": ["p", "q"]},
+]}
+
+
+def _write_csv(path: Path, rng: np.random.Generator, rows: int) -> np.ndarray:
+    a = rng.integers(0, 3, rows)
+    b = rng.integers(0, 11, rows)
+    c = rng.integers(0, 2, rows)
+    lines = ["a,b,c"] + [f"{'xyz'[i]},{j},{'pq'[k]}" for i, j, k in zip(a, b, c)]
+    path.write_text("\n".join(lines) + "\n")
+    schema = Schema.from_dict(LOAD_SCHEMA)
+    return np.stack([a, [schema.columns[1].bin_of(int(v)) for v in b], c], axis=1)
+
+
+def run_load(directory: Path, n_clients: int, workers: int, timeout: float = 600) -> dict:
+    ks, cs = start_servers(directory / "state")
+    try:
+        operator = (directory / "state" / "keyserver" / "operator.token").read_text().strip()
+        ids = [f"c{i:04d}" for i in range(n_clients)]
+        response = httpx.post(
+            f"{ks.url}/sessions", timeout=600,
+            headers={"Authorization": f"Bearer {operator}", "Content-Type": "application/json"},
+            content=wire.SessionCreate(schema=LOAD_SCHEMA, clients=ids, parameter_set="test-small",
+                                       budget=wire.BudgetSpec(epsilon=50, delta=1e-6),
+                                       max_rows=10_000).model_dump_json(by_alias=True))
+        response.raise_for_status()
+        created = wire.SessionCreated.model_validate_json(response.content)
+        sid = created.session.session_id
+        rng = np.random.default_rng(0)
+        records = [_write_csv(directory / f"{cid}.csv", rng, int(rng.integers(5, 40)))
+                   for cid in ids]
+
+        def upload(cid: str) -> tuple[float, bool]:
+            started = time.perf_counter()
+            with ClientAgent(ks.url, cs.url, sid, cid, created.client_tokens[cid],
+                             directory / "agents") as agent:
+                result = agent.upload(directory / f"{cid}.csv")
+            return (time.perf_counter() - started,
+                    result.seed_receipt.stored and result.masked_receipt.stored)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(upload, ids))
+        wall = time.perf_counter() - started
+        with ClientAgent(ks.url, cs.url, sid, ids[0], created.client_tokens[ids[0]],
+                         directory / "agents") as agent:
+            deadline = time.time() + timeout
+            while agent.status().state != "released":
+                if time.time() > deadline:
+                    raise RuntimeError("release did not arrive in time")
+                time.sleep(0.5)
+            release_seconds = time.perf_counter() - started - wall
+            document = agent.release()
+            # A second, identical upload of every client changes nothing.
+            again = [agent_upload_again(ks, cs, sid, cid, created, directory) for cid in ids[:5]]
+        layout = MarginalLayout.build(Schema.from_dict(LOAD_SCHEMA).domain_sizes)
+        truth = layout.counts(np.concatenate(records))
+        released = np.concatenate([np.array(m.counts) for r in document.releases
+                                   for m in r.marginals.values()])
+        status = httpx.get(f"{ks.url}/sessions/{sid}/status",
+                           headers={"Authorization": f"Bearer {operator}"}).json()
+        return {"latencies": [t for t, _ in outcomes], "wall": wall,
+                "stored": sum(ok for _, ok in outcomes),
+                "exactly_once": len(status["clients_uploaded"]) == n_clients
+                and not any(again),
+                "release_seconds": release_seconds,
+                "max_error": int(np.abs(released - truth).max())}
+    finally:
+        ks.stop()
+        cs.stop()
+
+
+def agent_upload_again(ks, cs, sid, cid, created, directory) -> bool:
+    with ClientAgent(ks.url, cs.url, sid, cid, created.client_tokens[cid],
+                     directory / "agents") as agent:
+        result = agent.upload(directory / f"{cid}.csv")
+    return result.seed_receipt.stored or result.masked_receipt.stored
