@@ -62,6 +62,10 @@ class SessionKeys:
         encrypted = self._client.encrypt(*args)
         return encrypted[position].serialize()
 
-    def decrypt_chunk(self, serialized: bytes) -> np.ndarray:
-        value = fhe.Value.deserialize(serialized)
+    @staticmethod
+    def parse(serialized: bytes) -> fhe.Value:
+        """Deserialize a ciphertext (raises on truncated or corrupted bytes)."""
+        return fhe.Value.deserialize(serialized)
+
+    def decrypt_value(self, value: fhe.Value) -> np.ndarray:
         return np.asarray(self._client.decrypt(value), dtype=np.int64)

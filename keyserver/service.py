@@ -55,6 +55,9 @@ CREATE TABLE IF NOT EXISTS ledger (
     session_id TEXT NOT NULL, release TEXT NOT NULL, rho TEXT NOT NULL,
     request_digest TEXT NOT NULL, charged_at REAL NOT NULL, manifest_json TEXT NOT NULL,
     PRIMARY KEY (session_id, release));
+CREATE TABLE IF NOT EXISTS manifests (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, manifest_json TEXT NOT NULL,
+    digest TEXT NOT NULL, PRIMARY KEY (session_id, release));
 CREATE TABLE IF NOT EXISTS release_chunks (
     session_id TEXT NOT NULL, release TEXT NOT NULL, chunk INTEGER NOT NULL,
     cells BLOB NOT NULL, PRIMARY KEY (session_id, release, chunk));
@@ -283,11 +286,11 @@ class KeyServer:
 
     def register_release(self, session_id: str, name: str,
                          manifest: wire.ReleaseManifest) -> wire.ReleaseProgress:
-        """Step 1 of a release: bind it to its ciphertexts' digests and charge the ledger.
+        """Step 1 of a release: bind it to its ciphertexts' digests.
 
-        Charging happens here, before any decryption, in the transaction that checks the
-        budget; the manifest digest then pins which ciphertexts may ever be decrypted for
-        this release.
+        Only ciphertexts listed here are ever decrypted for this release. The budget is
+        checked now (early refusal) and charged when the first chunk is accepted, before it
+        is decrypted; from then on the manifest is fixed, and a different one is refused.
         """
         plan = self.plan(session_id)
         spec = self._release_spec(plan, name)
@@ -295,13 +298,23 @@ class KeyServer:
         if manifest.chunks != chunks:
             raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
-        self.keys(session_id)  # fail before charging if this session's keys are unusable
-        self._charge(session_id, spec, manifest)
+        with self.db.transaction() as conn:
+            charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? "
+                                   "AND release = ?", (session_id, name)).fetchone()
+            if charged is not None:
+                if charged["request_digest"] != manifest.digest():
+                    raise ServiceError(409, f"release {name!r} was already charged for other "
+                                            "ciphertexts; a second decryption would spend "
+                                            "budget twice")
+            else:
+                self._check_budget(conn, plan, session_id, spec)
+                conn.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?, ?, ?)",
+                             (session_id, name, manifest.model_dump_json(), manifest.digest()))
         return self.release_progress(session_id, name)
 
     def _manifest(self, session_id: str, name: str) -> wire.ReleaseManifest:
         with self.db.connect() as conn:
-            row = conn.execute("SELECT manifest_json FROM ledger WHERE session_id = ? AND "
+            row = conn.execute("SELECT manifest_json FROM manifests WHERE session_id = ? AND "
                                "release = ?", (session_id, name)).fetchone()
         if row is None:
             raise ServiceError(409, f"release {name!r} has no registered manifest yet")
@@ -332,10 +345,18 @@ class KeyServer:
             if conn.execute("SELECT 1 FROM release_chunks WHERE session_id = ? AND release = ? "
                             "AND chunk = ?", (session_id, name, chunk)).fetchone():
                 return
+        keys = self.keys(session_id)
         try:
-            decrypted = self.keys(session_id).decrypt_chunk(body)
+            value = keys.parse(body)
         except Exception:
             # No detail: a library message here could quote ciphertext bytes.
+            raise ServiceError(422, f"chunk {chunk} is not a ciphertext of this circuit "
+                                    "(truncated or corrupted?)") from None
+        # Charged before the first decryption, once per release (idempotent afterwards).
+        self._charge(session_id, self._release_spec(plan, name), manifest)
+        try:
+            decrypted = keys.decrypt_value(value)
+        except Exception:
             raise ServiceError(422, "ciphertext does not decrypt under this session's "
                                     "keys") from None
         _, cells = self.release_chunks(plan, name)
@@ -391,15 +412,19 @@ class KeyServer:
                                             "other ciphertexts; a second decryption would "
                                             "spend budget twice")
                 return
-            spent = sum((Fraction(r["rho"]) for r in conn.execute(
-                "SELECT rho FROM ledger WHERE session_id = ?", (session_id,))), Fraction(0))
-            if spent + spec.rho > plan.rho_total:
-                raise ServiceError(403, f"budget exceeded: release {spec.name!r} needs rho="
-                                        f"{float(spec.rho):.6g}, remaining "
-                                        f"{float(plan.rho_total - spent):.6g}")
+            self._check_budget(conn, plan, session_id, spec)
             conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
                          (session_id, spec.name, str(spec.rho), digest, time.time(),
                           manifest.model_dump_json()))
+
+    @staticmethod
+    def _check_budget(conn, plan: SessionPlan, session_id: str, spec) -> None:
+        spent = sum((Fraction(r["rho"]) for r in conn.execute(
+            "SELECT rho FROM ledger WHERE session_id = ?", (session_id,))), Fraction(0))
+        if spent + spec.rho > plan.rho_total:
+            raise ServiceError(403, f"budget exceeded: release {spec.name!r} needs rho="
+                                    f"{float(spec.rho):.6g}, remaining "
+                                    f"{float(plan.rho_total - spent):.6g}")
 
     @staticmethod
     def _result(session_id, plan, spec, released) -> wire.ReleaseResult:

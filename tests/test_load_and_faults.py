@@ -66,3 +66,112 @@ def test_kill_9_during_encryption_aggregation_or_release(tmp_path, victim, delay
     finally:
         ks.stop()
         cs.stop()
+
+
+@pytest.fixture(scope="module")
+def lone_key_server(tmp_path_factory):
+    """A key server with no compute server: the test plays the peer."""
+    from feddpsyn.demo import ServerProcess, free_port
+    from feddpsyn.serving import new_token, write_private
+
+    directory = tmp_path_factory.mktemp("lone")
+    peer = new_token()
+    write_private(directory / "peer.token", peer.encode())
+    port = free_port()
+    ks = ServerProcess(["keyserver", "--port", str(port), "--state-dir", str(directory / "ks"),
+                        "--peer-token-file", str(directory / "peer.token")],
+                       directory / "ks.log", f"http://127.0.0.1:{port}")
+    ks.wait_healthy()
+    yield ks, peer, (directory / "ks" / "operator.token").read_text().strip()
+    ks.stop()
+
+
+def foreign_ciphertext(chunk_cells: int, count_bits: int) -> bytes:
+    """A valid P1 output ciphertext made under keys of another (local) session."""
+    import secrets as pysecrets
+
+    from concrete import fhe
+
+    from crypto.aggregation import compile_aggregation
+
+    circuit = compile_aggregation(3, chunk_cells, count_bits, 2.0 ** -40)
+    client = fhe.Client(circuit.client.specs)
+    client.keys.generate(secret_seed=pysecrets.randbits(128),
+                         encryption_seed=pysecrets.randbits(128))
+    zeros = np.zeros(chunk_cells, dtype=np.int64)
+    args = [client.encrypt(zeros, None, None, None, None)[0],
+            client.encrypt(None, zeros, None, None, None)[1],
+            client.encrypt(None, None, zeros, None, None)[2]]
+    ones = np.ones(chunk_cells, dtype=np.int64)
+    return circuit.server.run(*args, ones, zeros,
+                              evaluation_keys=client.evaluation_keys).serialize()
+
+
+def one_way_chunks(created) -> list[int]:
+    from params.layout import MarginalLayout
+    from params.schema import Schema
+
+    layout = MarginalLayout.build(Schema.from_dict(created.session.schema_).domain_sizes)
+    chunk = created.session.parameter_set["chunk_cells"]
+    return sorted({c // chunk for c in layout.cells_of(layout.one_way).tolist()})
+
+
+def test_corrupted_foreign_and_unregistered_ciphertexts_change_nothing(lone_key_server):
+    import hashlib
+
+    ks, peer, operator = lone_key_server
+    created = create_session(ks.url, operator)
+    sid = created.session.session_id
+    chunks = one_way_chunks(created)
+    good = foreign_ciphertext(created.session.parameter_set["chunk_cells"],
+                              created.session.parameter_set["count_bits"])
+    truncated = good[: len(good) // 2]
+    auth = {"Authorization": f"Bearer {peer}"}
+    base = f"{ks.url}/peer/sessions/{sid}/releases/one_way"
+    ledger_url = f"{ks.url}/sessions/{sid}/ledger"
+    op = {"Authorization": f"Bearer {operator}"}
+    manifest = {"chunks": chunks, "digests": [hashlib.sha256(truncated).hexdigest()] * len(chunks)}
+    assert httpx.put(f"{base}/manifest", json=manifest, headers=auth).status_code == 200
+    r = httpx.put(f"{base}/chunks/{chunks[0]}", content=truncated, headers=auth)
+    assert r.status_code == 422 and "truncated or corrupted" in r.json()["detail"]
+    # A valid ciphertext that the manifest does not list (e.g. another session's): refused.
+    r = httpx.put(f"{base}/chunks/{chunks[0]}", content=good, headers=auth)
+    assert r.status_code == 409 and "does not match the registered manifest" in r.json()["detail"]
+    r = httpx.put(f"{base}/chunks/9999", content=good, headers=auth)
+    assert r.status_code == 404
+    wrong = {"chunks": chunks + [max(chunks) + 1], "digests": ["00" * 32] * (len(chunks) + 1)}
+    r = httpx.put(f"{base}/manifest", json=wrong, headers=auth)
+    assert r.status_code == 422 and "covers chunks" in r.json()["detail"]
+    assert httpx.get(ledger_url, headers=op).json()["entries"] == []
+
+
+def test_fifty_parallel_decryption_requests_charge_the_release_once(lone_key_server):
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    ks, peer, operator = lone_key_server
+    created = create_session(ks.url, operator)
+    sid = created.session.session_id
+    chunks = one_way_chunks(created)
+    params = created.session.parameter_set
+    blobs = [foreign_ciphertext(params["chunk_cells"], params["count_bits"]) for _ in range(2)]
+    auth = {"Authorization": f"Bearer {peer}"}
+    base = f"{ks.url}/peer/sessions/{sid}/releases/one_way"
+
+    def attempt(i: int) -> list[int]:
+        blob = blobs[i % 2]
+        digest = hashlib.sha256(blob).hexdigest()
+        codes = [httpx.put(f"{base}/manifest", headers=auth, timeout=60, json={
+            "chunks": chunks, "digests": [digest] * len(chunks)}).status_code]
+        codes.append(httpx.put(f"{base}/chunks/{chunks[0]}", content=blob, headers=auth,
+                               timeout=60).status_code)
+        return codes
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        outcomes = list(pool.map(attempt, range(50)))
+    assert all(code in (200, 409) for codes in outcomes for code in codes)
+    ledger = httpx.get(f"{ks.url}/sessions/{sid}/ledger",
+                       headers={"Authorization": f"Bearer {operator}"}).json()
+    assert [e["release"] for e in ledger["entries"]] == ["one_way"]
+    one_way_rho = next(r.rho for r in created.session.releases if r.name == "one_way")
+    assert ledger["rho_spent"] == one_way_rho
