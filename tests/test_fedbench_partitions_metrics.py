@@ -69,3 +69,23 @@ def test_wasserstein_by_hand():
     assert wasserstein_one_way(real, synth, (3,), (True,)) == pytest.approx(0.5)
     # Categorical: total variation 0.5.
     assert wasserstein_one_way(real, synth, (3,), (False,)) == pytest.approx(0.5)
+
+
+def test_ml_efficacy_rewards_tables_that_keep_the_label_relation():
+    from fedbench.ml_efficacy import ml_efficacy
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    x = rng.integers(0, 4, (n, 3))
+    y = ((x[:, 0] + x[:, 1]) >= 4).astype(int)
+    real = np.column_stack([x, y])
+    train, test = real[:2000], real[2000:]
+    broken = train.copy()
+    broken[:, 3] = rng.permutation(broken[:, 3])  # label independent of the features
+    sizes = (4, 4, 4, 2)
+    good = ml_efficacy(train, test, sizes, target=3)
+    bad = ml_efficacy(broken, test, sizes, target=3)
+    assert good["gbt"] > 0.95 and good["linear"] > 0.8
+    assert bad["gbt"] < good["gbt"] - 0.2
+    rmse = ml_efficacy(train, test, sizes, target=0, task="regression")
+    assert 0 < rmse["gbt"] < 1.5 and 0 < rmse["linear"] < 1.5
