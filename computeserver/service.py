@@ -36,7 +36,7 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.masking import expand_masks, seed_commitment
 from feddpsyn import wire
-from feddpsyn.serving import Database, ServiceError, token_hash, write_private
+from feddpsyn.serving import Database, ServiceError, already_stored, token_hash, write_private
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.schema import Schema
@@ -160,12 +160,9 @@ class ComputeServer:
         with self.db.transaction() as conn:
             row = conn.execute("SELECT seed_hex FROM seeds WHERE session_id = ? AND "
                                "client_id = ?", (session_id, client_id)).fetchone()
-            if row is not None:
-                if secrets.compare_digest(row["seed_hex"], upload.seed_hex):
-                    return wire.UploadReceipt(session_id=session_id, client_id=client_id,
-                                              stored=False, digest=digest)
-                raise ServiceError(409, f"client {client_id!r} already uploaded a different "
-                                        "seed for this session")
+            if already_stored(row and row["seed_hex"], upload.seed_hex, "seed", client_id):
+                return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                          stored=False, digest=digest)
             # An identical retry is answered above even after release; anything new is late.
             if conn.execute("SELECT 1 FROM releases WHERE session_id = ?",
                             (session_id,)).fetchone():

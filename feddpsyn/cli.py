@@ -94,10 +94,8 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
     _serve(app, host, port, log_level, ssl_certfile, ssl_keyfile)
 
 
-@client_app.command("check")
-def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
-                 on_invalid: str = typer.Option("error", help="error | clamp | drop")) -> None:
-    """Check a CSV against a schema and print what would be uploaded."""
+def _encode_local(csv_path: Path, schema: Path, on_invalid: str):
+    """(schema, encoded table, all-pairs layout) of a local CSV, or a clear error and exit 2."""
     from clients.preprocess import InvalidValueError, encode_csv
     from params.layout import MarginalLayout
     from params.schema import Schema, SchemaError
@@ -107,7 +105,14 @@ def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typ
         table = encode_csv(csv_path, s, on_invalid=on_invalid)  # type: ignore[arg-type]
     except (SchemaError, InvalidValueError, ValueError) as exc:
         _fail(str(exc))
-    layout = MarginalLayout.build(s.domain_sizes)
+    return s, table, MarginalLayout.build(s.domain_sizes)
+
+
+@client_app.command("check")
+def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
+                 on_invalid: str = typer.Option("error", help="error | clamp | drop")) -> None:
+    """Check a CSV against a schema and print what would be uploaded."""
+    _, table, layout = _encode_local(csv_path, schema, on_invalid)
     typer.echo(f"ok: {table.summary()}; {len(layout.marginals)} marginals, "
                f"{layout.total_cells} cells")
 
@@ -116,16 +121,7 @@ def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typ
 def client_counts(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
                   out: Path = typer.Option(...), on_invalid: str = "error") -> None:
     """Compute all 1-way and 2-way counts of a CSV (kept local; for inspection)."""
-    from clients.preprocess import InvalidValueError, encode_csv
-    from params.layout import MarginalLayout
-    from params.schema import Schema, SchemaError
-
-    try:
-        s = Schema.load(schema)
-        table = encode_csv(csv_path, s, on_invalid=on_invalid)  # type: ignore[arg-type]
-    except (SchemaError, InvalidValueError, ValueError) as exc:
-        _fail(str(exc))
-    layout = MarginalLayout.build(s.domain_sizes)
+    s, table, layout = _encode_local(csv_path, schema, on_invalid)
     counts = layout.counts(table.records)
     doc = {m.key: {"attrs": [s.names[a] for a in m.attrs], "shape": list(m.shape),
                    "counts": counts[m.offset:m.offset + m.size].tolist()}

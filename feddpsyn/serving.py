@@ -35,6 +35,17 @@ class ServiceError(Exception):
         self.message = message
 
 
+def already_stored(stored: str | None, new: str, what: str, client_id: str) -> bool:
+    """Upload idempotence, shared by both servers: True if this exact upload is already
+    stored (answer stored=false, change nothing); a different one is refused with 409."""
+    if stored is None:
+        return False
+    if hmac.compare_digest(stored, new):
+        return True
+    raise ServiceError(409, f"client {client_id!r} already uploaded a different {what} for "
+                            "this session")
+
+
 def service_app(title: str, description: str, worker: "BackgroundWorker",
                 on_shutdown: Callable[[], None], max_body_bytes: int) -> FastAPI:
     """A FastAPI app with what both servers need: the background job's lifetime, typed

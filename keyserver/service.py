@@ -33,7 +33,8 @@ from crypto.aggregation import chunk_ranges, decode_release
 from crypto.blobs import pack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from feddpsyn import wire
-from feddpsyn.serving import Database, ServiceError, new_token, token_hash, write_private
+from feddpsyn.serving import (Database, ServiceError, already_stored, new_token, token_hash,
+                              write_private)
 from keyserver.keys import SessionKeys
 from params.schema import Schema, SchemaError
 from params.session_plan import SessionPlan
@@ -199,12 +200,9 @@ class KeyServer:
         with self.db.transaction() as conn:
             row = conn.execute("SELECT digest FROM masked WHERE session_id = ? AND "
                                "client_id = ?", (session_id, client_id)).fetchone()
-            if row is not None:
-                if row["digest"] == digest:
-                    return wire.UploadReceipt(session_id=session_id, client_id=client_id,
-                                              stored=False, digest=digest)
-                raise ServiceError(409, f"client {client_id!r} already uploaded a different "
-                                        "masked vector for this session")
+            if already_stored(row and row["digest"], digest, "masked vector", client_id):
+                return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                          stored=False, digest=digest)
             # An identical retry is answered above even after release; anything new is late.
             if conn.execute("SELECT 1 FROM ledger WHERE session_id = ?",
                             (session_id,)).fetchone():
