@@ -20,6 +20,8 @@ client_app = typer.Typer(no_args_is_help=True, help="The data owner's agent.")
 app.add_typer(client_app, name="client")
 session_app = typer.Typer(no_args_is_help=True, help="The operator's view of the key server.")
 app.add_typer(session_app, name="session")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks for researchers.")
+app.add_typer(bench_app, name="bench")
 
 
 def _fail(message: str) -> None:
@@ -321,6 +323,35 @@ def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated eps
     typer.echo(f"{'eps':>8} {'bound e_prime':>14} {'exact e_prime':>14} {'eps+4*exact':>12}")
     for r in rows:
         typer.echo(f"{r['eps']:>8g} {r['bound']:>14.6f} {r['exact']:>14.6f} {r['total']:>12.6f}")
+
+
+@bench_app.command("utility")
+def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_disease"),
+                  methods: str = typer.Option("central-privsyn,concat,feddpsyn"),
+                  eps: str = typer.Option("0.5,1,2"),
+                  clients: str = typer.Option("4", help="comma-separated client counts"),
+                  partition: str = typer.Option("uniform",
+                                                help="uniform | dirichlet | feature | natural"),
+                  beta: str = typer.Option("0.1", help="Dirichlet beta(s), for dirichlet"),
+                  repeats: int = 3, out: Path = typer.Option(...), delta: float = 1e-5,
+                  seed: int = 0) -> None:
+    """Utility of every method against the real union, on the same partitions and seeds."""
+    from feddpsyn.demo import dataset as bundled
+    from fedbench.runner import TARGETS, Setting, run_utility
+
+    try:
+        ds = bundled(dataset)
+        from params.schema import Schema
+
+        schema = Schema.load(ds.schema)
+        betas = [float(b) for b in beta.split(",")] if partition == "dirichlet" else [None]
+        settings = [Setting(int(k), partition, b) for k in clients.split(",") for b in betas]
+        run_utility(ds.csv, schema, TARGETS[dataset], methods.split(","),
+                    [float(e) for e in eps.split(",")], settings, repeats, out, delta, seed,
+                    natural_column=ds.natural_column)
+    except (ValueError, KeyError) as exc:
+        _fail(str(exc))
+    typer.echo(f"wrote {out / 'results.csv'}, {out / 'summary.md'} and plots")
 
 
 @app.command()

@@ -1,0 +1,70 @@
+"""Benchmark methods: budgets, the simulation's equality with the circuit, and the runner."""
+
+import csv
+import secrets
+
+import numpy as np
+import pytest
+from concrete import fhe
+
+from crypto.aggregation import compile_aggregation
+from crypto.masking import expand_masks, mask_counts, new_seed
+from fedbench.methods import METHODS
+from fedbench.methods.feddpsyn_sim import p1_release_model
+from fedbench.runner import Setting, run_utility
+from params.schema import Schema
+
+SCHEMA = Schema.from_dict({"columns": [
+    {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},
+    {"name": "b", "type": "continuous", "min": 0, "max": 9, "bins": 3},
+    {"name": "label", "type": "categorical", "i2s": ["no", "yes"]}]})
+
+
+def test_the_simulated_p1_is_the_circuit_bit_for_bit():
+    k, cells, n = 16, 32, 3
+    circuit = compile_aggregation(n, cells, k, 2.0 ** -40)
+    client = fhe.Client(circuit.client.specs)
+    client.keys.generate(secret_seed=secrets.randbits(128), encryption_seed=secrets.randbits(128))
+    rng = np.random.default_rng(0)
+    counts = [rng.integers(0, 2000, cells) for _ in range(n)]
+    masks = [expand_masks(new_seed(), "s", f"c{i}", cells, k) for i in range(n)]
+    masked = [mask_counts(c, m, k) for c, m in zip(counts, masks)]
+    noise = rng.integers(-300, 300, cells)
+    model, offset = p1_release_model(masked, np.sum(masks, axis=0), noise, k)
+    encrypted = []
+    for i, m in enumerate(masked):
+        args = [None] * (n + 2)
+        args[i] = m
+        encrypted.append(client.encrypt(*args)[i])
+    out = circuit.server.run(*encrypted, np.ones(cells, dtype=np.int64), offset,
+                             evaluation_keys=client.evaluation_keys)
+    assert (client.decrypt(out) == model).all()
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_method_spends_exactly_its_budget(method):
+    rng = np.random.default_rng(1)
+    records = np.stack([rng.integers(0, 3, 400), rng.integers(0, 3, 400),
+                        rng.integers(0, 2, 400)], axis=1)
+    owner = rng.integers(0, 3, 400)
+    result = METHODS[method](records, owner, SCHEMA, 1.0, 1e-6, seed=0)
+    assert result.rho_spent == result.rho_budget
+    assert result.records.shape[1] == 3 and len(result.records) > 0
+
+
+def test_runner_writes_results_summary_and_plots(tmp_path):
+    path = tmp_path / "t.csv"
+    rng = np.random.default_rng(2)
+    rows = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
+                            f"{['no', 'yes'][rng.integers(2)]}" for _ in range(600)]
+    path.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "bench"
+    results = run_utility(path, SCHEMA, "label", sorted(METHODS), [1.0, 4.0],
+                          [Setting(2, "uniform", None), Setting(3, "uniform", None)], 1, out,
+                          delta=1e-6, say=lambda _: None)
+    assert len(results) == len(METHODS) * 2 * 2
+    with (out / "results.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == len(results)
+    assert "| uniform |" in (out / "summary.md").read_text()
+    assert (out / "error_vs_eps.png").stat().st_size > 0
+    assert (out / "error_vs_clients.png").stat().st_size > 0
