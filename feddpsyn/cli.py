@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -358,7 +359,9 @@ def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_d
 def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_disease | adult"),
          clients: int = typer.Option(4, help="uniform split size (adult); "
                                             "fed_heart_disease uses its 4 hospitals"),
-         out: Path = typer.Option(Path("demo-out")), epsilon: float = 1.0,
+         out: Optional[Path] = typer.Option(
+             None, help="output directory (default: a new demo-out/run-DATE-TIME)"),
+         epsilon: float = 1.0,
          delta: float = 1e-5,
          method: str = typer.Option("gum", help="gum (uses every released pair) | pgm"),
          rows: Optional[int] = None,
@@ -366,6 +369,8 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
     """Run the whole protocol on a bundled data set, everything on loopback."""
     from feddpsyn.demo import run_demo
 
+    if out is None:
+        out = Path("demo-out") / time.strftime("run-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
         _fail(f"{out} exists and is not empty; choose another --out")
     report = run_demo(dataset, clients, out, epsilon, delta, method, rows, seed)
