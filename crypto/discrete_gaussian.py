@@ -34,7 +34,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["ExactSampler", "SamplerExhausted", "bernoulli", "bernoulli_exp", "discrete_laplace",
+__all__ = ["CSPRNG", "ExactSampler", "SamplerExhausted", "bernoulli", "bernoulli_exp", "discrete_laplace",
            "discrete_gaussian", "discrete_gaussian_vector"]
 
 # Each loop below succeeds with probability >= 1/2 (most far more) per iteration, so
@@ -63,6 +63,10 @@ class ExactSampler:
 
     def __init__(self, randbelow: Callable[[int], int] = secrets.randbelow):
         self._randbelow = randbelow
+
+    def randbelow(self, n: int) -> int:
+        """A uniform integer in [0, n) from this sampler's source."""
+        return self._randbelow(n)
 
     def bernoulli(self, p: Fraction) -> int:
         """One draw of Bernoulli(p) for rational p in [0, 1]."""
@@ -138,9 +142,9 @@ class ExactSampler:
         return np.array([self.discrete_gaussian(sigma2) for _ in range(size)], dtype=np.int64)
 
 
-_CSPRNG = ExactSampler()
-bernoulli = _CSPRNG.bernoulli
-bernoulli_exp = _CSPRNG.bernoulli_exp
-discrete_laplace = _CSPRNG.discrete_laplace
-discrete_gaussian = _CSPRNG.discrete_gaussian
-discrete_gaussian_vector = _CSPRNG.discrete_gaussian_vector
+CSPRNG = ExactSampler()
+bernoulli = CSPRNG.bernoulli
+bernoulli_exp = CSPRNG.bernoulli_exp
+discrete_laplace = CSPRNG.discrete_laplace
+discrete_gaussian = CSPRNG.discrete_gaussian
+discrete_gaussian_vector = CSPRNG.discrete_gaussian_vector

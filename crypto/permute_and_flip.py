@@ -1,0 +1,75 @@
+"""Permute-and-flip (McKenna and Sheldon, NeurIPS 2020), sampled exactly.
+
+The exponential-mechanism family's selection step: with scores q_r (higher is better),
+sensitivity Delta and budget eps, visit the candidates in a uniformly random order and accept
+candidate r with probability exp(eps (q_r - q_max) / (2 Delta)); the best candidate accepts
+with probability 1, so one pass always ends with an output. It is eps-DP (pure), never worse
+than the exponential mechanism in expected utility, and needs no normaliser -- which is why
+DESIGN.md picks it for the encrypted selection too.
+
+Design concern: **exactness.** Scores are turned into exact rationals (a float is an exact
+binary fraction), the acceptance test is ``ExactSampler.bernoulli_exp`` on the rational
+gamma = eps (q_max - q_r) / (2 Delta), and the order comes from the same uniform-integer
+source (Fisher-Yates). So the output distribution is exactly PF's, not a float
+approximation. Plaintext reference for the encrypted selection, and a building block for the
+benchmark's selection-based methods.
+
+>>> from crypto.discrete_gaussian import ExactSampler
+>>> import random
+>>> permute_and_flip([0.0, 5.0, 1.0], Fraction(100), 1, ExactSampler(random.Random(0).randrange))
+1
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import permutations
+
+from crypto.discrete_gaussian import CSPRNG, ExactSampler
+
+__all__ = ["permute_and_flip", "pf_probabilities"]
+
+
+def _order(n: int, sampler: ExactSampler) -> list[int]:
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):  # Fisher-Yates with the sampler's uniform integers
+        j = sampler.randbelow(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fraction | int | str,
+                     sampler: ExactSampler = CSPRNG) -> int:
+    """Index of the selected candidate."""
+    if isinstance(epsilon, float) or isinstance(sensitivity, float):
+        raise TypeError("epsilon and sensitivity must be exact (Fraction, int or str)")
+    eps, delta = Fraction(epsilon), Fraction(sensitivity)
+    if eps <= 0 or delta <= 0:
+        raise ValueError("epsilon and sensitivity must be > 0")
+    exact = [Fraction(s) for s in scores]
+    if not exact:
+        raise ValueError("no candidates")
+    best = max(exact)
+    for r in _order(len(exact), sampler):
+        if sampler.bernoulli_exp(eps * (best - exact[r]) / (2 * delta)):
+            return r
+    raise AssertionError("unreachable: the best candidate always accepts")
+
+
+def pf_probabilities(scores, epsilon: float, sensitivity: float) -> list[float]:
+    """PF's exact output distribution by enumerating every order (small candidate sets)."""
+    import math
+
+    best = max(scores)
+    p = [math.exp(epsilon * (s - best) / (2 * sensitivity)) for s in scores]
+    n = len(scores)
+    if n > 8:
+        raise ValueError("enumeration is for at most 8 candidates")
+    out = [0.0] * n
+    orders = list(permutations(range(n)))
+    for order in orders:
+        reach = 1.0
+        for r in order:
+            out[r] += reach * p[r] / len(orders)
+            reach *= 1 - p[r]
+    return out
