@@ -56,10 +56,13 @@ def spanning_tree(marginals: list[NoisyMarginal], n_attrs: int,
 
 
 def fit_pgm(marginals: list[NoisyMarginal], domain_sizes: tuple[int, ...], rows: int,
-            iters: int = 1000) -> np.ndarray:
+            iters: int = 1000, keep_all: bool = False) -> np.ndarray:
+    """Fit and sample. ``keep_all`` uses every given marginal (the caller already chose a
+    tractable set, as MST does); otherwise 1-ways plus a maximum spanning tree of the pairs."""
     names = [f"a{i}" for i in range(len(domain_sizes))]
     domain = Domain(names, list(domain_sizes))
-    keep = set(spanning_tree(marginals, len(domain_sizes), domain_sizes))
+    keep = ({m.attrs for m in marginals} if keep_all
+            else set(spanning_tree(marginals, len(domain_sizes), domain_sizes)))
     measurements = [
         LinearMeasurement(np.asarray(m.counts, dtype=float).ravel(),
                           tuple(names[a] for a in m.attrs), stddev=float(np.sqrt(m.variance)))

@@ -5,11 +5,13 @@ the schema and a budget, and returns synthetic encoded records with its own acco
 """
 
 from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn
 from fedbench.methods.concat import concat
 from fedbench.methods.feddpsyn_sim import feddpsyn_sim
 
 METHODS = {
+    "central-mst": central_mst,
     "central-privsyn": central_privsyn,
     "concat": concat,
     "feddpsyn": feddpsyn_sim,
