@@ -410,6 +410,14 @@ class KeyServer:
                                             "other ciphertexts; a second decryption would "
                                             "spend budget twice")
                 return
+            # The charge must bind the manifest that is registered at this instant: a peer
+            # replacing it between a chunk's check and this charge would otherwise get chunks
+            # of two different manifests decrypted under one charge.
+            registered = conn.execute("SELECT digest FROM manifests WHERE session_id = ? AND "
+                                      "release = ?", (session_id, spec.name)).fetchone()
+            if registered is not None and registered["digest"] != digest:
+                raise ServiceError(409, f"the manifest of release {spec.name!r} changed while "
+                                        "this chunk was being checked; send it again")
             self._check_budget(conn, plan, session_id, spec)
             conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
                          (session_id, spec.name, str(spec.rho), digest, time.time(),
