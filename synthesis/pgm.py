@@ -18,6 +18,7 @@ from synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
 from mbi import Domain, LinearMeasurement, estimation  # noqa: E402
 
 from synthesis.consistency import make_consistent  # noqa: E402
+from synthesis.disjoint_sets import DisjointSets  # noqa: E402
 from synthesis.marginals import NoisyMarginal  # noqa: E402
 
 
@@ -38,19 +39,11 @@ def spanning_tree(marginals: list[NoisyMarginal], n_attrs: int,
     consistent, _ = make_consistent(marginals, domain_sizes)
     scored = sorted(((dependence(m), m.attrs) for m in consistent if len(m.attrs) == 2),
                     reverse=True)
-    parent = list(range(n_attrs))
-
-    def root(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
+    components = DisjointSets(n_attrs)
     edges = []
     for _, (a, b) in scored:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[ra] = rb
+        if components.joins(a, b):
+            components.union(a, b)
             edges.append((a, b))
     return edges
 

@@ -24,6 +24,7 @@ from crypto.permute_and_flip import permute_and_flip
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
+from synthesis.disjoint_sets import DisjointSets
 from synthesis.marginals import NoisyMarginal
 
 
@@ -61,19 +62,12 @@ def central_mst(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon:
         true = counts[slot.offset:slot.offset + slot.size].reshape(slot.shape)
         scores[(a, b)] = float(np.abs(true - expected).sum())
     eps_step = _pf_epsilon(third / (d - 1))
-    parent = list(range(d))
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    components = DisjointSets(d)
     tree = []
     for _ in range(d - 1):
-        candidates = [e for e in scores if root(e[0]) != root(e[1])]
+        candidates = [e for e in scores if components.joins(*e)]
         pick = candidates[permute_and_flip([scores[e] for e in candidates], eps_step, 1)]
-        parent[root(pick[0])] = root(pick[1])
+        components.union(*pick)
         tree.append(pick)
     sigma2_two = Fraction(d - 1) / (2 * third)
     for a, b in tree:
