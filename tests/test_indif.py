@@ -6,8 +6,8 @@ import secrets
 import numpy as np
 import pytest
 
-from crypto.indif import (compile_indif_chunk, expected_counts, indif_exact, indif_from_planes,
-                          indif_offset, indif_plaintext)
+from crypto.indif import (compile_indif_chunk, expected_counts, indif_exact, indif_from_bits,
+                          indif_from_planes, indif_offset, indif_plaintext)
 from crypto.masking import expand_masks, new_seed
 
 K, CELLS = 6, 6  # counts of a 2x3 pair, |d| < 2^5
@@ -72,3 +72,17 @@ def test_sensitivity_is_one_for_add_remove_and_two_for_substitution():
             nb[b] += 1
             worst_sub = max(worst_sub, abs(indif_exact(nb, expected) - base))
     assert worst_add == 1 and worst_sub == 2
+
+
+def test_bits_output_gives_the_binary_digits_of_indif():
+    circuit = compile_indif_chunk(CELLS, K, 2.0 ** -40, output="bits")
+    circuit.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    rng = np.random.default_rng(7)
+    for _ in range(2):
+        clients = [rng.integers(0, 5, CELLS) for _ in range(3)]
+        counts = sum(clients)
+        expected = rng.integers(0, 8, CELLS)
+        masked_sum, offset = masked_inputs(clients, expected)
+        digits = circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset)))
+        assert all(int(d) in (0, 1) for d in digits)
+        assert indif_from_bits(digits) == indif_exact(counts, expected)
