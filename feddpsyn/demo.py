@@ -24,6 +24,7 @@ import numpy as np
 from clients.agent import ClientAgent
 from clients.preprocess import encode_csv
 from feddpsyn import wire
+from feddpsyn.serving import new_token, write_private
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis.central import central_marginals
@@ -128,8 +129,6 @@ def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
     state.mkdir(parents=True, exist_ok=True)
     peer_token = state / "peer.token"
     if not peer_token.exists():
-        from feddpsyn.serving import new_token, write_private
-
         write_private(peer_token, new_token().encode())
     ks_port, cs_port = free_port(), free_port()
     ks = ServerProcess(["keyserver", "--host", "127.0.0.1", "--port", str(ks_port),

@@ -297,14 +297,7 @@ class KeyServer:
             raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
         with self.db.transaction() as conn:
-            charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? "
-                                   "AND release = ?", (session_id, name)).fetchone()
-            if charged is not None:
-                if charged["request_digest"] != manifest.digest():
-                    raise ServiceError(409, f"release {name!r} was already charged for other "
-                                            "ciphertexts; a second decryption would spend "
-                                            "budget twice")
-            else:
+            if not self._charged_for(conn, session_id, name, manifest.digest()):
                 self._check_budget(conn, plan, session_id, spec)
                 conn.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?, ?, ?)",
                              (session_id, name, manifest.model_dump_json(), manifest.digest()))
@@ -331,7 +324,7 @@ class KeyServer:
     def decrypt_chunk(self, session_id: str, name: str, chunk: int, body: bytes) -> None:
         """Step 2: decrypt one registered chunk; keep only the release's cells, CS-noised."""
         plan = self.plan(session_id)
-        self._release_spec(plan, name)
+        spec = self._release_spec(plan, name)
         manifest = self._manifest(session_id, name)
         if chunk not in manifest.chunks:
             raise ServiceError(404, f"chunk {chunk} is not part of release {name!r}")
@@ -351,7 +344,7 @@ class KeyServer:
             raise ServiceError(422, f"chunk {chunk} is not a ciphertext of this circuit "
                                     "(truncated or corrupted?)") from None
         # Charged before the first decryption, once per release (idempotent afterwards).
-        self._charge(session_id, self._release_spec(plan, name), manifest)
+        self._charge(session_id, spec, manifest)
         try:
             decrypted = keys.decrypt_value(value)
         except Exception:
@@ -402,13 +395,7 @@ class KeyServer:
         plan = self.plan(session_id)
         digest = manifest.digest()
         with self.db.transaction() as conn:
-            charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? "
-                                   "AND release = ?", (session_id, spec.name)).fetchone()
-            if charged is not None:
-                if charged["request_digest"] != digest:
-                    raise ServiceError(409, f"release {spec.name!r} was already charged for "
-                                            "other ciphertexts; a second decryption would "
-                                            "spend budget twice")
+            if self._charged_for(conn, session_id, spec.name, digest):
                 return
             # The charge must bind the manifest that is registered at this instant: a peer
             # replacing it between a chunk's check and this charge would otherwise get chunks
@@ -422,6 +409,18 @@ class KeyServer:
             conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
                          (session_id, spec.name, str(spec.rho), digest, time.time(),
                           manifest.model_dump_json()))
+
+    @staticmethod
+    def _charged_for(conn, session_id: str, name: str, digest: str) -> bool:
+        """True if ``name`` is already charged for this manifest digest; 409 if for another."""
+        charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? AND "
+                               "release = ?", (session_id, name)).fetchone()
+        if charged is None:
+            return False
+        if charged["request_digest"] != digest:
+            raise ServiceError(409, f"release {name!r} was already charged for other "
+                                    "ciphertexts; a second decryption would spend budget twice")
+        return True
 
     @staticmethod
     def _check_budget(conn, plan: SessionPlan, session_id: str, spec) -> None:

@@ -1,7 +1,5 @@
 """Concurrent clients and kill -9 faults on loopback (bounded versions of bench runs)."""
 
-import os
-import signal
 import time
 
 import httpx
@@ -11,7 +9,8 @@ import pytest
 from clients.agent import ClientAgent
 from feddpsyn.demo import start_servers
 from feddpsyn.loadtest import run_load
-from tests.test_servers import CLIENTS, create_session, true_counts, write_client_csvs
+from tests.test_servers import (CLIENTS, create_session, kill, session_with_uploads,
+                                true_counts)
 
 
 def test_concurrent_clients_are_each_stored_exactly_once(tmp_path):
@@ -20,28 +19,14 @@ def test_concurrent_clients_are_each_stored_exactly_once(tmp_path):
     assert result["max_error"] < 2 ** 10  # eps=50: tiny noise; a lost or double upload is not
 
 
-def kill(server) -> None:
-    os.kill(server.proc.pid, signal.SIGKILL)
-    server.proc.wait(10)
-    server.stop()
-
-
 @pytest.mark.parametrize("victim, delay", [("keyserver", 0.0), ("computeserver", 0.0),
                                            ("keyserver", 0.4), ("computeserver", 0.8)])
 def test_kill_9_during_encryption_aggregation_or_release(tmp_path, victim, delay):
     """Kill one server shortly after the last upload (inside the encryption job, P1 or the
     release), restart it on the same state, and the session completes with the ledger
     charged exactly once per release."""
-    state = tmp_path / "state"
-    ks, cs = start_servers(state)
-    operator = (state / "keyserver" / "operator.token").read_text().strip()
-    created = create_session(ks.url, operator)
+    ks, cs, state, operator, created, csvs = session_with_uploads(tmp_path, CLIENTS)
     sid = created.session.session_id
-    csvs = write_client_csvs(tmp_path)
-    for client in CLIENTS:
-        with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
-                         tmp_path / "agents") as agent:
-            agent.upload(csvs[client])
     time.sleep(delay)
     kill(ks if victim == "keyserver" else cs)
     ks.stop()

@@ -259,22 +259,33 @@ def test_secret_key_stays_in_the_key_server_state_dir(servers, released_session)
         assert probe not in log.read_bytes()
 
 
-def test_kill_both_servers_mid_session_and_finish(tmp_path):
+def session_with_uploads(tmp_path: Path, uploaders: list[str]):
+    """Both servers on a fresh state dir, a session, and these clients' uploads done."""
     state = tmp_path / "state"
     ks, cs = start_servers(state)
     operator = (state / "keyserver" / "operator.token").read_text().strip()
     created = create_session(ks.url, operator)
-    sid = created.session.session_id
     csvs = write_client_csvs(tmp_path)
-    agents = tmp_path / "agents"
-    for client in CLIENTS[:2]:
-        with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
-                         agents) as agent:
+    for client in uploaders:
+        with ClientAgent(ks.url, cs.url, created.session.session_id, client,
+                         created.client_tokens[client], tmp_path / "agents") as agent:
             agent.upload(csvs[client])
+    return ks, cs, state, operator, created, csvs
+
+
+def kill(server) -> None:
+    """kill -9, then release the test's handles on the process."""
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(10)
+    server.stop()
+
+
+def test_kill_both_servers_mid_session_and_finish(tmp_path):
+    ks, cs, state, _, created, csvs = session_with_uploads(tmp_path, CLIENTS[:2])
+    sid = created.session.session_id
+    agents = tmp_path / "agents"
     for server in (ks, cs):
-        os.kill(server.proc.pid, signal.SIGKILL)
-        server.proc.wait(10)
-        server.stop()
+        kill(server)
     ks, cs = start_servers(state)  # same state directories, new ports
     try:
         with ClientAgent(ks.url, cs.url, sid, "alice", created.client_tokens["alice"],

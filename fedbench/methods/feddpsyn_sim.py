@@ -11,13 +11,12 @@ Then consistency and GUM, as the demo does.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from crypto.aggregation import aggregate_plaintext, decode_release, release_offset
 from crypto.discrete_gaussian import discrete_gaussian_vector
-from crypto.masking import expand_masks, mask_counts, new_seed
+from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
+from feddpsyn import wire
 from fedbench.methods.base import MethodResult, budget_rho
 from fedbench.methods.central_privsyn import DEFAULT_SPLIT
 from params.schema import Schema
@@ -56,7 +55,10 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
                                      released[pos:pos + slot.size].reshape(slot.shape)
                                      .astype(float), 2 * float(spec.sigma2)))
             pos += slot.size
-    upload = len(json.dumps({"commitment": "0" * 64, "values": masked[0].tolist()})) + 90
+    # The same two bodies the client agent sends (clients/agent.py).
+    upload = (len(wire.SeedUpload(seed_hex=seeds[0].hex()).model_dump_json())
+              + len(wire.MaskedUpload(commitment=seed_commitment(seeds[0], session_id, "c0"),
+                                      values=masked[0].tolist()).model_dump_json()))
     return out, float(upload)
 
 
