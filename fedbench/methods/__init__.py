@@ -4,13 +4,19 @@ A method takes the clients' encoded records (``owner`` says which client holds e
 the schema and a budget, and returns synthetic encoded records with its own accounting.
 """
 
+from fedbench.methods.augflaim_private import augflaim_private
 from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.central_aim import central_aim
 from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn
 from fedbench.methods.concat import concat
 from fedbench.methods.feddpsyn_sim import feddpsyn_sim
+from fedbench.methods.naive_flaim import naive_flaim
 
 METHODS = {
+    "augflaim-private": augflaim_private,
+    "central-aim": central_aim,
+    "naive-flaim": naive_flaim,
     "central-mst": central_mst,
     "central-privsyn": central_privsyn,
     "concat": concat,
