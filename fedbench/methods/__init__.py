@@ -4,13 +4,17 @@ A method takes the clients' encoded records (``owner`` says which client holds e
 the schema and a budget, and returns synthetic encoded records with its own accounting.
 """
 
+from fedbench.methods.adafedprivsyn import adafedprivsyn
 from fedbench.methods.augflaim_private import augflaim_private
 from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.cape_dpcda import cape_dpcda
 from fedbench.methods.central_aim import central_aim
 from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn
 from fedbench.methods.concat import concat
+from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
 from fedbench.methods.feddpsyn_sim import feddpsyn_sim
+from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
 METHODS = {
@@ -21,6 +25,11 @@ METHODS = {
     "central-privsyn": central_privsyn,
     "concat": concat,
     "feddpsyn": feddpsyn_sim,
+    "fedprivsyn": fedprivsyn,
+    "adafedprivsyn": adafedprivsyn,
+    "dpdsyn": dpdsyn,
+    "dpdsyn-dp": dpdsyn_dp,
+    "cape-dpcda": cape_dpcda,
 }
 
 __all__ = ["METHODS", "MethodResult", "budget_rho"]
