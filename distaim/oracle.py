@@ -1,0 +1,113 @@
+"""DistAIM's ``MarginalOracle``: AIM's select and measure steps inside MPyC on the servers'
+aggregated shares (FLAIM paper, Algorithm 3, lines 6-7); only the chosen index and the noisy
+marginal are opened.
+
+Every server runs ``synthesis.aim.aim`` with its own ``MpcOracle``; the engine's plaintext
+parts (model fitting, filters, annealing) are post-processing of opened values, so the three
+servers follow the same path. The public inputs of a secure step (candidates, weights, the
+model's answers) are taken from party 0 by a transfer, so that floating-point differences
+between machines can never desynchronise the MPC programs.
+
+Scores. AIM's q_r = w_r (||x_r - m_r||_1 - sqrt(2/pi) sigma n_r) is computed as the integer
+S_r = w_r sum_i |2^g x_ri - round(2^g m_ri)| - round(w_r sqrt(2/pi) sigma n_r 2^g), g = 8,
+with one secure absolute value per cell. Rounding *public* model answers keeps the
+sensitivity (triangle inequality), so S has sensitivity max_r w_r 2^g exactly and the
+exponential mechanism over S with parameter eps is an exact AIM selection step up to the
+sampler's counted deviation (``distaim.secure_selection``).
+
+Accounting. ``selection_rho(eps)`` = eps^2 / 8 (bounded range), as central AIM.
+``extra_delta`` (read by the engine after each ``select``) is (1 + e^eps_total) times the
+selection's TV bound; the measurements' TV bounds are summed in ``measure_tv`` and reported
+by the runner as a further (1 + e^eps_total) * measure_tv of delta (the engine charges extra
+delta per selection only).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from fractions import Fraction
+
+import numpy as np
+
+from crypto.exponential_mechanism import em_rho
+from distaim.protocol import Layout
+from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
+from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
+
+__all__ = ["MpcOracle", "SCORE_GRID_BITS"]
+
+SCORE_GRID_BITS = 8
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+class MpcOracle:
+    def __init__(self, rt, secint, em_secint, totals, layout: Layout, epsilon_total: float,
+                 rows_bound: int = 1 << 20):
+        self.rt, self.secint, self.em_secint = rt, secint, em_secint
+        self.totals = totals                       # secure array: sum of all clients' vectors
+        self.layout = layout
+        self.offsets = layout.offsets
+        self._tv_to_delta = Fraction(1) + Fraction(math.exp(epsilon_total) * (1 + 1e-12))
+        self.rows_bound = rows_bound               # public bound on any count (abs width)
+        self.extra_delta = Fraction(0)
+        self.measure_tv = Fraction(0)
+        self.select_tv = Fraction(0)
+        self.timings: list[dict] = []
+
+    def _public(self, value):
+        """Party 0's copy of a public value (see the module docstring)."""
+        if len(self.rt.parties) == 1:
+            return value
+        return self.rt.run(self.rt.transfer(value, senders=[0]))[0]
+
+    def measure(self, clique, sigma2: Fraction) -> np.ndarray:
+        start = time.time()
+        clique = tuple(clique)
+        offset, n = self.offsets[clique]
+        plan = GaussianPlan.for_sigma2(Fraction(sigma2))
+        cells = self.totals[offset:offset + n]
+        noisy = cells + secure_discrete_gaussian(self.rt, self.secint, plan, n)
+        values = np.array([int(v) for v in self.rt.run(self.rt.output(noisy))], dtype=np.int64)
+        self.measure_tv += n * plan.tv_bound
+        self.timings.append({"step": "measure", "clique": list(clique), "cells": n,
+                             "levels": len(plan.levels), "seconds": time.time() - start})
+        return values
+
+    def select(self, candidates, model_answers, weights, sigma2, epsilon) -> int:
+        start = time.time()
+        g = SCORE_GRID_BITS
+        public = self._public({
+            "candidates": [tuple(c) for c in candidates],
+            "weights": [int(Fraction(w)) for w in weights],
+            "answers": [np.rint(np.asarray(m, dtype=float).ravel() * (1 << g)).astype(
+                np.int64).tolist() for m in model_answers],
+            "sigma2": Fraction(sigma2), "epsilon": Fraction(epsilon)})
+        cands, wts, answers = public["candidates"], public["weights"], public["answers"]
+        if any(Fraction(w) != int(Fraction(w)) for w in weights):
+            raise ValueError("AIM weights must be integers")
+        index = np.concatenate([np.arange(self.offsets[c][0], self.offsets[c][0]
+                                          + self.offsets[c][1]) for c in cands])
+        model = np.concatenate([np.asarray(a, dtype=object) for a in answers])
+        diff = self.totals[index] * (1 << g) - model
+        width = (self.rows_bound << g).bit_length() + 2
+        absolute = self.rt.np_absolute(diff, l=width)
+        sigma = math.sqrt(float(public["sigma2"]))
+        scores, pos = [], 0
+        for c, w in zip(cands, wts):
+            n = self.offsets[c][1]
+            penalty = round(w * _SQRT_2_OVER_PI * sigma * n * (1 << g))
+            scores.append(self.rt.np_sum(absolute[pos:pos + n]) * w - penalty)
+            pos += n
+        scores = self.rt.np_fromlist(scores)
+        plan = SelectionPlan.build(public["epsilon"], max(wts) << g, len(cands))
+        secret = secure_exponential_mechanism(self.rt, scores, plan, self.em_secint)
+        pick = int(self.rt.run(self.rt.output(secret)))
+        self.select_tv += plan.tv_bound
+        self.extra_delta = self._tv_to_delta * plan.tv_bound
+        self.timings.append({"step": "select", "candidates": len(cands),
+                             "cells": int(len(index)), "seconds": time.time() - start})
+        return pick
+
+    def selection_rho(self, epsilon: Fraction) -> Fraction:
+        return em_rho(epsilon)

@@ -1,0 +1,116 @@
+"""The servers' side of a DistAIM session before AIM starts: the upload layout, agreement on
+the set of clients, the share-consistency check and the aggregation of shares.
+
+FLAIM paper, Algorithm 3, lines 4-5: clients secret-share their workload answers, the compute
+servers add the shares. Design concern: **no client is summed unless all three servers hold
+a consistent share of it**: the servers first agree on the clients every one of them
+received (a client missing at any server is excluded as "partial"), then run the
+random-linear-combination degree check of ``distaim.sharing`` on each (a failing client is
+excluded as "inconsistent"); only the remaining clients' shares are added (locally: Shamir
+sharing is linear). Every exclusion is returned with its reason for the session record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distaim import sharing
+
+__all__ = ["Layout", "client_vector", "Admission", "admit_clients", "aggregate"]
+
+Clique = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each marginal of the completed workload sits in a client's upload vector."""
+
+    domain_sizes: tuple[int, ...]
+    cliques: tuple[Clique, ...]
+
+    @classmethod
+    def for_workload(cls, domain_sizes: Sequence[int], workload: Sequence[Clique]) -> "Layout":
+        from synthesis.aim import completion
+        return cls(tuple(int(s) for s in domain_sizes), tuple(completion(workload)))
+
+    @property
+    def offsets(self) -> dict[Clique, tuple[int, int]]:
+        out, start = {}, 0
+        for c in self.cliques:
+            n = int(np.prod([self.domain_sizes[a] for a in c], dtype=np.int64))
+            out[c] = (start, n)
+            start += n
+        return out
+
+    @property
+    def length(self) -> int:
+        return sum(n for _, n in self.offsets.values())
+
+
+def client_vector(records: np.ndarray, layout: Layout) -> np.ndarray:
+    """A client's workload answers, concatenated in the layout's order (exact counts)."""
+    from synthesis.aim import marginal_counts
+    return np.concatenate([marginal_counts(records, c, layout.domain_sizes)
+                           for c in layout.cliques])
+
+
+@dataclass
+class Admission:
+    admitted: list[str]
+    excluded: dict[str, str] = field(default_factory=dict)
+
+
+async def admit_clients(rt, modulus: int, shares: Mapping[str, Sequence[int]]) -> Admission:
+    """Agree on the clients whose shares are complete and consistent at all servers.
+
+    ``shares``: this server's share vector of every client it received (x = pid + 1).
+    """
+    mine = sorted(shares)
+    everyone = await rt.transfer(mine)
+    common = sorted(set.intersection(*(set(ids) for ids in everyone)))
+    union = set(itertools.chain.from_iterable(everyone))
+    excluded = {cid: "partial: not received by every server" for cid in sorted(union)
+                if cid not in common}
+    if len(rt.parties) == 1 or not common:
+        return Admission(common, excluded)
+    # a joint seed no server chose alone, fixed only after every upload is in
+    contributions = await rt.transfer(secrets.token_bytes(32))
+    joint = hashlib.sha256(b"".join(contributions)).digest()
+    field_type = _field(modulus)
+    mask_shares = rt._randoms(field_type, len(common))
+    mine_values = []
+    for cid, z in zip(common, mask_shares):
+        rho = sharing.challenge_vector(joint, cid, modulus, len(shares[cid]))
+        mine_values.append(sharing.check_value(shares[cid], rho, z.value % modulus, modulus))
+    values = await rt.transfer(mine_values)
+    admitted = []
+    for i, cid in enumerate(common):
+        v1, v2, v3 = (values[pid][i] for pid in range(3))
+        if sharing.collinear(v1, v2, v3, modulus):
+            admitted.append(cid)
+        else:
+            excluded[cid] = "inconsistent: shares fail the degree check"
+    return Admission(admitted, excluded)
+
+
+def _field(modulus: int):
+    from mpyc import finfields
+    return finfields.GF(modulus)
+
+
+def aggregate(shares: Mapping[str, Sequence[int]], admitted: Sequence[str], modulus: int,
+              length: int) -> list[int]:
+    """This server's share of the sum over admitted clients (local: sharing is linear)."""
+    total = [0] * length
+    for cid in admitted:
+        vec = shares[cid]
+        if len(vec) != length:
+            raise ValueError(f"client {cid!r}: share length {len(vec)} != {length}")
+        total = [(a + b) for a, b in zip(total, vec)]
+    return [t % modulus for t in total]
