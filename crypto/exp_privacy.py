@@ -30,7 +30,8 @@ import numpy as np
 
 from crypto.tfhe_exp import ExpParams, fixed_point_weights, ideal_log_weight, rounding_constants
 
-__all__ = ["e_num", "bound", "exact", "numerics_row"]
+__all__ = ["e_num", "bound", "exact", "bernoulli_product_eta", "product_eta",
+           "numerics_row"]
 
 
 def e_num(x: float) -> float:
@@ -70,9 +71,36 @@ def exact(p: ExpParams, e_prev: float = 0.0) -> float:
     return p.eps * e_prev + float(deviation.max())
 
 
+def bernoulli_product_eta(p: ExpParams, e_prev: float = 0.0) -> float:
+    """The exact worst case for the weights our encrypted selection samples
+    (``crypto.selection``): W(A) = prod over set bits j of c_j / 2^kappa'_j, the product taken
+    exactly (no rounding of intermediate products to kappa bits), against the ideal
+    exp(-eps A / 2^lambda); eps e_prev + max over every A in [0, 2^n_b) of the log-ratio,
+    rounded up by 1e-12 so float error never understates it."""
+    rates = [p.eps * 2.0 ** (j - p.lam) for j in range(p.nb)]
+    return p.eps * e_prev + product_eta(rounding_constants(p), p.kappa_prime, rates)
+
+
+def product_eta(constants, kappa_prime, rates) -> float:
+    """max over every A in [0, 2^n_b) of |sum over set bits j of (ln(c_j / 2^kappa'_j) +
+    rate_j)|, by enumeration, rounded up by 1e-12 so float error never understates it."""
+    if min(constants) <= 0:
+        return math.inf
+    deviation = [math.log(c) - kp * math.log(2) + rate
+                 for c, kp, rate in zip(constants, kappa_prime, rates)]
+    a = np.arange(2 ** len(deviation), dtype=np.int64)
+    per_input = sum(((a >> j) & 1) * d for j, d in enumerate(deviation))
+    return float(np.abs(per_input).max()) + 1e-12
+
+
 def numerics_row(p: ExpParams, e_prev: float = 0.0) -> dict:
-    """One row of ``feddpsyn numerics --json``: the selection step is (eps + 4 e')-DP."""
+    """One row of ``feddpsyn numerics --json``: the selection step is (eps + 4 e')-DP
+    (``crypto.selection`` proves that shape for permute-and-flip too). ``exact`` is
+    SubRoutine 1's integer arithmetic as the paper specifies it; ``exact_bernoulli`` is what
+    our circuit samples with the same constants (the product evaluated exactly)."""
     b, x = bound(p, e_prev), exact(p, e_prev)
+    ours = bernoulli_product_eta(p, e_prev)
     return {"eps": p.eps, "nb": p.nb, "kappa": p.kappa, "lambda": p.lam,
             "kappa_prime": list(p.kappa_prime), "e_prev": e_prev,
-            "bound": b, "exact": x, "total": p.eps + 4 * x, "total_bound": p.eps + 4 * b}
+            "bound": b, "exact": x, "total": p.eps + 4 * x, "total_bound": p.eps + 4 * b,
+            "exact_bernoulli": ours, "total_bernoulli": p.eps + 4 * ours}

@@ -27,7 +27,7 @@ from itertools import permutations
 
 from crypto.discrete_gaussian import CSPRNG, ExactSampler
 
-__all__ = ["permute_and_flip", "pf_probabilities"]
+__all__ = ["permute_and_flip", "pf_probabilities", "pf_probabilities_exact"]
 
 
 def _order(n: int, sampler: ExactSampler) -> list[int]:
@@ -72,4 +72,25 @@ def pf_probabilities(scores, epsilon: float, sensitivity: float) -> list[float]:
         for r in order:
             out[r] += reach * p[r] / len(orders)
             reach *= 1 - p[r]
+    return out
+
+
+def pf_probabilities_exact(accept: list[Fraction]) -> list[Fraction]:
+    """PF's output distribution for arbitrary acceptance probabilities, exactly.
+
+    Give every candidate a uniform arrival time x; r is output iff it accepts and every
+    candidate arriving earlier rejects, so P(r) = p_r * integral_0^1 prod_{s != r} (1 - p_s x)
+    dx: a polynomial integrated term by term in rationals. This is the reference the encrypted
+    selection's frequencies are tested against (its weights are fixed-point, not exp).
+
+    >>> pf_probabilities_exact([Fraction(1), Fraction(1, 2)])
+    [Fraction(3, 4), Fraction(1, 4)]
+    """
+    out = []
+    for r, p_r in enumerate(accept):
+        poly = [Fraction(1)]
+        for s, p_s in enumerate(accept):
+            if s != r:
+                poly = [a - p_s * b for a, b in zip(poly + [Fraction(0)], [Fraction(0)] + poly)]
+        out.append(p_r * sum(c / (k + 1) for k, c in enumerate(poly)))
     return out

@@ -1,0 +1,134 @@
+"""Primitives 2 and 3 in one key set: InDif digits flow into the selection without decryption.
+
+The compute server must feed Primitive 2's encrypted outputs into Primitive 3, so the two
+cannot be separate circuits (each would have its own keys): they are functions of one concrete
+module, wired so that an output of one is a valid input of another:
+
+* ``indif(masked_sum, offset)``: InDif of one chunk of one pair's cells (``crypto.indif``,
+  ``output="bits"``), as exactly ``score_bits`` binary digits;
+* ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
+  sum of its chunks' scores; two 2-bit lookups per digit);
+* ``select(score_0, ..., score_{S-1}, active, r_ks, xor_twice, xor_shift, c_index)``:
+  Primitive 3 (``crypto.selection``), one argument per candidate so that the compute server
+  can pass them in its secret random order, one output per position so it can put them back.
+
+Widths. ``count_bits`` here is P2's k (|C - K| < 2^(k-1)), not P1's: the key server encrypts
+M mod 2^k. ``score_bits`` must hold every pair's InDif: with K clipped so that sum K <= rows,
+InDif <= sum C + sum K <= 2 * max_rows, so score_bits = bit length of 2 * max_rows, and
+truncating a chunk's digits (or a sum's carry-out) to it is exact.
+
+Cost (measured in ``bench/bench_selection.py``): every lookup is at most 3 bits wide except
+P2's bit extraction from the k+1-bit input, so one key set serves all three functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+from concrete import fhe
+
+from crypto.aggregation import fhe_tag
+from crypto.indif import _indif_bits_function
+from crypto.selection import SelectionShape, clear_arguments, select_core
+
+__all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext"]
+
+_SUM_DIGIT = fhe.LookupTable([0, 1, 0, 1])
+_SUM_CARRY = fhe.LookupTable([0, 0, 1, 1])
+
+
+@dataclass(frozen=True)
+class PrivateSelectionShape:
+    count_bits: int      # P2's k
+    chunk_cells: int     # cells per ``indif`` call
+    selection: SelectionShape  # its score_bits is every score's digit count
+
+    def __post_init__(self) -> None:
+        if self.selection.batch != 1:
+            raise ValueError("the service selects one pair per call (batch = 1)")
+
+
+def add_plaintext(x: list[int], y: list[int]) -> list[int]:
+    """``add``'s exact model: digits of (x + y) mod 2^n, least significant first."""
+    n = len(x)
+    total = sum(b << i for i, b in enumerate(x)) + sum(b << i for i, b in enumerate(y))
+    return [(total >> i) & 1 for i in range(n)]
+
+
+def _functions(shape: PrivateSelectionShape):
+    n, s = shape.selection.score_bits, shape.selection.candidates
+    chunk_bits = _indif_bits_function(shape.count_bits, shape.chunk_cells)
+
+    def indif(masked_sum, offset):
+        digits = list(chunk_bits(masked_sum=masked_sum, offset=offset))[:n]
+        digits += [digits[0] * 0] * (n - len(digits))
+        return fhe.array(digits)
+
+    def add(x, y):
+        out, carry = [], None
+        for j in range(n):
+            total = x[j] + y[j] + (0 if carry is None else carry)
+            out.append(_SUM_DIGIT[total])
+            if j + 1 < n:
+                carry = _SUM_CARRY[total]
+        return fhe.array(out)
+
+    def select(**kwargs):
+        scores = [kwargs[f"score_{r}"] for r in range(s)]
+        columns = [fhe.array([[score[j] for score in scores]]) for j in range(n)]
+        return select_core(shape.selection, columns, kwargs["active"], kwargs["r_ks"],
+                           kwargs["xor_twice"], kwargs["xor_shift"], kwargs["c_index"])
+
+    names = [f"score_{r}" for r in range(s)] + ["active", "r_ks", "xor_twice", "xor_shift",
+                                                  "c_index"]
+    select.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names])
+    statuses = {f"score_{r}": "encrypted" for r in range(s)}
+    statuses.update(active="clear", r_ks="encrypted", xor_twice="clear", xor_shift="clear",
+                    c_index="clear")
+    return indif, add, select, statuses
+
+
+def compile_private_selection(shape: PrivateSelectionShape, p_error: float):
+    """Compile the module (``module.indif``, ``module.add``, ``module.select``)."""
+    if not hasattr(fhe_tag.tag_context, "stack"):
+        fhe_tag.tag_context.stack = []
+    indif, add, select, select_statuses = _functions(shape)
+    indif_def = fhe.function({"masked_sum": "encrypted", "offset": "clear"})(indif)
+    add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
+    select_def = fhe.function(select_statuses)(select)
+    s = shape.selection.candidates
+    wires = set()
+    for source in (fhe.Output(indif_def, 0), fhe.Output(add_def, 0)):
+        for target in [fhe.Input(add_def, 0), fhe.Input(add_def, 1)] + [
+                fhe.Input(select_def, r) for r in range(s)]:
+            wires.add(fhe.Wire(source, target))
+    module_class = type("PrivateSelection", (), {"indif": indif_def, "add": add_def,
+                                                  "select": select_def,
+                                                  "composition": fhe.Wired(wires)})
+    compiler = fhe.module()(module_class)
+
+    k, cells, n = shape.count_bits, shape.chunk_cells, shape.selection.score_bits
+    w = shape.selection.random_bits
+    rng = np.random.default_rng(0)
+    zero, top = np.zeros(cells, dtype=np.int64), np.full(cells, (1 << k) - 1, dtype=np.int64)
+    centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
+    indif_inputs = [(zero, zero), (top, top), (zero, centre)] + [
+        (rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells)) for _ in range(8)]
+    digit_inputs = [rng.integers(0, 2, n) for _ in range(8)] + [np.ones(n, dtype=np.int64)]
+    add_inputs = [(a, b) for a, b in zip(digit_inputs, digit_inputs[1:] + digit_inputs[:1])]
+    select_inputs = []
+    for i in range(10):
+        digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
+                  else rng.integers(0, 2, (1, s, n)))
+        args = clear_arguments(digits, rng.integers(0, 2, s) | (i % 2),
+                               rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)),
+                               rng.integers(0, 2, w))
+        select_inputs.append(tuple(args[0][0, r] for r in range(s)) + tuple(args[1:]))
+    configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
+                                      compress_evaluation_keys=True,
+                                      compress_input_ciphertexts=True)
+    return compiler.compile({"indif": indif_inputs, "add": add_inputs,
+                             "select": select_inputs}, configuration)

@@ -1,0 +1,348 @@
+"""Primitive 3 (FedDPSyn, Section 4 and Appendix C): private selection of one attribute pair
+under TFHE, by permute-and-flip with TFHE-EXP's fixed-point weights.
+
+Input: every candidate pair's encrypted InDif score as binary digits (Primitive 2,
+``crypto.indif`` with ``output="bits"``). Output: an encrypted one-hot vector; the key server
+decrypts it and learns the chosen index, nothing else.
+
+The arithmetic, per selection (S candidates, scores quantised to q = floor(InDif / 2^t)):
+
+1. **Encrypted maximum**, most significant digit first: ``alive_r`` marks the candidates whose
+   prefix equals the maximum's so far; the maximum's digit m_j is the OR over alive candidates
+   of their digit (an OR tree of 3-input sums, so no lookup is wider than 3 bits).
+2. **A_r = q_max - q_r** by a ripple-borrow subtraction of digits (two 3-bit lookups a digit).
+3. **TFHE-EXP as a product of Bernoulli trials.** SubRoutine 1 multiplies, for every set bit
+   j of A (n_b bits, A clamped at 2^n_b - 1), by the rounding constant
+   c_j / 2^kappa'_j, c_j = round(2^kappa'_j exp(-gamma 2^j)). Permute-and-flip only needs to
+   *accept* candidate r with probability W(A_r) = prod_{j: bit j of A_r} c_j / 2^kappa'_j, and
+   a product of probabilities is the probability that independent trials all succeed: bit j
+   "passes" if it is 0 or if a uniform kappa'_j-bit R_rj is < c_j. So the product is exact
+   (SubRoutine 1's intermediate rounding to kappa bits disappears) and costs no wide lookup:
+   the comparison R < c with a clear c is a chain of 3-bit lookups. The clamp: if A has a bit
+   at or above n_b, every one of the n_b trials must pass (A = 2^n_b - 1).
+4. **Permute-and-flip's first acceptance**: the compute server feeds the candidates in a
+   secret uniformly random order; ``out_r = accept_r AND NOT (any earlier accept)``; the best
+   candidate (A = 0) always accepts, so exactly one output is 1. The compute server puts the
+   outputs back in candidate order before the key server decrypts them (the position in the
+   random order would tell how many candidates were rejected).
+
+**Whose randomness.** Both servers learn the chosen pair, so neither may know the coins: a
+server that knew R_rj and the order could tell which candidates were rejected from the output,
+far more than the mechanism's output. Every R_rj is R^KS_rj XOR R^CS_rj: the key server
+encrypts fresh uniform bits R^KS (it never sees the order or the result of a comparison), the
+compute server XORs its own clear bits in (a leveled operation) and chooses the order.
+
+**Privacy** (our derivation, in the style of McKenna and Sheldon's proof). With acceptance
+probabilities p_r = h(A_r), PF outputs r with probability p_r * integral_0^1
+prod_{s != r} (1 - p_s x) dx. If p_s >= lam p'_s for every s, the integral grows by at most
+1/lam (substitute x -> lam x). For neighbours D, D' (each quantised score moves by at most
+1, so A_r and A_s move with the maximum's move cancelling between the two factors) and
+h(A) = exp(-gamma A + delta(A)) with |delta| <= eta, delta(0) = 0:
+P_r(D) / P_r(D') <= exp(gamma (A'_r - A_r) + 2 eta) * exp(gamma (A_s - A'_s) + 2 eta)
+<= exp(2 gamma + 4 eta). With gamma = eps / 2 the step is (eps + 4 eta)-DP, eta the exact
+worst case over every A (``crypto.exp_privacy.bernoulli_product_eta``): Theorem C.1's
+"eps + 4e'" shape, now shown for permute-and-flip. Clamping A is 1-Lipschitz and keeps the
+bound. Quantising InDif (sensitivity 1, add/remove) by floor(. / 2^t) keeps sensitivity 1.
+
+>>> shape = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=3, kappa_prime=(4, 4, 4))
+>>> thresholds(shape, Fraction(1))
+[10, 6, 2]
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+import numpy as np
+from concrete import fhe
+
+from crypto.aggregation import fhe_tag
+
+__all__ = ["SelectionShape", "SelectionStep", "plan_step", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext",
+           "compile_selection", "random_share", "pbs_estimate"]
+
+
+@dataclass(frozen=True)
+class SelectionShape:
+    """The widths one compiled selection circuit serves.
+
+    ``score_bits``: digits of the InDif input; ``drop_bits`` (t): low digits ignored
+    (q = floor(InDif / 2^t)); ``nb``: bits of A before the clamp; ``kappa_prime``: random bits
+    per Bernoulli trial, one per bit of A (SubRoutine 1's kappa'_j).
+    """
+
+    candidates: int
+    score_bits: int
+    drop_bits: int
+    nb: int
+    kappa_prime: tuple[int, ...]
+    batch: int = 1  # independent selections per run (the tests' frequency checks use many)
+
+    def __post_init__(self) -> None:
+        if self.candidates < 2:
+            raise ValueError("selection needs at least 2 candidates")
+        if not 0 <= self.drop_bits < self.score_bits:
+            raise ValueError("drop_bits must leave at least one score digit")
+        if len(self.kappa_prime) != self.nb or self.nb < 1 or min(self.kappa_prime) < 1:
+            raise ValueError("need n_b >= 1 and one kappa'_j >= 1 per bit of A")
+
+    @property
+    def quantised_bits(self) -> int:
+        return self.score_bits - self.drop_bits
+
+    @property
+    def random_bits(self) -> int:
+        return sum(self.kappa_prime)
+
+
+def thresholds(shape: SelectionShape, epsilon: Fraction) -> list[int]:
+    """c_j = round(2^kappa'_j exp(-gamma 2^j)), gamma = eps / 2 (sensitivity 1), computed at 50
+    digits so no platform's libm decides a public constant; every c_j must be >= 1 (a zero
+    weight would make the loss unbounded)."""
+    out = []
+    with localcontext() as ctx:
+        ctx.prec = 50
+        gamma = Decimal(epsilon.numerator) / Decimal(epsilon.denominator) / 2
+        for j, kp in enumerate(shape.kappa_prime):
+            c = int((Decimal(2) ** kp * (-(gamma * 2 ** j)).exp())
+                    .to_integral_value(rounding="ROUND_HALF_EVEN"))
+            if c < 1:
+                raise ValueError(f"kappa'_{j} = {kp} rounds weight bit {j} to 0 at eps = "
+                                 f"{float(epsilon):g}: raise kappa'_{j} or lower n_b")
+            out.append(c)
+    return out
+
+
+def acceptance_weights(shape: SelectionShape, c: list[int]) -> list[Fraction]:
+    """W(A) for every A in [0, 2^n_b): the exact acceptance probability of a candidate."""
+    out = []
+    for a in range(2 ** shape.nb):
+        w = Fraction(1)
+        for j, kp in enumerate(shape.kappa_prime):
+            if (a >> j) & 1:
+                w *= Fraction(c[j], 2 ** kp)
+        out.append(w)
+    return out
+
+
+def step_eta(shape: SelectionShape, epsilon: Fraction) -> float:
+    """eta: the exact worst-case |ln W(A) + gamma A| of this shape's weights at ``epsilon``."""
+    from crypto.exp_privacy import product_eta
+
+    gamma = float(epsilon) / 2
+    return product_eta(thresholds(shape, epsilon), shape.kappa_prime,
+                       [gamma * 2 ** j for j in range(shape.nb)])
+
+
+@dataclass(frozen=True)
+class SelectionStep:
+    """One selection's budget: PF at ``epsilon`` with fixed-point weights is
+    (epsilon + 4 eta)-DP; the ledger charges rho = (epsilon + 4 eta)^2 / 2 (pure DP to zCDP)."""
+
+    epsilon: Fraction
+    eta: float
+    epsilon_total: Fraction  # epsilon + 4 eta, rounded up
+    rho: Fraction            # charged, rounded up
+
+
+def plan_step(rho_step: Fraction, shape: SelectionShape) -> SelectionStep:
+    """The largest PF epsilon (on a 1e-9 grid) whose total loss, numerical error included,
+    fits ``rho_step``; bounded search, fails closed if none does."""
+    grid = 10 ** 9
+    target = math.sqrt(2 * float(rho_step))
+    eps = Fraction(math.floor(target * grid), grid)
+    for _ in range(64):
+        if eps <= 0:
+            break
+        eta = step_eta(shape, eps)
+        total = Fraction(math.ceil((float(eps) + 4 * eta) * grid) + 1, grid)
+        rho = total * total / 2
+        if rho <= rho_step:
+            return SelectionStep(eps, eta, total, rho)
+        eps = Fraction(math.floor(float(eps) * target / float(total) * grid) - 1, grid)
+    raise ValueError(f"no selection epsilon fits rho = {float(rho_step):.3g} with this shape "
+                     "(raise kappa'_j)")
+
+
+def _bits_of(value: int, width: int) -> list[int]:
+    return [(value >> i) & 1 for i in range(width)]
+
+
+def threshold_bits(shape: SelectionShape, c: list[int]) -> np.ndarray:
+    """The clear comparison constants: bits of c_j - 1 (test R <= c_j - 1), LSB first."""
+    out = []
+    for kp, cj in zip(shape.kappa_prime, c):
+        if not 1 <= cj <= 2 ** kp:
+            raise ValueError("c_j must lie in [1, 2^kappa'_j]")
+        out += _bits_of(cj - 1, kp)
+    return np.array(out, dtype=np.int64)
+
+
+def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
+                     r_cs: np.ndarray, shape: SelectionShape, c: list[int]) -> np.ndarray:
+    """The circuit's exact integer model: the one-hot output, in the input (random) order."""
+    digits = np.asarray(digits, dtype=np.int64)  # (S, n): one selection
+    q = sum(digits[:, j] << (j - shape.drop_bits)
+            for j in range(shape.drop_bits, shape.score_bits)) * np.asarray(active)
+    a = q.max() - q
+    r = np.asarray(r_ks, dtype=np.int64) ^ np.asarray(r_cs, dtype=np.int64)
+    accept = np.asarray(active, dtype=bool).copy()
+    pos = 0
+    clamped = np.minimum(a, 2 ** shape.nb - 1)
+    for j, kp in enumerate(shape.kappa_prime):
+        trial = sum(r[:, pos + i] << i for i in range(kp))
+        pos += kp
+        accept &= ~(((clamped >> j) & 1).astype(bool) & (trial >= c[j]))
+    out = np.zeros(len(q), dtype=np.int64)
+    out[np.argmax(accept)] = 1  # the first acceptance in the given order
+    return out
+
+
+def clear_arguments(digits, active, r_ks, r_cs, c_bits) -> tuple:
+    """The circuit's argument tuple from the natural inputs (see ``select``'s comment)."""
+    r_cs = np.asarray(r_cs, dtype=np.int64)
+    return (np.asarray(digits, dtype=np.int64), np.asarray(active, dtype=np.int64),
+            np.asarray(r_ks, dtype=np.int64), 2 * r_cs, r_cs,
+            4 * np.asarray(c_bits, dtype=np.int64))
+
+
+def _lut(fn, width: int) -> fhe.LookupTable:
+    return fhe.LookupTable([fn(i) for i in range(2 ** width)])
+
+
+_NONZERO = _lut(lambda s: int(s > 0), 2)          # OR of up to 3 bits, from their sum
+_AND = _lut(lambda i: int(i == 3), 2)             # x + 2y
+_KEEP_ALIVE = _lut(lambda i: (i & 1) & int(((i >> 1) & 1) or not (i >> 2) & 1), 3)
+_DIFF = _lut(lambda i: ((i & 1) - ((i >> 1) & 1) - (i >> 2)) % 2, 3)   # m + 2b + 4borrow
+_BORROW = _lut(lambda i: int((i & 1) - ((i >> 1) & 1) - (i >> 2) < 0), 3)
+# R <= d, one bit at a time from the least significant: index r + 2 le + 4 d.
+_LE_STEP = _lut(lambda i: int((not i & 1) or ((i >> 1) & 1)) if i >> 2
+                else int((not i & 1) and ((i >> 1) & 1)), 3)
+_FAIL = _lut(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
+_FIRST = _lut(lambda i: int(i == 1), 2)           # accept + 2 any_before
+
+
+def _tlu(table: fhe.LookupTable, index):
+    """A lookup whose index is declared wide enough for the whole table: the input set can
+    never be trusted to reach every intermediate value of a bit-level circuit, and a too
+    narrow index would wrap silently."""
+    return table[fhe.hint(index, can_store=len(table.table) - 1)]
+
+
+def _or_columns(columns: list) -> object:
+    """OR of encrypted 0/1 vectors of equal length, three at a time (sums stay <= 3)."""
+    columns = list(columns)
+    while len(columns) > 1:
+        grouped = []
+        for i in range(0, len(columns), 3):
+            part = columns[i:i + 3]
+            total = part[0]
+            for p in part[1:]:
+                total = total + p
+            grouped.append(_tlu(_NONZERO, total) if len(part) > 1 else total)
+        columns = grouped
+    return columns[0]
+
+
+def _or_elements(matrix, length: int):
+    """OR over the last axis of an encrypted 0/1 (batch, length) matrix."""
+    return _or_columns([matrix[:, i] for i in range(length)])
+
+
+def _selection_function(shape: SelectionShape):
+    def select(digits, active, r_ks, xor_twice, xor_shift, c_index):
+        columns = [digits[:, :, j] for j in range(shape.score_bits)]
+        return select_core(shape, columns, active, r_ks, xor_twice, xor_shift, c_index)
+
+    return select
+
+
+def select_core(shape: SelectionShape, columns: list, active, r_ks, xor_twice, xor_shift,
+                c_index) -> tuple:
+    """The traced arithmetic; ``columns[j]`` is digit j of every candidate, (batch, S).
+
+    concrete multiplies only when one side is encrypted, so the compute server passes its clear
+    inputs pre-scaled (:func:`clear_arguments`): xor_twice = 2 R_cs, xor_shift = R_cs,
+    c_index = 4 * bits of c_j - 1."""
+    s, n, t = shape.candidates, shape.score_bits, shape.drop_bits
+    q = [columns[j] * active for j in range(t, n)]  # inactive candidates score 0
+    width = len(q)
+    # 1. the maximum, most significant digit first
+    alive, top = None, [None] * width
+    for j in reversed(range(width)):
+        hits = q[j] if alive is None else _tlu(_AND, alive + 2 * q[j])
+        top[j] = _or_elements(hits, s).reshape((shape.batch, 1))  # broadcast over S
+        alive = (_tlu(_KEEP_ALIVE, active + 2 * q[j] + 4 * top[j]) if alive is None
+                 else _tlu(_KEEP_ALIVE, alive + 2 * q[j] + 4 * top[j]))
+    # 2. A = max - q, least significant digit first
+    a_bits, borrow = [], None
+    for j in range(width):
+        index = top[j] + 2 * q[j] + (0 if borrow is None else 4 * borrow)
+        a_bits.append(_tlu(_DIFF, index))
+        if j + 1 < width:
+            borrow = _tlu(_BORROW, index)
+    saturated = (_or_columns(a_bits[shape.nb:]) if width > shape.nb else None)
+    # 3. one Bernoulli trial per bit of A: R = R_ks XOR R_cs, pass iff R <= c_j - 1
+    r = (r_ks + xor_shift) - r_ks * xor_twice  # XOR, never negative
+    fails, pos = [], 0
+    for j, kp in enumerate(shape.kappa_prime):
+        le = _tlu(_LE_STEP, r[:, :, pos] + c_index[pos] + 2)  # "all below is <=" to start
+        for i in range(1, kp):
+            le = _tlu(_LE_STEP, r[:, :, pos + i] + 2 * le + c_index[pos + i])
+        pos += kp
+        a_j = a_bits[j] if j < width else 0 * r[:, :, 0]
+        fails.append(_tlu(_FAIL, a_j + 2 * (0 if saturated is None else saturated) + 4 * le))
+    fails.append(fails[0] * 0 + 1 - active)
+    accept = 1 - _or_columns(fails)
+    # 4. first acceptance in the given order
+    outs, before = [accept[:, 0]], accept[:, 0]
+    for i in range(1, s):
+        outs.append(_tlu(_FIRST, accept[:, i] + 2 * before))
+        if i + 1 < s:
+            before = _tlu(_NONZERO, accept[:, i] + before)
+    return tuple(outs)  # one (batch,) output per position: the caller may reorder them
+
+
+def compile_selection(shape: SelectionShape, p_error: float) -> fhe.Circuit:
+    """Compile Primitive 3 for ``shape`` (every lookup at most 3 bits wide)."""
+    if not hasattr(fhe_tag.tag_context, "stack"):
+        fhe_tag.tag_context.stack = []
+    compiler = fhe.Compiler(_selection_function(shape),
+                            {"digits": "encrypted", "active": "clear", "r_ks": "encrypted",
+                             "xor_twice": "clear", "xor_shift": "clear", "c_index": "clear"})
+    b, s, n, w = shape.batch, shape.candidates, shape.score_bits, shape.random_bits
+    rng = np.random.default_rng(0)
+    inputset = []
+    for i in range(12):
+        inputset.append(clear_arguments(rng.integers(0, 2, (b, s, n)),
+                                        rng.integers(0, 2, s) | (i % 2),
+                                        rng.integers(0, 2, (b, s, w)),
+                                        rng.integers(0, 2, (b, s, w)), rng.integers(0, 2, w)))
+    ones = np.ones((b, s, w), dtype=np.int64)
+    inputset.append(clear_arguments(np.ones((b, s, n), dtype=np.int64), ones[0, :, 0], ones,
+                                    0 * ones, ones[0, 0]))
+    configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
+                                      compress_evaluation_keys=True,
+                                      compress_input_ciphertexts=True)
+    return compiler.compile(inputset, configuration)
+
+
+def random_share(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray:
+    """One server's share of the trials' random bits, (batch, S, sum kappa'), from a
+    cryptographic source (``secrets`` by default)."""
+    count = shape.batch * shape.candidates * shape.random_bits
+    word = randbits(count)
+    bits = np.array([(word >> i) & 1 for i in range(count)], dtype=np.int64)
+    return bits.reshape(shape.batch, shape.candidates, shape.random_bits)
+
+
+def pbs_estimate(shape: SelectionShape) -> int:
+    """Bootstraps of one selection (what the benchmark's cost model and estimates use)."""
+    s, width = shape.candidates, shape.quantised_bits
+    per_digit = 2 * s + (s + 1) // 2 + 2 * s  # and/alive, OR tree, diff/borrow
+    trials = s * sum(kp - 1 for kp in shape.kappa_prime) + s * shape.nb
+    return width * per_digit + trials + s * (shape.nb // 2 + 2) + 2 * s
