@@ -1,0 +1,153 @@
+"""One DistAIM server's MPC run: ``python -m distaim.party --pid I --parties H:P,H:P,H:P ...``.
+
+Reads the session (``session.json``) and the client uploads addressed to this server from a
+session directory, connects to the two other servers (bound to the configured host, every
+wait bounded), admits clients (agreement + degree check, ``distaim.protocol``), adds the
+admitted shares, runs AIM with ``MpcOracle`` and writes ``party<I>.json``: the admission
+record, the opened measurements, the accounting and per-step timings.
+
+This session's intake is the directory (the HTTP intake over ``feddpsyn.serving`` is the next
+step, see the note of issue 4); the upload format is already the wire form: per client, the
+explicit share vectors of parties 2 and 3 (``share2.bin``, ``share3.bin``: fixed-width field
+elements, ``distaim.sharing.encode_vector``) and party 1's 32-byte seed (``seed1.bin``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from distaim import sharing
+from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, mpyc_module,
+                                 party_runtime)
+from distaim.protocol import Layout, admit_clients, aggregate
+
+__all__ = ["write_client_upload", "session_modulus", "run_party", "main"]
+
+
+def session_modulus() -> int:
+    """The prime of the servers' count type (MPyC's SecInt(64) field)."""
+    mpyc_module()
+    from mpyc.sectypes import SecInt
+    return SecInt(SECINT_BITS).field.modulus
+
+
+def write_client_upload(session_dir: Path, session_id: str, client_id: str,
+                        vector: np.ndarray, modulus: int, parties=(1, 2, 3)) -> int:
+    """Seed-compressed shares of ``vector`` into the session's intake; returns bytes written.
+
+    ``parties`` lets a test leave a server out (a partial upload)."""
+    seed, (s2, s3) = sharing.share_vector_seeded([int(v) for v in vector], modulus,
+                                                 session_id, client_id)
+    folder = session_dir / "uploads" / client_id
+    folder.mkdir(parents=True, exist_ok=True)
+    blobs = {1: ("seed1.bin", seed), 2: ("share2.bin", sharing.encode_vector(s2, modulus)),
+             3: ("share3.bin", sharing.encode_vector(s3, modulus))}
+    written = 0
+    for x in parties:
+        name, blob = blobs[x]
+        (folder / name).write_bytes(blob)
+        written += len(blob)
+    return written
+
+
+def _load_shares(session_dir: Path, session_id: str, x: int, modulus: int,
+                 length: int) -> tuple[dict[str, list[int]], dict[str, str]]:
+    shares, unreadable = {}, {}
+    for folder in sorted((session_dir / "uploads").iterdir()):
+        cid = folder.name
+        try:
+            if x == 1:
+                path = folder / "seed1.bin"
+                if path.exists():
+                    shares[cid] = sharing.expand_share(path.read_bytes(), modulus, session_id,
+                                                       cid, length)
+            else:
+                path = folder / f"share{x}.bin"
+                if path.exists():
+                    shares[cid] = sharing.decode_vector(path.read_bytes(), modulus, length)
+        except ValueError as exc:
+            unreadable[cid] = f"unreadable upload: {exc}"
+    return shares, unreadable
+
+
+def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: Path,
+              timeout: float = 120.0) -> dict:
+    from synthesis.aim import aim
+    from distaim.oracle import MpcOracle
+    session = json.loads((session_dir / "session.json").read_text())
+    layout = Layout.for_workload(session["domain_sizes"],
+                                 [tuple(c) for c in session["workload"]])
+    rt = party_runtime(pid, addresses)
+    secint, em_secint = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
+    modulus = secint.field.modulus
+    if modulus != session["modulus"]:
+        raise ValueError("session modulus differs from this server's field")
+    phases: dict[str, float] = {}
+    t = time.time()
+    rt.run(rt.start(timeout=timeout))
+    phases["connect"] = time.time() - t
+    t = time.time()
+    shares, unreadable = _load_shares(session_dir, session["session_id"], pid + 1, modulus,
+                                      layout.length)
+    admission = rt.run(admit_clients(rt, modulus, shares))
+    excluded = dict(admission.excluded)
+    for cid, why in unreadable.items():
+        excluded.setdefault(cid, why)
+    total = aggregate(shares, admission.admitted, modulus, layout.length)
+    totals = secint.array(secint.field.array(np.array(total, dtype=object)))
+    phases["admission"] = time.time() - t
+    t = time.time()
+    oracle = MpcOracle(rt, secint, em_secint, totals, layout, session["epsilon"],
+                       rows_bound=session.get("rows_bound", 1 << 20))
+    result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
+                 Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),
+                 round_iters=session.get("round_iters", 100),
+                 final_iters=session.get("final_iters", 100),
+                 rng=np.random.default_rng(0))
+    phases["aim"] = time.time() - t
+    rt.run(rt.shutdown(timeout=timeout))
+    tv_to_delta = 1 + math.exp(session["epsilon"]) * (1 + 1e-12)
+    report = {
+        "pid": pid,
+        "admitted": admission.admitted,
+        "excluded": excluded,
+        "selected": [list(c) for c in result.selected],
+        "measurements": [{"clique": list(m.attrs), "sigma2": m.variance,
+                          "values": np.asarray(m.counts).ravel().tolist()}
+                         for m in result.measurements],
+        "rho_spent": str(result.rho_spent),
+        "selection_extra_delta": float(result.delta_spent),
+        "measurement_extra_delta": float(oracle.measure_tv) * tv_to_delta,
+        "phases": phases,
+        "timings": oracle.timings,
+    }
+    out.write_text(json.dumps(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distaim.party")
+    parser.add_argument("--pid", type=int, required=True)
+    parser.add_argument("--parties", required=True, help="host:port,host:port,host:port")
+    parser.add_argument("--session-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    addresses = []
+    for item in args.parties.split(","):
+        host, _, port = item.rpartition(":")
+        addresses.append(PartyAddress(host, int(port)))
+    run_party(args.pid, addresses, args.session_dir, args.out, args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
