@@ -1,0 +1,54 @@
+"""``distaim`` commands (a typer app the lead wires into ``feddpsyn``): start a server's MPC
+run, and share a client's CSV into a session's intake.
+
+    python -m distaim.cli party --pid 0 --parties 127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 \
+        --session-dir S --out party0.json
+    python -m distaim.cli share --session-dir S --client-id h0 --csv h0.csv --schema SCHEMA
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers",
+                  no_args_is_help=True)
+
+
+@app.command()
+def party(pid: int = typer.Option(...), parties: str = typer.Option(
+              ..., help="host:port of the three servers, comma-separated, in pid order"),
+          session_dir: Path = typer.Option(...), out: Path = typer.Option(...),
+          timeout: float = typer.Option(120.0, help="bound on every connect and wait (s)")):
+    """Run one server's part of a DistAIM session."""
+    from distaim.party import main
+    raise typer.Exit(main(["--pid", str(pid), "--parties", parties, "--session-dir",
+                           str(session_dir), "--out", str(out), "--timeout", str(timeout)]))
+
+
+@app.command()
+def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(...),
+          csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
+    """Encode a CSV with the schema, count the session's workload marginals and write the
+    seed-compressed shares for the three servers."""
+    from clients.preprocess import encode_csv
+    from distaim.party import write_client_upload
+    from distaim.protocol import Layout, client_vector
+    from params.schema import Schema
+    session = json.loads((session_dir / "session.json").read_text())
+    layout = Layout.for_workload(session["domain_sizes"], [tuple(c) for c in session["workload"]])
+    records = encode_csv(csv, Schema.load(schema)).records
+    written = write_client_upload(session_dir, session["session_id"], client_id,
+                                  client_vector(records, layout), session["modulus"])
+    typer.echo(f"{client_id}: {len(records)} rows, {layout.length} counts shared, "
+               f"{written} bytes")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
