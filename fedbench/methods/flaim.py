@@ -169,5 +169,5 @@ def flaim(records: np.ndarray, owner: np.ndarray, domain_sizes: tuple[int, ...],
         say(f"[{variant}-flaim] round {t}: {sorted(picks)} sigma={math.sqrt(sigma2):.1f}")
     if used != rho:
         raise AssertionError(f"FLAIM ended with {used} of {rho} spent")
-    synth = model.sample(int(round(n_hat)))
+    synth = model.sample(int(round(n_hat)), rng)
     return FlaimResult(synth, used, 8 * float(np.mean(list(sent.values()))), chosen_log)
