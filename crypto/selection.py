@@ -62,7 +62,7 @@ from concrete import fhe
 
 from crypto.aggregation import fhe_tag
 
-__all__ = ["SelectionShape", "SelectionStep", "plan_step", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext",
+__all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext",
            "compile_selection", "random_share", "pbs_estimate"]
 
 
@@ -150,22 +150,52 @@ class SelectionStep:
 
 
 def plan_step(rho_step: Fraction, shape: SelectionShape) -> SelectionStep:
-    """The largest PF epsilon (on a 1e-9 grid) whose total loss, numerical error included,
-    fits ``rho_step``; bounded search, fails closed if none does."""
+    """The largest PF epsilon (bisection on a 1e-9 grid, 60 steps) whose total loss, numerical
+    error included, fits ``rho_step``; fails closed if none does."""
     grid = 10 ** 9
-    target = math.sqrt(2 * float(rho_step))
-    eps = Fraction(math.floor(target * grid), grid)
-    for _ in range(64):
-        if eps <= 0:
-            break
+
+    def step(eps: Fraction) -> SelectionStep:
         eta = step_eta(shape, eps)
         total = Fraction(math.ceil((float(eps) + 4 * eta) * grid) + 1, grid)
-        rho = total * total / 2
-        if rho <= rho_step:
-            return SelectionStep(eps, eta, total, rho)
-        eps = Fraction(math.floor(float(eps) * target / float(total) * grid) - 1, grid)
-    raise ValueError(f"no selection epsilon fits rho = {float(rho_step):.3g} with this shape "
-                     "(raise kappa'_j)")
+        return SelectionStep(eps, eta, total, total * total / 2)
+
+    low, high = 0, math.floor(math.sqrt(2 * float(rho_step)) * grid)
+    best = None
+    for _ in range(60):
+        if high <= low:
+            break
+        middle = (low + high + 1) // 2
+        try:
+            candidate = step(Fraction(middle, grid))
+        except ValueError:  # a weight rounds to 0 at this epsilon: smaller epsilons first
+            high = middle - 1
+            continue
+        if candidate.rho <= rho_step:
+            best, low = candidate, middle
+        else:
+            high = middle - 1
+    if best is None:
+        raise ValueError(f"no selection epsilon fits rho = {float(rho_step):.3g} with this "
+                         "shape (raise kappa'_j)")
+    return best
+
+
+def choose_shape(candidates: int, score_bits: int, epsilon: float, *,
+                 relative_loss: float = 0.01, clamp_exponent: float = 12.0,
+                 batch: int = 1) -> SelectionShape:
+    """Widths for a target PF epsilon: n_b so that the clamp only touches weights below
+    e^-clamp_exponent, and kappa'_j so that each c_j / 2^kappa'_j is within
+    relative_loss * eps / (4 n_b) of exp(-gamma 2^j) (so 4 eta <= relative_loss * eps)."""
+    gamma = epsilon / 2
+    nb = 1
+    while gamma * (2 ** nb - 1) < clamp_exponent and nb < score_bits:
+        nb += 1
+    per_bit = relative_loss * epsilon / (4 * nb)
+    kappa_prime = tuple(max(2, math.ceil(math.log2(1 / (2 * per_bit)) + gamma * 2 ** j
+                                         / math.log(2)))
+                        for j in range(nb))
+    return SelectionShape(candidates=candidates, score_bits=score_bits, drop_bits=0, nb=nb,
+                          kappa_prime=kappa_prime, batch=batch)
 
 
 def _bits_of(value: int, width: int) -> list[int]:

@@ -1,0 +1,64 @@
+"""P2 -> chunk sums -> P3 in one key set: InDif digits go into the selection encrypted, and
+every stage decrypts to its plaintext model."""
+
+import secrets
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from crypto.indif import indif_exact, indif_offset
+from crypto.private_selection import (PrivateSelectionShape, add_plaintext,
+                                      compile_private_selection)
+from crypto.selection import (SelectionShape, clear_arguments, random_share, select_plaintext,
+                              threshold_bits, thresholds)
+
+K, CELLS = 6, 6
+SELECTION = SelectionShape(candidates=3, score_bits=6, drop_bits=0, nb=3, kappa_prime=(3, 3, 4))
+SHAPE = PrivateSelectionShape(count_bits=K, chunk_cells=CELLS, selection=SELECTION)
+
+
+@pytest.fixture(scope="module")
+def module():
+    m = compile_private_selection(SHAPE, 2.0 ** -40)
+    m.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    return m
+
+
+def digits(value: int) -> list[int]:
+    return [(value >> j) & 1 for j in range(SELECTION.score_bits)]
+
+
+def test_indif_add_select_compose_and_match_their_models(module):
+    rng = np.random.default_rng(11)
+    # Four chunks: candidate 0 spans chunks 0 and 1 (a pair wider than one chunk).
+    encrypted, clear = [], []
+    for _ in range(4):
+        counts, expected = rng.integers(0, 6, CELLS), rng.integers(0, 6, CELLS)
+        mask = rng.integers(0, 2 ** K, CELLS)
+        masked, _ = module.indif.encrypt((counts + mask) % 2 ** K, None)
+        out = module.indif.run(masked, indif_offset(mask, expected, K))
+        assert module.indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
+        encrypted.append(out)
+        clear.append(indif_exact(counts, expected))
+    pair = module.add.run(encrypted[0], encrypted[1])
+    assert module.add.decrypt(pair).tolist() == add_plaintext(digits(clear[0]),
+                                                              digits(clear[1]))
+    scores = [clear[0] + clear[1], clear[2], clear[3]]
+    candidates = [pair, encrypted[2], encrypted[3]]
+
+    c = thresholds(SELECTION, Fraction(1, 2))
+    c_bits = threshold_bits(SELECTION, c)
+    for order in ([0, 1, 2], [2, 0, 1]):  # the compute server's secret order
+        active = np.array([1, 1, 1])
+        r_ks, r_cs = random_share(SELECTION), random_share(SELECTION)
+        args = clear_arguments(np.zeros((1, 3, SELECTION.score_bits), dtype=np.int64), active,
+                               r_ks, r_cs, c_bits)
+        r_ks_encrypted = module.select.encrypt(None, None, None, None, args[2], None, None,
+                                               None)[4]
+        out = module.select.run(*[candidates[i] for i in order], args[1], r_ks_encrypted,
+                                *args[3:])
+        one_hot = [int(np.asarray(v).ravel()[0]) for v in module.select.decrypt(*out)]
+        model = select_plaintext(np.array([digits(scores[i]) for i in order]), active,
+                                 r_ks[0], r_cs[0], SELECTION, c)
+        assert one_hot == model.tolist() and sum(one_hot) == 1

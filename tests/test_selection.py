@@ -1,0 +1,154 @@
+"""Primitive 3: the encrypted permute-and-flip, against its exact integer model and its exact
+output distribution, and the privacy claim (eps + 4 eta) checked on neighbouring scores."""
+
+import itertools
+import math
+import random
+import secrets
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from crypto.permute_and_flip import pf_probabilities_exact
+from crypto.selection import (SelectionShape, acceptance_weights, choose_shape, clear_arguments,
+                              compile_selection, pbs_estimate, plan_step, random_share,
+                              select_plaintext, step_eta, threshold_bits, thresholds)
+
+BATCH = 40
+SHAPE = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 4),
+                       batch=BATCH)
+EPS = Fraction(1)
+
+
+def digits_of(scores, width):
+    return np.array([[(s >> j) & 1 for j in range(width)] for s in scores], dtype=np.int64)
+
+
+def model_probabilities(scores, shape, eps):
+    """Exact output distribution of the model: PF with the fixed-point acceptance weights."""
+    weights = acceptance_weights(shape, thresholds(shape, eps))
+    best = max(scores)
+    return pf_probabilities_exact([weights[min(best - s, 2 ** shape.nb - 1)] for s in scores])
+
+
+@pytest.fixture(scope="module")
+def circuit():
+    c = compile_selection(SHAPE, 2.0 ** -40)
+    c.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    return c
+
+
+def run_circuit(circuit, digits, active, r_ks, r_cs, c_bits):
+    args = clear_arguments(digits, active, r_ks, r_cs, c_bits)
+    outputs = circuit.decrypt(*circuit.run(*circuit.encrypt(*args)))
+    return np.array([np.asarray(o).ravel() for o in outputs]).T  # (batch, S)
+
+
+def test_circuit_is_bit_identical_to_the_model_and_samples_the_fixed_point_pf(circuit):
+    """Fixed scores fed in a fresh random order with fresh joint randomness per selection (as
+    the compute server does): every decrypted one-hot equals the integer model's, and the
+    frequencies of the chosen candidates match PF with the fixed-point weights."""
+    scores = [5, 3, 4]
+    c = thresholds(SHAPE, EPS)
+    c_bits = threshold_bits(SHAPE, c)
+    active = np.ones(3, dtype=np.int64)
+    picks = np.zeros(3, dtype=np.int64)
+    source = random.Random(7)
+    for _ in range(2):
+        orders = [source.sample(range(3), 3) for _ in range(BATCH)]
+        digits = np.array([digits_of([scores[i] for i in order], SHAPE.score_bits)
+                           for order in orders])
+        r_ks, r_cs = (random_share(SHAPE, source.getrandbits),
+                      random_share(SHAPE, source.getrandbits))
+        out = run_circuit(circuit, digits, active, r_ks, r_cs, c_bits)
+        for b in range(BATCH):
+            assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b],
+                                                       SHAPE, c).tolist()
+            assert out[b].sum() == 1
+            picks[orders[b][int(np.argmax(out[b]))]] += 1
+    expected = np.array([float(p) for p in model_probabilities(scores, SHAPE, EPS)])
+    assert stats.chisquare(picks, expected * picks.sum()).pvalue > 1e-6
+
+
+def test_inactive_candidates_are_never_chosen_and_random_scores_agree(circuit):
+    rng = np.random.default_rng(3)
+    c = thresholds(SHAPE, EPS)
+    c_bits = threshold_bits(SHAPE, c)
+    digits = rng.integers(0, 2, (BATCH, 3, SHAPE.score_bits))
+    active = np.array([1, 0, 1])
+    r_ks, r_cs = random_share(SHAPE), random_share(SHAPE)
+    out = run_circuit(circuit, digits, active, r_ks, r_cs, c_bits)
+    assert out[:, 1].sum() == 0 and (out.sum(axis=1) == 1).all()
+    for b in range(BATCH):
+        assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b], SHAPE,
+                                                   c).tolist()
+
+
+@pytest.mark.parametrize("scores, eps", [([9, 7, 8, 2], Fraction(1)),
+                                         ([20, 20, 3], Fraction(1, 3)),
+                                         ([0, 31, 30, 12, 29], Fraction(2))])
+def test_model_frequencies_match_the_exact_distribution(scores, eps):
+    """Many draws of the integer model (cheap) with the same randomness layout as the circuit."""
+    shape = SelectionShape(candidates=len(scores), score_bits=5, drop_bits=0, nb=3,
+                           kappa_prime=(5, 5, 6), batch=1)
+    c = thresholds(shape, eps)
+    digits = digits_of(scores, 5)
+    active = np.ones(len(scores), dtype=np.int64)
+    source = random.Random(len(scores))
+    n = 20_000
+    picks = np.zeros(len(scores))
+    for _ in range(n):
+        order = source.sample(range(len(scores)), len(scores))
+        r_ks = random_share(shape, source.getrandbits)[0]
+        r_cs = random_share(shape, source.getrandbits)[0]
+        out = select_plaintext(digits[order], active, r_ks, r_cs, shape, c)
+        picks[order[int(np.argmax(out))]] += 1
+    expected = np.array([float(p) for p in model_probabilities(scores, shape, eps)]) * n
+    assert stats.chisquare(picks, expected).pvalue > 1e-6
+
+
+@pytest.mark.parametrize("eps", [Fraction(1, 2), Fraction(3, 2)])
+def test_neighbouring_scores_stay_within_eps_plus_four_eta(eps):
+    """The module's theorem, checked exactly: every score moves by at most 1 (InDif's
+    sensitivity under add/remove); the log-ratio of output probabilities never exceeds
+    eps + 4 eta, with eta this shape's exact worst-case weight deviation."""
+    shape = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 3))
+    bound = float(eps) + 4 * step_eta(shape, eps)
+    worst = 0.0
+    for scores in itertools.product(range(6), repeat=3):
+        p = model_probabilities(list(scores), shape, eps)
+        for moves in itertools.product((-1, 0, 1), repeat=3):
+            moved = [s + m for s, m in zip(scores, moves)]
+            if min(moved) < 0:
+                continue
+            q = model_probabilities(moved, shape, eps)
+            worst = max(worst, max(abs(math.log(a / b)) for a, b in zip(p, q)))
+    assert worst <= bound + 1e-12
+    assert worst > float(eps) * 0.5  # the check is not vacuous
+
+
+def test_thresholds_weights_and_guards():
+    shape = SelectionShape(candidates=2, score_bits=4, drop_bits=0, nb=3, kappa_prime=(4, 4, 4))
+    c = thresholds(shape, Fraction(1))
+    assert c == [10, 6, 2]
+    weights = acceptance_weights(shape, c)
+    assert weights[0] == 1 and weights[5] == Fraction(10 * 2, 16 ** 2)
+    assert threshold_bits(shape, c)[:4].tolist() == [1, 0, 0, 1]  # 9, least significant first
+    with pytest.raises(ValueError, match="rounds weight bit"):
+        thresholds(SelectionShape(candidates=2, score_bits=8, drop_bits=0, nb=8,
+                                  kappa_prime=(2,) * 8), Fraction(1))
+    with pytest.raises(ValueError):
+        SelectionShape(candidates=1, score_bits=4, drop_bits=0, nb=1, kappa_prime=(3,))
+
+
+def test_step_plan_fits_its_budget_and_charges_the_numerical_loss():
+    rho = Fraction(83, 1_000_000)
+    shape = choose_shape(105, 18, math.sqrt(2 * float(rho)))
+    step = plan_step(rho, shape)
+    assert step.rho <= rho
+    assert step.epsilon_total >= step.epsilon + Fraction(4 * step.eta)
+    assert 4 * step.eta <= 0.01 * float(step.epsilon)  # choose_shape's target
+    assert float(step.rho) > 0.99 * float(rho)        # and the budget is not wasted
+    assert pbs_estimate(shape) > 0
