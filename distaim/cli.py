@@ -1,5 +1,7 @@
-"""``distaim`` commands (a typer app the lead wires into ``feddpsyn``): start a server's MPC
-run, and share a client's CSV into a session's intake.
+"""``distaim`` commands (a typer app the lead wires into ``feddpsyn``): serve one server's
+HTTP intake, run a server's MPC part by hand, share a client's CSV into a session directory.
+
+    python -m distaim.cli serve --state-dir S0 --host 127.0.0.1 --port 8800
 
     python -m distaim.cli party --pid 0 --parties 127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 \
         --session-dir S --out party0.json
@@ -15,6 +17,23 @@ import typer
 
 app = typer.Typer(help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers",
                   no_args_is_help=True)
+
+
+@app.command()
+def serve(state_dir: Path = typer.Option(..., help="holds session.json (operator setup)"),
+          host: str = "127.0.0.1", port: int = 8800, log_level: str = "warning",
+          ssl_certfile: Path | None = None, ssl_keyfile: Path | None = None):
+    """Serve one DistAIM server: client share intake, MPC run, release."""
+    import uvicorn
+
+    from distaim.app import create_app
+    from feddpsyn.serving import BodyLimit
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
+    application = create_app(state_dir)
+    uvicorn.run(BodyLimit(application, application.state.max_body_bytes), host=host,
+                port=port, log_level=log_level, ssl_certfile=ssl_certfile,
+                ssl_keyfile=ssl_keyfile)
 
 
 @app.command()

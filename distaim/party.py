@@ -109,6 +109,7 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
                        rows_bound=session.get("rows_bound", 1 << 20))
     result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
                  Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),
+                 rounds=session.get("rounds"),
                  round_iters=session.get("round_iters", 100),
                  final_iters=session.get("final_iters", 100),
                  rng=np.random.default_rng(0))

@@ -59,6 +59,8 @@ THRESHOLD_BITS = 60           # b: the coin's resolution (needs b + 1 <= the sec
 TAU_BASE = 20                 # tau of every level but the last: tables of <= 2^9 slots
 MAX_TABLE_BITS = 9
 _SMOOTHING = 3                # tau_0 >= 3 s: the lattice-smoothing error is below e^{-170}
+MIN_INNER_TAU = 2
+MAX_TV = Fraction(1, 10**15)  # a plan farther than this from N_Z is refused (fail closed)
 
 
 def _dec(x: Fraction) -> Decimal:
@@ -207,12 +209,16 @@ class GaussianPlan:
         if sigma2 <= TAU_BASE**2:
             table, tv = _gaussian_table(sigma2, b)
             return GaussianPlan(sigma2, (GaussianLevel(1, sigma2, table, tv),), tv)
-        tau0 = Fraction(TAU_BASE**2)
         scale = TAU_BASE // _SMOOTHING
-        inner_sigma2 = (sigma2 - tau0) / scale**2
+        # The coarse level must not be nearly constant (s tau_1 tau_0 / sigma has to exceed
+        # the smoothing parameter of Z too), so tau_1 >= MIN_INNER_TAU; tau_0 takes the rest.
+        inner_sigma2 = max((sigma2 - TAU_BASE**2) / scale**2, Fraction(MIN_INNER_TAU) ** 2)
+        tau0 = sigma2 - scale**2 * inner_sigma2
         inner = GaussianPlan.for_sigma2(inner_sigma2, b)
         fine, tv0 = _gaussian_table(tau0, b)
         tv = tv0 + inner.tv_bound + convolution_tv(scale, inner_sigma2, tau0, sigma2)
+        if tv > MAX_TV:
+            raise ArithmeticError(f"sampler for sigma2={float(sigma2)} too far from N_Z")
         levels = (GaussianLevel(1, tau0, fine, tv0),) + tuple(
             GaussianLevel(scale * lv.scale, lv.tau2, lv.table, lv.tv) for lv in inner.levels)
         return GaussianPlan(sigma2, levels, tv)

@@ -22,7 +22,7 @@ def test_alias_table_realizes_its_weights_exactly():
     assert dist == {y: Fraction(w, 64) for y, w in zip([-2, -1, 0, 1, 2], weights) if w}
 
 
-@pytest.mark.parametrize("sigma2", [Fraction(2), Fraction(400), Fraction(115**2),
+@pytest.mark.parametrize("sigma2", [Fraction(2), Fraction(400), Fraction(4001, 10), Fraction(115**2),
                                     Fraction(700**2)])
 def test_plan_tv_bound_is_tiny_and_levels_compose_to_sigma2(sigma2):
     plan = GaussianPlan.for_sigma2(sigma2)
