@@ -55,7 +55,7 @@ from params.schema import Schema
 
 AGGREGATE_SHARE = Fraction(9, 10)  # of each release's rho spent on Z
 SIGNAL_TO_NOISE = 4  # S * l ~ SIGNAL_TO_NOISE * sigma_Z records per synthetic sample
-MAX_NOISE_DRAWS = 200_000  # S * T * width exact draws, ~13 s; beyond it l grows (fewer T)
+MAX_NOISE_DRAWS = 120_000  # S * T * width exact draws, ~10 s; beyond it l grows (fewer T)
 BYTES_PER_VALUE = 8
 
 

@@ -43,6 +43,9 @@ Privacy (per client, against the server; the view of the other clients' messages
 independent of this client's records): stage 1 costs rho_1 + rho_2 by zCDP composition
 (squared sensitivity d for the 1-ways; sum over pairs of the column norms for the sketches),
 stage 3 costs what each method reports; the server's computations are post-processing.
+How rho_3 is split over the selected pairs depends on released values, but the split always
+adds up to rho_3, fixed in advance, so adaptive composition holds (an RDP/zCDP privacy
+filter, Feldman and Zrnic 2021).
 """
 
 from __future__ import annotations
