@@ -58,7 +58,8 @@ def main() -> None:
     rho = eps_delta_to_rho(args.epsilon, args.delta)
     session = {"session_id": "bench", "domain_sizes": sizes, "workload": workload,
                "modulus": modulus, "epsilon": args.epsilon, "rho": str(rho),
-               "max_rounds": args.rounds, "round_iters": 50, "final_iters": 50,
+               "max_rounds": args.rounds, "rounds": args.rounds, "round_iters": 100,
+               "final_iters": 300,
                "rows_bound": 1 << 17}
     (args.out / "session.json").write_text(json.dumps(session))
     assignment = np.random.default_rng(0).integers(0, args.clients, len(records))
@@ -97,6 +98,22 @@ def main() -> None:
               f"per noisy cell ({sum(x['cells'] for x in mea)} cells)")
     print("selected:", rep["selected"], "rho spent", rep["rho_spent"],
           "extra delta", rep["selection_extra_delta"] + rep["measurement_extra_delta"])
+    from synthesis.aim import GraphicalModel, PlainOracle, aim
+    from synthesis.evaluate import workload_error
+    from synthesis.marginals import NoisyMarginal
+    model = GraphicalModel(sizes)
+    model.fit([NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float).reshape(
+        [sizes[a] for a in m["clique"]]), m["sigma2"]) for m in rep["measurements"]], 300)
+    distaim_error = workload_error(records, model.sample(len(records),
+                                                         np.random.default_rng(0)), sizes)
+    t = time.time()
+    central = aim(PlainOracle(records, sizes), sizes, workload, rho, rounds=args.rounds,
+                  max_rounds=args.rounds, round_iters=100, final_iters=300,
+                  rng=np.random.default_rng(0))
+    central_error = workload_error(records, central.synthesize(len(records)), sizes)
+    print(f"workload error DistAIM {distaim_error} ({len(rep['selected'])} rounds) vs central "
+          f"AIM {central_error} ({len(central.selected)} rounds, {time.time() - t:.1f} s "
+          "in plaintext)")
 
 
 if __name__ == "__main__":

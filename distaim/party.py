@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import ssl
 import sys
 import time
 from fractions import Fraction
@@ -29,7 +30,7 @@ from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, mpyc
                                  party_runtime)
 from distaim.protocol import Layout, admit_clients, aggregate
 
-__all__ = ["write_client_upload", "session_modulus", "run_party", "main"]
+__all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main"]
 
 
 def session_modulus() -> int:
@@ -78,6 +79,21 @@ def _load_shares(session_dir: Path, session_id: str, x: int, modulus: int,
     return shares, unreadable
 
 
+def tls_contexts(tls: dict | None):
+    """Mutual TLS between the servers' MPC channels, from the session's ``mpc_tls``
+    (``{"ca": ..., "cert": ..., "key": ...}``: this server's certificate and key, issued
+    with common name "MPyC party <pid>" by the consortium's CA). Both directions require a
+    certificate from that CA, and a server's name is checked against the pid it claims."""
+    if not tls:
+        return None, None
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tls["ca"])
+    server.load_cert_chain(tls["cert"], tls["key"])
+    server.verify_mode = ssl.CERT_REQUIRED
+    client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls["ca"])
+    client.load_cert_chain(tls["cert"], tls["key"])
+    return server, client
+
+
 def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: Path,
               timeout: float = 120.0) -> dict:
     from synthesis.aim import aim
@@ -85,7 +101,12 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     session = json.loads((session_dir / "session.json").read_text())
     layout = Layout.for_workload(session["domain_sizes"],
                                  [tuple(c) for c in session["workload"]])
-    rt = party_runtime(pid, addresses)
+    tls = session.get("mpc_tls")
+    if tls:  # paths may name the server as "{pid}" (one file shared by a test's servers)
+        tls = {k: str(v).format(pid=pid) for k, v in tls.items()}
+    server_tls, client_tls = tls_contexts(tls)
+    rt = party_runtime(pid, addresses, ssl_context_server=server_tls,
+                       ssl_context_client=client_tls)
     secint, em_secint = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
     modulus = secint.field.modulus
     if modulus != session["modulus"]:

@@ -21,6 +21,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _run_parties(session_dir, timeout=150):
+    ports = [_free_port() for _ in range(3)]
+    parties = ",".join(f"127.0.0.1:{p}" for p in ports)
+    procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
+                               "--parties", parties, "--session-dir", str(session_dir),
+                               "--out", str(session_dir / f"party{pid}.json"), "--timeout",
+                               "60"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for pid in range(3)]
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, out.decode()[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return [json.loads((session_dir / f"party{pid}.json").read_text()) for pid in range(3)]
+
+
 def test_three_party_distaim_on_loopback(tmp_path):
     rng = np.random.default_rng(3)
     sizes = [3, 4, 2]
@@ -45,22 +65,7 @@ def test_three_party_distaim_on_loopback(tmp_path):
     blob[0] ^= 1
     (tmp_path / "uploads" / "tampered" / "share2.bin").write_bytes(bytes(blob))
 
-    ports = [_free_port() for _ in range(3)]
-    parties = ",".join(f"127.0.0.1:{p}" for p in ports)
-    procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
-                               "--parties", parties, "--session-dir", str(tmp_path),
-                               "--out", str(tmp_path / f"party{pid}.json"), "--timeout", "60"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for pid in range(3)]
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=150)
-            assert proc.returncode == 0, out.decode()[-3000:]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    reports = [json.loads((tmp_path / f"party{pid}.json").read_text()) for pid in range(3)]
+    reports = _run_parties(tmp_path)
     for r in reports:
         assert r["admitted"] == ["c0", "c1", "c2"]
         assert r["excluded"]["partial"].startswith("partial")
@@ -73,3 +78,32 @@ def test_three_party_distaim_on_loopback(tmp_path):
         if len(m["clique"]) == 1:
             exact = np.bincount(truth[:, m["clique"][0]], minlength=sizes[m["clique"][0]])
             assert np.all(np.abs(np.array(m["values"]) - exact) < 6 * np.sqrt(m["sigma2"]))
+
+
+def _certificates(folder: Path) -> dict:
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    for pid in range(3):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=MPyC party {pid}",
+            "-keyout", f"p{pid}.key", "-out", f"p{pid}.csr")
+        run("x509", "-req", "-in", f"p{pid}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-out", f"p{pid}.crt")
+    return {"ca": str(folder / "ca.crt"), "cert": str(folder / "p{pid}.crt"),
+            "key": str(folder / "p{pid}.key")}
+
+
+def test_three_parties_over_mutual_tls(tmp_path):
+    sizes, workload = [2, 3], [(0, 1)]
+    layout = Layout.for_workload(sizes, workload)
+    modulus = session_modulus()
+    session = {"session_id": "t1", "domain_sizes": sizes, "workload": workload,
+               "modulus": modulus, "epsilon": 1.0, "rho": "1/10", "max_rounds": 1,
+               "round_iters": 10, "final_iters": 10, "mpc_tls": _certificates(tmp_path)}
+    (tmp_path / "session.json").write_text(json.dumps(session))
+    records = np.stack([np.arange(50) % 2, np.arange(50) % 3], 1)
+    write_client_upload(tmp_path, "t1", "c0", client_vector(records, layout), modulus)
+    reports = _run_parties(tmp_path)
+    assert all(r["admitted"] == ["c0"] for r in reports)
+    assert all(r["measurements"] == reports[0]["measurements"] for r in reports)
