@@ -8,7 +8,7 @@ module, wired so that an output of one is a valid input of another:
   ``output="bits"``), as exactly ``score_bits`` binary digits;
 * ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
   sum of its chunks' scores; two 2-bit lookups per digit);
-* ``select(score_0, ..., score_{S-1}, active, r_ks, xor_twice, xor_shift, c_index)``:
+* ``select(score_0, ..., score_{S-1}, active, r_ks, xor_twice, xor_shift)``:
   Primitive 3 (``crypto.selection``), one argument per candidate so that the compute server
   can pass them in its secret random order, one output per position so it can put them back.
 
@@ -57,7 +57,7 @@ def add_plaintext(x: list[int], y: list[int]) -> list[int]:
     return [(total >> i) & 1 for i in range(n)]
 
 
-def _functions(shape: PrivateSelectionShape):
+def _functions(shape: PrivateSelectionShape, c: list[int]):
     n, s = shape.selection.score_bits, shape.selection.candidates
     chunk_bits = _indif_bits_function(shape.count_bits, shape.chunk_cells)
 
@@ -78,24 +78,23 @@ def _functions(shape: PrivateSelectionShape):
     def select(**kwargs):
         scores = [kwargs[f"score_{r}"] for r in range(s)]
         columns = [fhe.array([[score[j] for score in scores]]) for j in range(n)]
-        return select_core(shape.selection, columns, kwargs["active"], kwargs["r_ks"],
-                           kwargs["xor_twice"], kwargs["xor_shift"], kwargs["c_index"])
+        return select_core(shape.selection, c, columns, kwargs["active"], kwargs["r_ks"],
+                           kwargs["xor_twice"], kwargs["xor_shift"])
 
-    names = [f"score_{r}" for r in range(s)] + ["active", "r_ks", "xor_twice", "xor_shift",
-                                                  "c_index"]
+    names = [f"score_{r}" for r in range(s)] + ["active", "r_ks", "xor_twice", "xor_shift"]
     select.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names])
     statuses = {f"score_{r}": "encrypted" for r in range(s)}
-    statuses.update(active="clear", r_ks="encrypted", xor_twice="clear", xor_shift="clear",
-                    c_index="clear")
+    statuses.update(active="clear", r_ks="encrypted", xor_twice="clear", xor_shift="clear")
     return indif, add, select, statuses
 
 
-def compile_private_selection(shape: PrivateSelectionShape, p_error: float):
-    """Compile the module (``module.indif``, ``module.add``, ``module.select``)."""
+def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_error: float):
+    """Compile the module (``module.indif``, ``module.add``, ``module.select``) for the
+    selection thresholds ``c`` (``crypto.selection.thresholds``)."""
     if not hasattr(fhe_tag.tag_context, "stack"):
         fhe_tag.tag_context.stack = []
-    indif, add, select, select_statuses = _functions(shape)
+    indif, add, select, select_statuses = _functions(shape, c)
     indif_def = fhe.function({"masked_sum": "encrypted", "offset": "clear"})(indif)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
     select_def = fhe.function(select_statuses)(select)
@@ -124,8 +123,7 @@ def compile_private_selection(shape: PrivateSelectionShape, p_error: float):
         digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
                   else rng.integers(0, 2, (1, s, n)))
         args = clear_arguments(digits, rng.integers(0, 2, s) | (i % 2),
-                               rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)),
-                               rng.integers(0, 2, w))
+                               rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)))
         select_inputs.append(tuple(args[0][0, r] for r in range(s)) + tuple(args[1:]))
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,

@@ -232,12 +232,11 @@ def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
     return out
 
 
-def clear_arguments(digits, active, r_ks, r_cs, c_bits) -> tuple:
-    """The circuit's argument tuple from the natural inputs (see ``select``'s comment)."""
+def clear_arguments(digits, active, r_ks, r_cs) -> tuple:
+    """The circuit's argument tuple from the natural inputs (see ``select_core``)."""
     r_cs = np.asarray(r_cs, dtype=np.int64)
     return (np.asarray(digits, dtype=np.int64), np.asarray(active, dtype=np.int64),
-            np.asarray(r_ks, dtype=np.int64), 2 * r_cs, r_cs,
-            4 * np.asarray(c_bits, dtype=np.int64))
+            np.asarray(r_ks, dtype=np.int64), 2 * r_cs, r_cs)
 
 
 def _lut(fn, width: int) -> fhe.LookupTable:
@@ -249,9 +248,16 @@ _AND = _lut(lambda i: int(i == 3), 2)             # x + 2y
 _KEEP_ALIVE = _lut(lambda i: (i & 1) & int(((i >> 1) & 1) or not (i >> 2) & 1), 3)
 _DIFF = _lut(lambda i: ((i & 1) - ((i >> 1) & 1) - (i >> 2)) % 2, 3)   # m + 2b + 4borrow
 _BORROW = _lut(lambda i: int((i & 1) - ((i >> 1) & 1) - (i >> 2) < 0), 3)
-# R <= d, one bit at a time from the least significant: index r + 2 le + 4 d.
-_LE_STEP = _lut(lambda i: int((not i & 1) or ((i >> 1) & 1)) if i >> 2
-                else int((not i & 1) and ((i >> 1) & 1)), 3)
+
+
+def _le_table(d_low: int, d_high: int | None) -> fhe.LookupTable:
+    """R <= d, two bits of R per lookup from the least significant: index r_low + 2 r_high +
+    4 le (le: the lower bits of R are <= those of d); one bit when d_high is None."""
+    if d_high is None:
+        return _lut(lambda i: int((i & 1) < d_low or ((i & 1) == d_low and (i >> 1) & 1)), 2)
+    d = d_low + 2 * d_high
+    return _lut(lambda i: int((i & 3) < d or ((i & 3) == d and (i >> 2) & 1)), 3)
+
 _FAIL = _lut(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
 _FIRST = _lut(lambda i: int(i == 1), 2)           # accept + 2 any_before
 
@@ -283,21 +289,23 @@ def _or_elements(matrix, length: int):
     return _or_columns([matrix[:, i] for i in range(length)])
 
 
-def _selection_function(shape: SelectionShape):
-    def select(digits, active, r_ks, xor_twice, xor_shift, c_index):
+def _selection_function(shape: SelectionShape, c: list[int]):
+    def select(digits, active, r_ks, xor_twice, xor_shift):
         columns = [digits[:, :, j] for j in range(shape.score_bits)]
-        return select_core(shape, columns, active, r_ks, xor_twice, xor_shift, c_index)
+        return select_core(shape, c, columns, active, r_ks, xor_twice, xor_shift)
 
     return select
 
 
-def select_core(shape: SelectionShape, columns: list, active, r_ks, xor_twice, xor_shift,
-                c_index) -> tuple:
+def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks, xor_twice,
+                xor_shift) -> tuple:
     """The traced arithmetic; ``columns[j]`` is digit j of every candidate, (batch, S).
 
     concrete multiplies only when one side is encrypted, so the compute server passes its clear
-    inputs pre-scaled (:func:`clear_arguments`): xor_twice = 2 R_cs, xor_shift = R_cs,
-    c_index = 4 * bits of c_j - 1."""
+    inputs pre-scaled (:func:`clear_arguments`): xor_twice = 2 R_cs, xor_shift = R_cs. The
+    thresholds c_j are compiled in (one session, one epsilon per step), which lets each lookup
+    of the comparisons consume two random bits."""
+    d_bits = threshold_bits(shape, c).tolist()
     s, n, t = shape.candidates, shape.score_bits, shape.drop_bits
     q = [columns[j] * active for j in range(t, n)]  # inactive candidates score 0
     width = len(q)
@@ -320,9 +328,12 @@ def select_core(shape: SelectionShape, columns: list, active, r_ks, xor_twice, x
     r = (r_ks + xor_shift) - r_ks * xor_twice  # XOR, never negative
     fails, pos = [], 0
     for j, kp in enumerate(shape.kappa_prime):
-        le = _tlu(_LE_STEP, r[:, :, pos] + c_index[pos] + 2)  # "all below is <=" to start
-        for i in range(1, kp):
-            le = _tlu(_LE_STEP, r[:, :, pos + i] + 2 * le + c_index[pos + i])
+        le = None  # no lower bits yet: "<=" holds
+        for i in range(0, kp, 2):
+            pair = i + 1 < kp
+            table = _le_table(d_bits[pos + i], d_bits[pos + i + 1] if pair else None)
+            low = r[:, :, pos + i] + (2 * r[:, :, pos + i + 1] if pair else 0)
+            le = _tlu(table, low + (4 if pair else 2) * (1 if le is None else le))
         pos += kp
         a_j = a_bits[j] if j < width else 0 * r[:, :, 0]
         fails.append(_tlu(_FAIL, a_j + 2 * (0 if saturated is None else saturated) + 4 * le))
@@ -337,13 +348,13 @@ def select_core(shape: SelectionShape, columns: list, active, r_ks, xor_twice, x
     return tuple(outs)  # one (batch,) output per position: the caller may reorder them
 
 
-def compile_selection(shape: SelectionShape, p_error: float) -> fhe.Circuit:
-    """Compile Primitive 3 for ``shape`` (every lookup at most 3 bits wide)."""
+def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fhe.Circuit:
+    """Compile Primitive 3 for ``shape`` and thresholds ``c`` (every lookup at most 3 bits)."""
     if not hasattr(fhe_tag.tag_context, "stack"):
         fhe_tag.tag_context.stack = []
-    compiler = fhe.Compiler(_selection_function(shape),
+    compiler = fhe.Compiler(_selection_function(shape, c),
                             {"digits": "encrypted", "active": "clear", "r_ks": "encrypted",
-                             "xor_twice": "clear", "xor_shift": "clear", "c_index": "clear"})
+                             "xor_twice": "clear", "xor_shift": "clear"})
     b, s, n, w = shape.batch, shape.candidates, shape.score_bits, shape.random_bits
     rng = np.random.default_rng(0)
     inputset = []
@@ -351,10 +362,10 @@ def compile_selection(shape: SelectionShape, p_error: float) -> fhe.Circuit:
         inputset.append(clear_arguments(rng.integers(0, 2, (b, s, n)),
                                         rng.integers(0, 2, s) | (i % 2),
                                         rng.integers(0, 2, (b, s, w)),
-                                        rng.integers(0, 2, (b, s, w)), rng.integers(0, 2, w)))
+                                        rng.integers(0, 2, (b, s, w))))
     ones = np.ones((b, s, w), dtype=np.int64)
     inputset.append(clear_arguments(np.ones((b, s, n), dtype=np.int64), ones[0, :, 0], ones,
-                                    0 * ones, ones[0, 0]))
+                                    0 * ones))
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
@@ -374,5 +385,5 @@ def pbs_estimate(shape: SelectionShape) -> int:
     """Bootstraps of one selection (what the benchmark's cost model and estimates use)."""
     s, width = shape.candidates, shape.quantised_bits
     per_digit = 2 * s + (s + 1) // 2 + 2 * s  # and/alive, OR tree, diff/borrow
-    trials = s * sum(kp - 1 for kp in shape.kappa_prime) + s * shape.nb
+    trials = s * sum((kp + 1) // 2 for kp in shape.kappa_prime) + s * shape.nb
     return width * per_digit + trials + s * (shape.nb // 2 + 2) + 2 * s

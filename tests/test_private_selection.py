@@ -11,16 +11,17 @@ from crypto.indif import indif_exact, indif_offset
 from crypto.private_selection import (PrivateSelectionShape, add_plaintext,
                                       compile_private_selection)
 from crypto.selection import (SelectionShape, clear_arguments, random_share, select_plaintext,
-                              threshold_bits, thresholds)
+                              thresholds)
 
 K, CELLS = 6, 6
 SELECTION = SelectionShape(candidates=3, score_bits=6, drop_bits=0, nb=3, kappa_prime=(3, 3, 4))
 SHAPE = PrivateSelectionShape(count_bits=K, chunk_cells=CELLS, selection=SELECTION)
+EPS = Fraction(1, 2)
 
 
 @pytest.fixture(scope="module")
 def module():
-    m = compile_private_selection(SHAPE, 2.0 ** -40)
+    m = compile_private_selection(SHAPE, thresholds(SELECTION, EPS), 2.0 ** -40)
     m.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
     return m
 
@@ -47,15 +48,13 @@ def test_indif_add_select_compose_and_match_their_models(module):
     scores = [clear[0] + clear[1], clear[2], clear[3]]
     candidates = [pair, encrypted[2], encrypted[3]]
 
-    c = thresholds(SELECTION, Fraction(1, 2))
-    c_bits = threshold_bits(SELECTION, c)
+    c = thresholds(SELECTION, EPS)
     for order in ([0, 1, 2], [2, 0, 1]):  # the compute server's secret order
         active = np.array([1, 1, 1])
         r_ks, r_cs = random_share(SELECTION), random_share(SELECTION)
         args = clear_arguments(np.zeros((1, 3, SELECTION.score_bits), dtype=np.int64), active,
-                               r_ks, r_cs, c_bits)
-        r_ks_encrypted = module.select.encrypt(None, None, None, None, args[2], None, None,
-                                               None)[4]
+                               r_ks, r_cs)
+        r_ks_encrypted = module.select.encrypt(None, None, None, None, args[2], None, None)[4]
         out = module.select.run(*[candidates[i] for i in order], args[1], r_ks_encrypted,
                                 *args[3:])
         one_hot = [int(np.asarray(v).ravel()[0]) for v in module.select.decrypt(*out)]

@@ -35,13 +35,13 @@ def model_probabilities(scores, shape, eps):
 
 @pytest.fixture(scope="module")
 def circuit():
-    c = compile_selection(SHAPE, 2.0 ** -40)
+    c = compile_selection(SHAPE, thresholds(SHAPE, EPS), 2.0 ** -40)
     c.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
     return c
 
 
-def run_circuit(circuit, digits, active, r_ks, r_cs, c_bits):
-    args = clear_arguments(digits, active, r_ks, r_cs, c_bits)
+def run_circuit(circuit, digits, active, r_ks, r_cs):
+    args = clear_arguments(digits, active, r_ks, r_cs)
     outputs = circuit.decrypt(*circuit.run(*circuit.encrypt(*args)))
     return np.array([np.asarray(o).ravel() for o in outputs]).T  # (batch, S)
 
@@ -52,7 +52,6 @@ def test_circuit_is_bit_identical_to_the_model_and_samples_the_fixed_point_pf(ci
     frequencies of the chosen candidates match PF with the fixed-point weights."""
     scores = [5, 3, 4]
     c = thresholds(SHAPE, EPS)
-    c_bits = threshold_bits(SHAPE, c)
     active = np.ones(3, dtype=np.int64)
     picks = np.zeros(3, dtype=np.int64)
     source = random.Random(7)
@@ -62,7 +61,7 @@ def test_circuit_is_bit_identical_to_the_model_and_samples_the_fixed_point_pf(ci
                            for order in orders])
         r_ks, r_cs = (random_share(SHAPE, source.getrandbits),
                       random_share(SHAPE, source.getrandbits))
-        out = run_circuit(circuit, digits, active, r_ks, r_cs, c_bits)
+        out = run_circuit(circuit, digits, active, r_ks, r_cs)
         for b in range(BATCH):
             assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b],
                                                        SHAPE, c).tolist()
@@ -75,11 +74,10 @@ def test_circuit_is_bit_identical_to_the_model_and_samples_the_fixed_point_pf(ci
 def test_inactive_candidates_are_never_chosen_and_random_scores_agree(circuit):
     rng = np.random.default_rng(3)
     c = thresholds(SHAPE, EPS)
-    c_bits = threshold_bits(SHAPE, c)
     digits = rng.integers(0, 2, (BATCH, 3, SHAPE.score_bits))
     active = np.array([1, 0, 1])
     r_ks, r_cs = random_share(SHAPE), random_share(SHAPE)
-    out = run_circuit(circuit, digits, active, r_ks, r_cs, c_bits)
+    out = run_circuit(circuit, digits, active, r_ks, r_cs)
     assert out[:, 1].sum() == 0 and (out.sum(axis=1) == 1).all()
     for b in range(BATCH):
         assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b], SHAPE,
