@@ -358,6 +358,8 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
     rho = Fraction(rho)
     if rho <= 0:
         raise ValueError("rho must be > 0")
+    if max_rounds < 1 or (rounds is not None and rounds < 1):
+        raise ValueError("max_rounds and rounds must be >= 1")
     sizes = tuple(int(s) for s in domain_sizes)
     candidates_all = completion(workload)
     weights_all = workload_weights(candidates_all, workload)
@@ -374,14 +376,14 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
     delta_spent = Fraction(0)
     measurements: list[NoisyMarginal] = []
     log: list[RoundLog] = []
+    if len(one_ways) / (2 * sigma2) >= rho:  # checked before anything is measured
+        raise ValueError("the 1-way initialisation alone would exhaust the budget")
     for clique in one_ways:
         y = oracle.measure(clique, sigma2)
         used += 1 / (2 * sigma2)
         measurements.append(NoisyMarginal(clique, np.asarray(y, dtype=float).reshape(
             [sizes[a] for a in clique]), float(sigma2)))
         log.append(RoundLog(clique, sigma2, None))
-    if used > rho:
-        raise ValueError("the 1-way initialisation alone exceeds the budget")
     model = GraphicalModel(sizes, backend)
     model.fit(measurements, round_iters)
     selected: list[Clique] = []

@@ -29,10 +29,15 @@ Deviations, stated:
   release the vector of client sizes once with discrete Gaussian noise (L2 sensitivity 1;
   ``SIZE_SHARE`` = 1% of rho) and use the noisy sizes everywhere, so nothing else depends on a
   true size.
-* Scaling of aggregated marginals. A marginal summed over the clients that chose q estimates
-  the union's marginal after multiplying by N / N_q (noisy sizes); both variants rescale so.
-  NaiveFLAIM keeps PGM's weight 1 / sigma; AugFLAIM (private) uses N_q / sigma, which is the
-  rescaled measurement's true noise level (the paper's sample-size weighting).
+* Scale of aggregated marginals. A sum over the clients that chose q covers N_q records, not
+  the union's N, so PGM must compare it with (N_q / N) M_q(model); we implement that by
+  multiplying the measurement and its noise's standard deviation by N / N_q (noisy sizes).
+  The paper's weights alpha apply in the measurement's own scale: NaiveFLAIM 1 / sigma (i.e.
+  the aggregate's true noise level), AugFLAIM (private) N_q / (N sigma) (the sample-size
+  weighting, normalised so that an aggregate over every client keeps 1 / sigma). (Applying
+  1 / sigma to the rescaled marginal instead lets one tiny client's noise, amplified by N / N_q,
+  dominate the model: measured 2-way error 1.61 on Adult, 16 clients, Dirichlet beta = 0.1,
+  eps = 0.5.)
 * Fixed T (``ROUNDS`` = 10, the paper's main setting), no annealing (the paper recommends
   against it for FLAIM); 2-way workload (the paper: random 3-way); client sampling uses a
   seeded numpy generator (no amplification by sampling is claimed, so it need not be secret);
@@ -121,8 +126,9 @@ def flaim(records: np.ndarray, owner: np.ndarray, domain_sizes: tuple[int, ...],
             sent[k] += len(total)
         noisy = total + sampler.discrete_gaussian_vector(var, len(total))
         n_q = sum(noisy_size[k] for k in members)
-        scale = n_hat / n_q  # estimate of the union's marginal from the members' sum
-        stddev2 = float(var) * scale ** 2 if private else float(var)
+        scale = n_hat / n_q  # compare with (N_q / N) M_q(model): rescale value and noise
+        # alpha = 1/sigma (naive) or N_q / (N sigma) (private) in the aggregate's own scale
+        stddev2 = float(var) * scale ** 2 * (scale ** 2 if private else 1)
         return NoisyMarginal(clique, (noisy * scale).reshape([sizes[a] for a in clique]),
                              stddev2)
 
