@@ -43,7 +43,7 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 class MpcOracle:
     def __init__(self, rt, secint, em_secint, totals, layout: Layout, epsilon_total: float,
-                 rows_bound: int = 1 << 20):
+                 rows_bound: int = 1 << 20, totals_at_round=None):
         self.rt, self.secint, self.em_secint = rt, secint, em_secint
         self.totals = totals                       # secure array: sum of all clients' vectors
         self.layout = layout
@@ -54,6 +54,12 @@ class MpcOracle:
         self.measure_tv = Fraction(0)
         self.select_tv = Fraction(0)
         self.timings: list[dict] = []
+        # With client participation p < 1 the data grows by round: totals_at_round(t) is the
+        # secure sum of the clients joined by round t (round 0: the 1-way initialisation).
+        self.totals_at_round = totals_at_round
+        self.round = 0
+        if totals_at_round is not None:
+            self.totals = totals_at_round(0)
 
     def _public(self, value):
         """Party 0's copy of a public value (see the module docstring)."""
@@ -76,6 +82,9 @@ class MpcOracle:
 
     def select(self, candidates, model_answers, weights, sigma2, epsilon) -> int:
         start = time.time()
+        self.round += 1  # every AIM round after the initialisation starts with a selection
+        if self.totals_at_round is not None:
+            self.totals = self.totals_at_round(self.round)
         g = SCORE_GRID_BITS
         public = self._public({
             "candidates": [tuple(c) for c in candidates],

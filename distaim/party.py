@@ -28,7 +28,7 @@ import numpy as np
 from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, mpyc_module,
                                  party_runtime)
-from distaim.protocol import Layout, admit_clients, aggregate
+from distaim.protocol import Layout, Participation, admit_clients, aggregate
 
 __all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main"]
 
@@ -122,12 +122,22 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     excluded = dict(admission.excluded)
     for cid, why in unreadable.items():
         excluded.setdefault(cid, why)
-    total = aggregate(shares, admission.admitted, modulus, layout.length)
-    totals = secint.array(secint.field.array(np.array(total, dtype=object)))
+    participation = Participation(admission.joint_seed,
+                                  Fraction(session.get("participation", 1)))
+    sums: dict[tuple[str, ...], object] = {}
+
+    def totals_at_round(round_index: int):
+        joined = tuple(participation.joined_by(admission.admitted, round_index))
+        if joined not in sums:
+            total = aggregate(shares, joined, modulus, layout.length)
+            sums[joined] = secint.array(secint.field.array(np.array(total, dtype=object)))
+        return sums[joined]
+
     phases["admission"] = time.time() - t
     t = time.time()
-    oracle = MpcOracle(rt, secint, em_secint, totals, layout, session["epsilon"],
-                       rows_bound=session.get("rows_bound", 1 << 20))
+    oracle = MpcOracle(rt, secint, em_secint, None, layout, session["epsilon"],
+                       rows_bound=session.get("rows_bound", 1 << 20),
+                       totals_at_round=totals_at_round)
     result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
                  Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),
                  rounds=session.get("rounds"),
@@ -140,6 +150,8 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     report = {
         "pid": pid,
         "admitted": admission.admitted,
+        "participation": {"rate": str(participation.rate), "arrival_round": {
+            c: participation.arrival(c) for c in admission.admitted}},
         "excluded": excluded,
         "selected": [list(c) for c in result.selected],
         "measurements": [{"clique": list(m.attrs), "sigma2": m.variance,

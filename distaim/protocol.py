@@ -17,12 +17,14 @@ import itertools
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
 from distaim import sharing
 
-__all__ = ["Layout", "client_vector", "Admission", "admit_clients", "aggregate"]
+__all__ = ["Layout", "client_vector", "Admission", "Participation", "admit_clients",
+           "aggregate"]
 
 Clique = tuple[int, ...]
 
@@ -64,6 +66,35 @@ def client_vector(records: np.ndarray, layout: Layout) -> np.ndarray:
 class Admission:
     admitted: list[str]
     excluded: dict[str, str] = field(default_factory=dict)
+    joint_seed: bytes = b""  # randomness no single server chose (participation sampling)
+
+
+@dataclass(frozen=True)
+class Participation:
+    """DistAIM's client participation (FLAIM paper, Algorithm 3, lines 3-5): in each round
+    every client joins with probability p; a client's shares count from the first round it
+    is sampled on, and stay (the servers aggregate across rounds). Round 0 is the 1-way
+    initialisation. The coins come from the servers' joint seed (public to the servers,
+    independent of the data), so all three agree; p = 1 is every client from round 0. No
+    privacy amplification by subsampling is claimed."""
+
+    joint_seed: bytes
+    rate: Fraction
+    max_round: int = 100_000
+
+    def arrival(self, client_id: str) -> int | None:
+        if self.rate >= 1:
+            return 0
+        for t in range(self.max_round):
+            draw = int.from_bytes(hashlib.shake_256(
+                b"feddpsyn/distaim/participation/v1" + self.joint_seed + client_id.encode()
+                + t.to_bytes(8, "big")).digest(16), "big")
+            if draw * self.rate.denominator < self.rate.numerator << 128:
+                return t
+        return None
+
+    def joined_by(self, clients: Sequence[str], round_index: int) -> list[str]:
+        return [c for c in clients if (a := self.arrival(c)) is not None and a <= round_index]
 
 
 async def admit_clients(rt, modulus: int, shares: Mapping[str, Sequence[int]]) -> Admission:
@@ -77,11 +108,11 @@ async def admit_clients(rt, modulus: int, shares: Mapping[str, Sequence[int]]) -
     union = set(itertools.chain.from_iterable(everyone))
     excluded = {cid: "partial: not received by every server" for cid in sorted(union)
                 if cid not in common}
-    if len(rt.parties) == 1 or not common:
-        return Admission(common, excluded)
     # a joint seed no server chose alone, fixed only after every upload is in
     contributions = await rt.transfer(secrets.token_bytes(32))
     joint = hashlib.sha256(b"".join(contributions)).digest()
+    if len(rt.parties) == 1 or not common:
+        return Admission(common, excluded, joint)
     field_type = _field(modulus)
     mask_shares = rt._randoms(field_type, len(common))
     mine_values = []
@@ -96,7 +127,7 @@ async def admit_clients(rt, modulus: int, shares: Mapping[str, Sequence[int]]) -
             admitted.append(cid)
         else:
             excluded[cid] = "inconsistent: shares fail the degree check"
-    return Admission(admitted, excluded)
+    return Admission(admitted, excluded, joint)
 
 
 def _field(modulus: int):

@@ -1,0 +1,63 @@
+"""Upload layout, participation sampling and the MPC oracle driving synthesis.aim in-process."""
+
+from fractions import Fraction
+
+import numpy as np
+from scipy import stats
+
+from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
+from distaim.oracle import MpcOracle
+from distaim.protocol import Layout, Participation, aggregate, client_vector
+from synthesis.aim import aim, marginal_counts
+
+ALPHA = 1e-6
+
+
+def test_layout_covers_the_completed_workload():
+    layout = Layout.for_workload([3, 4, 2], [(0, 1), (1, 2)])
+    assert layout.cliques == ((0,), (1,), (2,), (0, 1), (1, 2))
+    assert layout.length == 3 + 4 + 2 + 12 + 8
+    records = np.array([[0, 1, 1], [2, 3, 0], [2, 3, 1]])
+    vec = client_vector(records, layout)
+    start, n = layout.offsets[(0, 1)]
+    assert vec[start:start + n].tolist() == marginal_counts(records, (0, 1), [3, 4, 2]).tolist()
+    assert aggregate({"a": [1, 2], "b": [5, 6], "c": [9, 9]}, ["a", "b"], 7, 2) == [6, 1]
+
+
+def test_participation_is_deterministic_and_has_rate_p():
+    clients = [f"c{i}" for i in range(4000)]
+    half = Participation(b"s" * 32, Fraction(1, 2))
+    first = [half.arrival(c) for c in clients]
+    assert first == [Participation(b"s" * 32, Fraction(1, 2)).arrival(c) for c in clients]
+    joined0 = sum(a == 0 for a in first)
+    assert stats.binomtest(joined0, len(clients), 0.5).pvalue > ALPHA
+    assert half.joined_by(clients, 10_000) == clients
+    assert all(Participation(b"x" * 32, Fraction(1)).arrival(c) == 0 for c in clients[:10])
+
+
+def test_mpc_oracle_runs_aim_and_spends_exactly_rho():
+    rng = np.random.default_rng(0)
+    sizes, workload = [3, 4, 2], [(0, 1), (0, 2), (1, 2)]
+    a = rng.integers(0, 3, 3000)
+    records = np.stack([a, (a + rng.integers(0, 2, 3000)) % 4, rng.integers(0, 2, 3000)], 1)
+    layout = Layout.for_workload(sizes, workload)
+    rt = local_runtime(prss_seed=b"oracle")
+    secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
+    vec = client_vector(records, layout)
+    seen = []
+
+    def totals_at_round(t):
+        seen.append(t)
+        return secint.array(secint.field.array(vec.astype(object)))
+
+    oracle = MpcOracle(rt, secint, em, None, layout, 1.0, totals_at_round=totals_at_round)
+    result = aim(oracle, sizes, workload, Fraction(1, 2), rounds=4, max_rounds=4,
+                 round_iters=20, final_iters=20)
+    assert result.rho_spent == Fraction(1, 2)
+    assert seen == list(range(len(result.selected) + 1))
+    assert 0 < oracle.measure_tv < Fraction(1, 10**12)
+    assert 0 < result.delta_spent < Fraction(1, 10**10)
+    # the 1-way measurements are the counts plus noise of the planned sigma
+    for m in result.measurements[:3]:
+        exact = marginal_counts(records, m.attrs, sizes)
+        assert np.all(np.abs(m.counts.ravel() - exact) < 6 * np.sqrt(m.variance))
