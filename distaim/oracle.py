@@ -35,10 +35,15 @@ from distaim.protocol import Layout
 from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
 from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
 
-__all__ = ["MpcOracle", "SCORE_GRID_BITS"]
+__all__ = ["MpcOracle", "SCORE_GRID_BITS", "score_penalty"]
 
 SCORE_GRID_BITS = 8
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def score_penalty(weight: int, sigma: float, cells: int) -> int:
+    """round(w sqrt(2/pi) sigma n 2^g): the public part of a score (any rounding is fine)."""
+    return round(weight * _SQRT_2_OVER_PI * sigma * cells * (1 << SCORE_GRID_BITS))
 
 
 class MpcOracle:
@@ -92,31 +97,35 @@ class MpcOracle:
             "answers": [np.rint(np.asarray(m, dtype=float).ravel() * (1 << g)).astype(
                 np.int64).tolist() for m in model_answers],
             "sigma2": Fraction(sigma2), "epsilon": Fraction(epsilon)})
-        cands, wts, answers = public["candidates"], public["weights"], public["answers"]
+        cands, wts = public["candidates"], public["weights"]
         if any(Fraction(w) != int(Fraction(w)) for w in weights):
             raise ValueError("AIM weights must be integers")
-        index = np.concatenate([np.arange(self.offsets[c][0], self.offsets[c][0]
-                                          + self.offsets[c][1]) for c in cands])
-        model = np.concatenate([np.asarray(a, dtype=object) for a in answers])
-        diff = self.totals[index] * (1 << g) - model
-        width = (self.rows_bound << g).bit_length() + 2
-        absolute = self.rt.np_absolute(diff, l=width)
-        sigma = math.sqrt(float(public["sigma2"]))
-        scores, pos = [], 0
-        for c, w in zip(cands, wts):
-            n = self.offsets[c][1]
-            penalty = round(w * _SQRT_2_OVER_PI * sigma * n * (1 << g))
-            scores.append(self.rt.np_sum(absolute[pos:pos + n]) * w - penalty)
-            pos += n
-        scores = self.rt.np_fromlist(scores)
+        scores, cells = self.secure_scores(cands, public["answers"], wts, public["sigma2"])
         plan = SelectionPlan.build(public["epsilon"], max(wts) << g, len(cands))
         secret = secure_exponential_mechanism(self.rt, scores, plan, self.em_secint)
         pick = int(self.rt.run(self.rt.output(secret)))
         self.select_tv += plan.tv_bound
         self.extra_delta = self._tv_to_delta * plan.tv_bound
-        self.timings.append({"step": "select", "candidates": len(cands),
-                             "cells": int(len(index)), "seconds": time.time() - start})
+        self.timings.append({"step": "select", "candidates": len(cands), "cells": cells,
+                             "seconds": time.time() - start})
         return pick
+
+    def secure_scores(self, cands, answers_on_grid, wts, sigma2):
+        """Secret integer scores S_r (see the module docstring) and the number of cells."""
+        g = SCORE_GRID_BITS
+        index = np.concatenate([np.arange(self.offsets[c][0], self.offsets[c][0]
+                                          + self.offsets[c][1]) for c in cands])
+        model = np.concatenate([np.asarray(a, dtype=object) for a in answers_on_grid])
+        diff = self.totals[index] * (1 << g) - model
+        width = (self.rows_bound << g).bit_length() + 2
+        absolute = self.rt.np_absolute(diff, l=width)
+        sigma = math.sqrt(float(sigma2))
+        scores, pos = [], 0
+        for c, w in zip(cands, wts):
+            n = self.offsets[c][1]
+            scores.append(self.rt.np_sum(absolute[pos:pos + n]) * w - score_penalty(w, sigma, n))
+            pos += n
+        return self.rt.np_fromlist(scores), int(len(index))
 
     def selection_rho(self, epsilon: Fraction) -> Fraction:
         return em_rho(epsilon)

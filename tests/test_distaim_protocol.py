@@ -6,7 +6,7 @@ import numpy as np
 from scipy import stats
 
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
-from distaim.oracle import MpcOracle
+from distaim.oracle import MpcOracle, score_penalty
 from distaim.protocol import Layout, Participation, aggregate, client_vector
 from synthesis.aim import aim, marginal_counts
 
@@ -61,3 +61,26 @@ def test_mpc_oracle_runs_aim_and_spends_exactly_rho():
     for m in result.measurements[:3]:
         exact = marginal_counts(records, m.attrs, sizes)
         assert np.all(np.abs(m.counts.ravel() - exact) < 6 * np.sqrt(m.variance))
+
+
+def test_secure_scores_equal_the_plaintext_integer_scores():
+    rng = np.random.default_rng(1)
+    sizes, workload = [3, 4, 2], [(0, 1), (1, 2)]
+    layout = Layout.for_workload(sizes, workload)
+    records = rng.integers(0, 2, (500, 3))
+    vec = client_vector(records, layout)
+    rt = local_runtime(prss_seed=b"scores")
+    secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
+    oracle = MpcOracle(rt, secint, em, secint.array(secint.field.array(vec.astype(object))),
+                       layout, 1.0)
+    cands = list(layout.cliques)
+    answers = [np.rint(rng.random(layout.offsets[c][1]) * 80 * 256).astype(np.int64)
+               for c in cands]
+    weights = [1, 2, 3, 4, 5]
+    secret, cells = oracle.secure_scores(cands, answers, weights, Fraction(900))
+    opened = [int(v) for v in rt.run(rt.output(secret))]
+    expected = []
+    for c, m, w in zip(cands, answers, weights):
+        x = marginal_counts(records, c, sizes)
+        expected.append(w * int(np.abs(x * 256 - m).sum()) - score_penalty(w, 30.0, len(x)))
+    assert opened == expected and cells == layout.length
