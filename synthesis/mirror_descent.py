@@ -203,9 +203,15 @@ class MirrorDescentPGM:
         lipschitz = max(blocks.values()) if blocks else 1.0
         alpha = 2.0 / (lipschitz * total)
 
+        where = []  # (tree node, axes to sum) per measurement, found once
+        for c, _, _ in meas:
+            node = self._home_any(c)
+            where.append((node, _axes_not_in(self.tree.nodes[node], c)))
+
         def evaluate(th):
             beliefs = self._calibrate(th)
-            mus = [self._project(beliefs, c) * total for c, _, _ in meas]
+            mus = [(beliefs[node].sum(axis=axes) if axes else beliefs[node]) * total
+                   for node, axes in where]
             loss = sum(float(((mu - y) ** 2).sum()) / (2 * v) for mu, (_, y, v)
                        in zip(mus, meas))
             return beliefs, mus, loss

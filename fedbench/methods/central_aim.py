@@ -33,7 +33,7 @@ from synthesis.aim import PlainOracle, aim
 
 MAX_ROUNDS = 60
 MAX_MODEL_MB = 0.25
-ROUND_ITERS = 150
+ROUND_ITERS = 100
 FINAL_ITERS = 1000
 
 
