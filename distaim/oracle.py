@@ -117,7 +117,9 @@ class MpcOracle:
                                           + self.offsets[c][1]) for c in cands])
         model = np.concatenate([np.asarray(a, dtype=object) for a in answers_on_grid])
         diff = self.totals[index] * (1 << g) - model
-        width = (self.rows_bound << g).bit_length() + 2
+        # counts are clamped to rows_bound (distaim.protocol.clamp_counts); model answers
+        # are public, so the operands' width is known without looking at the data
+        width = max(self.rows_bound << g, int(np.abs(model).max(initial=0))).bit_length() + 2
         absolute = self.rt.np_absolute(diff, l=width)
         sigma = math.sqrt(float(sigma2))
         scores, pos = [], 0

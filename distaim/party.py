@@ -28,7 +28,8 @@ import numpy as np
 from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, mpyc_module,
                                  party_runtime)
-from distaim.protocol import Layout, Participation, admit_clients, aggregate
+from distaim.protocol import (Layout, Participation, admit_clients, aggregate,
+                              clamp_counts)
 
 __all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main"]
 
@@ -125,18 +126,20 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     participation = Participation(admission.joint_seed,
                                   Fraction(session.get("participation", 1)))
     sums: dict[tuple[str, ...], object] = {}
+    rows_bound = int(session.get("rows_bound", 1 << 20))
 
     def totals_at_round(round_index: int):
         joined = tuple(participation.joined_by(admission.admitted, round_index))
         if joined not in sums:
             total = aggregate(shares, joined, modulus, layout.length)
-            sums[joined] = secint.array(secint.field.array(np.array(total, dtype=object)))
+            sums[joined] = clamp_counts(rt, secint.array(secint.field.array(
+                np.array(total, dtype=object))), rows_bound)
         return sums[joined]
 
     phases["admission"] = time.time() - t
     t = time.time()
     oracle = MpcOracle(rt, secint, em_secint, None, layout, session["epsilon"],
-                       rows_bound=session.get("rows_bound", 1 << 20),
+                       rows_bound=rows_bound,
                        totals_at_round=totals_at_round)
     result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
                  Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),

@@ -7,7 +7,7 @@ from scipy import stats
 
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
 from distaim.oracle import MpcOracle, score_penalty
-from distaim.protocol import Layout, Participation, aggregate, client_vector
+from distaim.protocol import Layout, Participation, aggregate, clamp_counts, client_vector
 from synthesis.aim import aim, marginal_counts
 
 ALPHA = 1e-6
@@ -84,3 +84,11 @@ def test_secure_scores_equal_the_plaintext_integer_scores():
         x = marginal_counts(records, c, sizes)
         expected.append(w * int(np.abs(x * 256 - m).sum()) - score_penalty(w, 30.0, len(x)))
     assert opened == expected and cells == layout.length
+
+
+def test_clamp_counts_caps_each_cell_inside_mpc():
+    rt = local_runtime(prss_seed=b"clamp")
+    secint = rt.SecInt(SECINT_BITS)
+    values = secint.array(np.array([0, 5, 99, 100, 101, 10**9]))
+    assert rt.run(rt.output(clamp_counts(rt, values, 100))).tolist() == [0, 5, 99, 100, 100,
+                                                                           100]
