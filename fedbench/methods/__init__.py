@@ -13,7 +13,8 @@ from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn
 from fedbench.methods.concat import concat
 from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
-from fedbench.methods.feddpsyn_sim import feddpsyn_sim
+from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_noisy_greedy,
+                                           feddpsyn_sim)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -25,6 +26,8 @@ METHODS = {
     "central-privsyn": central_privsyn,
     "concat": concat,
     "feddpsyn": feddpsyn_sim,
+    "feddpsyn-noisy-greedy": feddpsyn_noisy_greedy,
+    "feddpsyn-all": feddpsyn_all_pairs,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,
     "dpdsyn": dpdsyn,

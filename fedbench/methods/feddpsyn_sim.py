@@ -6,22 +6,32 @@ offset (its discrete Gaussian noise and a fresh bit above the count) exactly as
 server does, and noised again with the key server's own noise: the released values are
 bit-for-bit what the servers would publish for the same randomness
 (``tests/test_fedbench_methods.py`` runs one chunk through the real circuit and this path).
+Selection (``params.selection_plan``): by default the 2-way marginals are chosen as the
+servers choose them, ``em``: InDif against the released 1-ways, then ``rounds`` encrypted
+permute-and-flip rounds run as their exact integer model (``synthesis.pair_selection``;
+``tests/test_selection.py`` and ``tests/test_private_selection.py`` prove the circuits
+bit-identical to it). ``feddpsyn-noisy-greedy`` and ``feddpsyn-all`` are the other modes.
 Then consistency and GUM, as the demo does.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 
 from crypto.aggregation import aggregate_plaintext, decode_release, release_offset
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
+from crypto.selection import thresholds
 from feddpsyn import wire
 from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.central_privsyn import DEFAULT_SPLIT
 from params.schema import Schema
+from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
 from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
+from synthesis.pair_selection import (em_rounds_model, expected_counts_for_pairs,
+                                      greedy_select, indif_scores)
 from synthesis.synthesize import synthesize_records
 
 
@@ -34,8 +44,10 @@ def p1_release_model(masked: list[np.ndarray], mask_sum: np.ndarray, noise_cs: n
 
 
 def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
-                     session_id: str = "bench") -> tuple[list[NoisyMarginal], float]:
-    """The published noisy marginals, and the bytes one client uploads (masked JSON + seed)."""
+                     session_id: str = "bench", names: tuple[str, ...] | None = None
+                     ) -> tuple[list[NoisyMarginal], float]:
+    """The published noisy marginals of ``plan``'s releases (or those ``names``), and the
+    bytes one client uploads (masked JSON + seed)."""
     k = plan.parameters.count_bits
     seeds = [new_seed() for _ in client_counts]
     masks = [expand_masks(s, session_id, f"c{i}", len(c), k)
@@ -44,6 +56,8 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
     mask_sum = np.sum(masks, axis=0)
     out = []
     for spec in plan.releases:
+        if names is not None and spec.name not in names:
+            continue
         cells = plan.layout.cells_of(plan.slots_of(spec))
         noise_cs = discrete_gaussian_vector(spec.sigma2, len(cells))
         decrypted, _ = p1_release_model([m[cells] for m in masked], mask_sum[cells], noise_cs, k)
@@ -62,13 +76,78 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
     return out, float(upload)
 
 
+def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts: np.ndarray,
+                       one_way: list[NoisyMarginal], max_rows: int) -> list[tuple[int, int]]:
+    """The pairs the servers would choose: InDif against expected counts from the released
+    1-ways (Primitive 2's exact value), then the encrypted rounds' integer model (em) or
+    two independent noises and PrivSyn's greedy rule (noisy-greedy)."""
+    pairs = [slot.attrs for slot in plan.layout.two_way]
+    expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs, max_rows)
+    counts = {slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
+              for slot in plan.layout.two_way}
+    scores = indif_scores(counts, expected)
+    if selection.mode == "em":
+        c = thresholds(selection.shape, selection.step.epsilon)
+        picks = em_rounds_model([scores[p] for p in pairs], selection.shape, c,
+                                selection.rounds)
+        return [pairs[i] for i in picks]
+    # noisy-greedy: each server adds its own noise (two views, as the releases).
+    sigma2 = selection.noise_sigma2
+    noisy = {p: scores[p] + int(discrete_gaussian_vector(sigma2, 1)[0])
+             + int(discrete_gaussian_vector(sigma2, 1)[0]) for p in pairs}
+    cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
+    return greedy_select(noisy, cells, plan.release("two_way").rho)
+
+
+def default_rounds(attributes: int) -> int:
+    return attributes * (attributes - 1) // 4
+
+
 def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-                 delta: float, seed: int) -> MethodResult:
-    plan = SessionPlan.build(schema, None, epsilon, delta, DEFAULT_SPLIT, "default",
-                             max_rows=max(len(records), 1))
+                 delta: float, seed: int, selection_mode: str = "em",
+                 rounds: int | None = None) -> MethodResult:
+    max_rows = max(len(records), 1)
+    split = DEFAULT_SPLITS[selection_mode]
+    plan = SessionPlan.build(schema, None, epsilon, delta, split, "default", max_rows=max_rows)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
-    noisy, upload = simulate_release(plan, counts)
+    notes = {"noise": "two independent discrete Gaussians (CS + KS)",
+             "selection": selection_mode}
+    if selection_mode == "none":
+        noisy, upload = simulate_release(plan, counts)
+        spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
+    else:
+        rho_select = plan.rho_total * Fraction(int(split["selection"] * 10 ** 12), 10 ** 12)
+        selection = SelectionPlan.build(selection_mode, len(plan.layout.two_way), max_rows,
+                                        rho_select, rounds if rounds is not None
+                                        else default_rounds(len(schema.domain_sizes)))
+        one_way, upload = simulate_release(plan, counts, names=("one_way",))
+        chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows)
+        if not chosen:  # greedy may keep none: the 1-ways alone then
+            noisy = one_way
+            spent = plan.release("one_way").rho + selection.rho_charged
+        else:
+            final = SessionPlan.build(schema, chosen, epsilon, delta, split, "default",
+                                      max_rows=max_rows)
+            two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
+                                                  for c in np.unique(owner)],
+                                          names=("two_way",))
+            noisy = one_way + two_way
+            spent = (plan.release("one_way").rho + selection.rho_charged
+                     + final.release("two_way").rho)
+        notes.update(selected_pairs=chosen,
+                     selection_report=selection.report(len(plan.layout.two_way)))
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
-    spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
     return MethodResult(synth, spent, budget_rho(epsilon, delta), bytes_per_client=upload,
-                        notes={"noise": "two independent discrete Gaussians (CS + KS)"})
+                        notes=notes)
+
+
+def feddpsyn_all_pairs(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """The core pipeline without selection (every 2-way marginal), for comparison."""
+    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, selection_mode="none")
+
+
+def feddpsyn_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """PrivSyn's noisy-score greedy selection in place of the encrypted exponential
+    mechanism."""
+    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
+                        selection_mode="noisy-greedy")

@@ -1,0 +1,114 @@
+"""How a session chooses its 2-way marginals: the mode, the budget, the widths, the cost.
+
+Modes (``--selection``):
+
+* ``em`` (default): FedDPSyn's private selection under encryption. Primitive 2 computes every
+  pair's InDif against public expected counts from the released noisy 1-ways; Primitive 3
+  (``crypto.selection``) picks ``rounds`` pairs one at a time, without replacement, by
+  permute-and-flip with fixed-point weights. Each round is (eps + 4 eta)-DP and is charged
+  rho = (eps + 4 eta)^2 / 2, the numerical loss included (``crypto.selection.plan_step``).
+* ``noisy-greedy``: PrivSyn's own rule. Every InDif gets discrete Gaussian noise (L2
+  sensitivity sqrt(pairs): one record moves each pair's score by at most 1), the noisy scores
+  are published and the pairs are chosen greedily in clear (``synthesis.pair_selection``).
+* ``none``: every 2-way marginal (or the given pairs), as the core pipeline.
+
+Budget split (PrivSyn's default): 10% for the 1-ways, 10% for the selection, 80% for the
+selected 2-ways; ``none`` keeps 20% / 80%.
+
+Error probability. Every bootstrap of P2 and P3 fails with probability at most ``p_error``
+(2^-40: concrete's default of 1e-5 would, over the ~10^5-10^6 bootstraps of a session, make a
+wrong selection likely). A failure can change a selection, so the plan adds the union bound,
+bootstraps x p_error, to the session's delta (``fhe_delta``): the guarantee is
+(eps, delta + fhe_delta) with the selection's numerical loss already inside eps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from crypto.selection import (SelectionShape, SelectionStep, choose_shape, pbs_estimate,
+                              plan_step)
+
+__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL"]
+
+SELECTION_MODES = ("em", "noisy-greedy", "none")
+DEFAULT_SPLITS = {
+    "em": {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
+    "noisy-greedy": {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
+    "none": {"one_way": 0.2, "two_way": 0.8},
+}
+# Primitive 2's bootstraps per cell at P2 width k (bit extraction, XORs, column sums):
+# measured 34 at k = 16 (crypto/indif.py); about 2k + 2 in general.
+BOOTSTRAPS_PER_CELL = 2
+
+
+@dataclass(frozen=True)
+class SelectionPlan:
+    mode: str
+    rounds: int               # pairs chosen (em); 0 for the other modes
+    rho: Fraction             # the selection's whole budget
+    indif_bits: int           # P2's k: every |C - K| < 2^(k-1)
+    score_bits: int           # digits of a pair's InDif (<= 2 max_rows)
+    step: SelectionStep | None = None
+    shape: SelectionShape | None = None
+    noise_sigma2: Fraction | None = None   # noisy-greedy: per-score variance
+    p_error: float = 2.0 ** -40
+
+    @classmethod
+    def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
+              p_error: float = 2.0 ** -40) -> SelectionPlan:
+        if mode not in SELECTION_MODES:
+            raise ValueError(f"selection is one of {SELECTION_MODES}, not {mode!r}")
+        indif_bits = max(2, (max_rows + 1).bit_length() + 1)
+        score_bits = (2 * max_rows).bit_length()
+        if mode == "none":
+            return cls(mode, 0, Fraction(0), indif_bits, score_bits, p_error=p_error)
+        if rho <= 0:
+            raise ValueError("the selection needs a positive share of the budget")
+        if mode == "noisy-greedy":
+            return cls(mode, 0, rho, indif_bits, score_bits,
+                       noise_sigma2=Fraction(pairs) / (2 * rho), p_error=p_error)
+        rounds = rounds if rounds is not None else pairs
+        if not 1 <= rounds < pairs:
+            raise ValueError(f"em selects between 1 and {pairs - 1} pairs, not {rounds}")
+        rho_step = rho / rounds
+        shape = choose_shape(pairs, score_bits, math.sqrt(2 * float(rho_step)))
+        step = plan_step(rho_step, shape)
+        return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape,
+                   p_error=p_error)
+
+    @property
+    def rho_charged(self) -> Fraction:
+        """What the ledger charges for the whole selection (<= rho)."""
+        if self.mode == "em":
+            return self.step.rho * self.rounds
+        return self.rho if self.mode == "noisy-greedy" else Fraction(0)
+
+    def bootstraps(self, two_way_cells: int) -> int:
+        """P2 over every 2-way cell plus P3's rounds (the remaining candidates shrink)."""
+        if self.mode == "none":
+            return 0
+        p2 = two_way_cells * (BOOTSTRAPS_PER_CELL * self.indif_bits + 2)
+        if self.mode == "noisy-greedy":
+            return p2
+        per_round = pbs_estimate(self.shape)  # compiled for every candidate, masked ones too
+        return p2 + per_round * self.rounds
+
+    def fhe_delta(self, two_way_cells: int) -> float:
+        """Union bound on any bootstrap failing in this session's selection."""
+        return self.bootstraps(two_way_cells) * self.p_error
+
+    def report(self, two_way_cells: int) -> dict:
+        out = {"mode": self.mode, "rho_budget": float(self.rho),
+               "rho_charged": float(self.rho_charged),
+               "fhe_delta": self.fhe_delta(two_way_cells), "p_error": self.p_error}
+        if self.mode == "em":
+            out.update(rounds=self.rounds, step_epsilon=float(self.step.epsilon),
+                       step_eta=self.step.eta, step_epsilon_total=float(self.step.epsilon_total),
+                       numerical_extra_epsilon=4 * self.step.eta * self.rounds,
+                       nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime))
+        if self.mode == "noisy-greedy":
+            out["noise_sigma2"] = float(self.noise_sigma2)
+        return out
