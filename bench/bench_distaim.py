@@ -92,10 +92,12 @@ def main() -> None:
         sel = [x for x in rep["timings"] if x["step"] == "select"]
         mea = [x for x in rep["timings"] if x["step"] == "measure"]
         print(f"party {pid}: phases {{{', '.join(f'{k}: {v:.1f}' for k, v in rep['phases'].items())}}} s; "
-              f"select {np.mean([x['seconds'] for x in sel]):.2f} s per round "
+              f"select {np.mean([x['seconds'] for x in sel]):.2f} s wall / "
+              f"{np.mean([x['cpu_seconds'] for x in sel]):.2f} s CPU per round "
               f"({sel[0]['candidates']} candidates, {sel[0]['cells']} cells); measure "
               f"{1e3 * sum(x['seconds'] for x in mea) / sum(x['cells'] for x in mea):.2f} ms "
-              f"per noisy cell ({sum(x['cells'] for x in mea)} cells)")
+              f"wall / {1e3 * sum(x['cpu_seconds'] for x in mea) / sum(x['cells'] for x in mea):.2f}"
+              f" ms CPU per noisy cell ({sum(x['cells'] for x in mea)} cells)")
     print("selected:", rep["selected"], "rho spent", rep["rho_spent"],
           "extra delta", rep["selection_extra_delta"] + rep["measurement_extra_delta"])
     from synthesis.aim import GraphicalModel, PlainOracle, aim

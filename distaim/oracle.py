@@ -73,7 +73,7 @@ class MpcOracle:
         return self.rt.run(self.rt.transfer(value, senders=[0]))[0]
 
     def measure(self, clique, sigma2: Fraction) -> np.ndarray:
-        start = time.time()
+        start, cpu = time.time(), time.process_time()
         clique = tuple(clique)
         offset, n = self.offsets[clique]
         plan = GaussianPlan.for_sigma2(Fraction(sigma2))
@@ -82,11 +82,12 @@ class MpcOracle:
         values = np.array([int(v) for v in self.rt.run(self.rt.output(noisy))], dtype=np.int64)
         self.measure_tv += n * plan.tv_bound
         self.timings.append({"step": "measure", "clique": list(clique), "cells": n,
-                             "levels": len(plan.levels), "seconds": time.time() - start})
+                             "levels": len(plan.levels), "seconds": time.time() - start,
+                             "cpu_seconds": time.process_time() - cpu})
         return values
 
     def select(self, candidates, model_answers, weights, sigma2, epsilon) -> int:
-        start = time.time()
+        start, cpu = time.time(), time.process_time()
         self.round += 1  # every AIM round after the initialisation starts with a selection
         if self.totals_at_round is not None:
             self.totals = self.totals_at_round(self.round)
@@ -107,7 +108,8 @@ class MpcOracle:
         self.select_tv += plan.tv_bound
         self.extra_delta = self._tv_to_delta * plan.tv_bound
         self.timings.append({"step": "select", "candidates": len(cands), "cells": cells,
-                             "seconds": time.time() - start})
+                             "seconds": time.time() - start,
+                             "cpu_seconds": time.process_time() - cpu})
         return pick
 
     def secure_scores(self, cands, answers_on_grid, wts, sigma2):
