@@ -150,9 +150,9 @@ class SelectionStep:
 
 
 def plan_step(rho_step: Fraction, shape: SelectionShape) -> SelectionStep:
-    """The largest PF epsilon (bisection on a 1e-9 grid, 60 steps) whose total loss, numerical
-    error included, fits ``rho_step``; fails closed if none does."""
-    grid = 10 ** 9
+    """The largest PF epsilon (bisection on a 1e-12 grid, 60 steps) whose total loss,
+    numerical error included, fits ``rho_step``; fails closed if none does."""
+    grid = 10 ** 12
 
     def step(eps: Fraction) -> SelectionStep:
         eta = step_eta(shape, eps)

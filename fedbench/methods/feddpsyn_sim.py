@@ -126,8 +126,12 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
             noisy = one_way
             spent = plan.release("one_way").rho + selection.rho_charged
         else:
-            final = SessionPlan.build(schema, chosen, epsilon, delta, split, "default",
-                                      max_rows=max_rows)
+            # What the selection's grid left unspent goes to the 2-ways (the servers' ledger
+            # does the same: the release takes the session's remainder).
+            remainder = 1 - split["one_way"] - float(selection.rho_charged / plan.rho_total)
+            final = SessionPlan.build(schema, chosen, epsilon, delta,
+                                      {"one_way": split["one_way"], "two_way": remainder},
+                                      "default", max_rows=max_rows)
             two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
                                                   for c in np.unique(owner)],
                                           names=("two_way",))
