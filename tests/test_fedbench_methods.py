@@ -61,10 +61,12 @@ def test_runner_writes_results_summary_and_plots(tmp_path):
                             f"{['no', 'yes'][rng.integers(2)]}" for _ in range(600)]
     path.write_text("\n".join(rows) + "\n")
     out = tmp_path / "bench"
-    results = run_utility(path, SCHEMA, "label", sorted(METHODS), [1.0, 4.0],
+    # Three methods suffice for the runner's bookkeeping (every method has its own test).
+    methods = ["central-privsyn", "concat", "feddpsyn"]
+    results = run_utility(path, SCHEMA, "label", methods, [1.0, 4.0],
                           [Setting(2, "uniform", None), Setting(3, "uniform", None)], 1, out,
                           delta=1e-6, say=lambda _: None)
-    assert len(results) == len(METHODS) * 2 * 2
+    assert len(results) == len(methods) * 2 * 2
     with (out / "results.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == len(results)
     assert "| uniform |" in (out / "summary.md").read_text()
