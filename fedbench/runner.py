@@ -21,12 +21,13 @@ from fedbench import partitions
 from fedbench.methods import METHODS
 from fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
 from fedbench.ml_efficacy import ml_efficacy
+from fedbench.wasserstein import wasserstein_two_way
 from params.schema import ContinuousColumn, Schema
 from synthesis.evaluate import workload_error
 
 TARGETS = {"adult": "label", "fed_heart_disease": "target"}
-METRICS = ["one_way", "two_way", "three_way", "range_query", "wasserstein", "f1_gbt",
-           "f1_linear", "seconds", "bytes_per_client"]
+METRICS = ["one_way", "two_way", "three_way", "range_query", "wasserstein",
+           "wasserstein_two_way", "f1_gbt", "f1_linear", "seconds", "bytes_per_client"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,15 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
                        "range_query": range_query_error(train, synth, range_queries),
                        "wasserstein": wasserstein_one_way(train, synth, schema.domain_sizes,
                                                           ordered),
+                       "wasserstein_two_way": wasserstein_two_way(train, synth,
+                                                                  schema.domain_sizes, ordered),
                        "f1_gbt": ml["gbt"], "f1_linear": ml["linear"],
                        "seconds": seconds, "bytes_per_client": result.bytes_per_client,
                        "rho_spent": float(result.rho_spent),
-                       "rho_budget": float(result.rho_budget)}
+                       "rho_budget": float(result.rho_budget),
+                       # A method that is not DP as published says so in every row.
+                       "privacy": result.notes.get("dp", "DP"),
+                       "selected_pairs": len(result.notes.get("selected_pairs", []))}
                 rows.append(row)
                 say(f"[bench] {method} eps={eps} K={row['clients']} {setting.partition}"
                     f"{'' if setting.beta is None else f' beta={setting.beta}'} rep={repeat}: "
@@ -108,7 +114,8 @@ def write_results(rows: list[dict], out: Path) -> None:
         writer.writerows(rows)
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["partition"], r["beta"], r["clients"], r["eps"], r["method"])].append(r)
+        method = r["method"] + ("" if r["privacy"] == "DP" else f" ({r['privacy']})")
+        groups[(r["partition"], r["beta"], r["clients"], r["eps"], method)].append(r)
     lines = ["# Utility benchmark", "",
              "Mean (standard deviation) over repeats. Errors: lower is better; F1: higher.", "",
              "| partition | beta | clients | eps | method | " + " | ".join(METRICS) + " |",
