@@ -318,12 +318,17 @@ def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated eps
             return None if isinstance(v, float) and math.isinf(v) else v
 
         typer.echo(json.dumps([{k: finite(r[k]) for k in ("eps", "nb", "kappa", "lambda",
-                                                          "bound", "exact", "total")}
+                                                          "bound", "exact", "total",
+                                                          "exact_bernoulli", "total_bernoulli")}
                                for r in rows]))
         return
-    typer.echo(f"{'eps':>8} {'bound e_prime':>14} {'exact e_prime':>14} {'eps+4*exact':>12}")
+    typer.echo("exact: SubRoutine 1's integer arithmetic; ours: the exact product of Bernoulli "
+               "trials the encrypted selection samples (crypto/selection.py)")
+    typer.echo(f"{'eps':>8} {'bound e_prime':>14} {'exact e_prime':>14} {'eps+4*exact':>12} "
+               f"{'ours e_prime':>13} {'eps+4*ours':>11}")
     for r in rows:
-        typer.echo(f"{r['eps']:>8g} {r['bound']:>14.6f} {r['exact']:>14.6f} {r['total']:>12.6f}")
+        typer.echo(f"{r['eps']:>8g} {r['bound']:>14.6f} {r['exact']:>14.6f} {r['total']:>12.6f} "
+                   f"{r['exact_bernoulli']:>13.6f} {r['total_bernoulli']:>11.6f}")
 
 
 @bench_app.command("utility")
