@@ -21,7 +21,8 @@ issue 4), federated -- implements ``MarginalOracle``: the two private steps of a
    weights w_r = sum over workload cliques s of |r & s|;
 2. 1-way initialisation: every 1-way candidate measured once at sigma_0;
 3. each round: the model-size filter (candidates whose junction tree with the model's
-   cliques stays within (rho_used / rho) * max_model_size_mb), select, measure, re-estimate
+   cliques stays within (rho_used / rho) * max_model_size_mb, or that lie inside a measured
+   clique already), select, measure, re-estimate
    (Private-PGM's mirror descent, warm-started from the previous round's potentials: in
    numpy by default, ``synthesis.mirror_descent``, or ``mbi`` with ``backend="mbi"``), and
    annealing: if the model's answer on the measured clique moved by at most

@@ -39,7 +39,7 @@ Deviations, stated:
   NaiveFLAIM's 2-way error is 1.61 (AugFLAIM: 0.14). (Reading alpha in each aggregate's own
   scale instead -- Naive then exact, AugFLAIM doubly down-weighting small aggregates -- gave
   Naive 0.12 there but made AugFLAIM ignore single-client pairs with 4 uniform clients:
-  2-way 0.112 vs 0.094; we keep the reading where the weights multiply union-scale
+  2-way 0.112 vs 0.100; we keep the reading where the weights multiply union-scale
   measurements, as PGM's objective does.)
 * Fixed T (``ROUNDS`` = 10, the paper's main setting), no annealing (the paper recommends
   against it for FLAIM); 2-way workload (the paper: random 3-way); client sampling uses a
