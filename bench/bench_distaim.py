@@ -105,7 +105,7 @@ def main() -> None:
     from synthesis.marginals import NoisyMarginal
     model = GraphicalModel(sizes)
     model.fit([NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float).reshape(
-        [sizes[a] for a in m["clique"]]), m["sigma2"]) for m in rep["measurements"]], 300)
+        [sizes[a] for a in m["clique"]]), m["sigma2"]) for m in rep["measurements"]], 1000)
     distaim_error = workload_error(records, model.sample(len(records),
                                                          np.random.default_rng(0)), sizes)
     t = time.time()
