@@ -33,7 +33,7 @@ from feddpsyn import wire
 from feddpsyn.serving import (BackgroundWorker, Database, ServiceError, already_stored, bearer,
                               service_app, token_matches, write_private)
 
-__all__ = ["ShareUpload", "DistStatus", "create_app", "MAX_BODY_BYTES"]
+__all__ = ["ShareUpload", "DistSessionInfo", "DistStatus", "create_app", "MAX_BODY_BYTES"]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +60,17 @@ class ShareUpload(wire.StrictModel):
 
     seed_hex: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     vector_b64: str | None = Field(default=None, max_length=MAX_BODY_BYTES)
+
+
+class DistSessionInfo(wire.StrictModel):
+    """What a client needs to share its counts: the layout and the field."""
+
+    session_id: str
+    party: int = Field(description="this server's x-coordinate (1, 2 or 3)")
+    domain_sizes: list[int]
+    workload: list[list[int]]
+    modulus: str = Field(description="the prime of the servers' field, decimal")
+    cells: int
 
 
 class DistStatus(wire.StrictModel):
@@ -130,6 +141,12 @@ class DistServer:
                              (client_id, digest, len(blob), time.time()))
         return wire.UploadReceipt(session_id=self.session["session_id"], client_id=client_id,
                                   stored=stored, digest=digest)
+
+    def info(self) -> DistSessionInfo:
+        return DistSessionInfo(session_id=self.session["session_id"], party=self.x,
+                               domain_sizes=list(self.layout.domain_sizes),
+                               workload=[list(c) for c in self.session["workload"]],
+                               modulus=str(self.session["modulus"]), cells=self.layout.length)
 
     def status(self) -> DistStatus:
         with self.db.connect() as conn:
@@ -219,6 +236,11 @@ def create_app(state_dir: Path, *, job_interval: float = 0.5) -> FastAPI:
     def upload_share(session_id: wire.SessionId, client_id: wire.ClientId,
                      body: ShareUpload) -> wire.UploadReceipt:
         return service.store(client_id, body)
+
+    @router.get("/{session_id}", response_model=DistSessionInfo,
+                dependencies=[Depends(member)])
+    def info(session_id: wire.SessionId) -> DistSessionInfo:
+        return service.info()
 
     @router.get("/{session_id}/status", response_model=DistStatus,
                 dependencies=[Depends(member)])

@@ -2,6 +2,8 @@
 HTTP intake, run a server's MPC part by hand, share a client's CSV into a session directory.
 
     python -m distaim.cli serve --state-dir S0 --host 127.0.0.1 --port 8800
+    python -m distaim.cli upload --servers URL1,URL2,URL3 --session ID --client-id h0 \
+        --token-file h0.token --csv h0.csv --schema SCHEMA
 
     python -m distaim.cli party --pid 0 --parties 127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 \
         --session-dir S --out party0.json
@@ -45,6 +47,19 @@ def party(pid: int = typer.Option(...), parties: str = typer.Option(
     from distaim.party import main
     raise typer.Exit(main(["--pid", str(pid), "--parties", parties, "--session-dir",
                            str(session_dir), "--out", str(out), "--timeout", str(timeout)]))
+
+
+@app.command()
+def upload(servers: str = typer.Option(..., help="the three servers' URLs, comma-separated, "
+                                                   "in party order"),
+           session: str = typer.Option(...), client_id: str = typer.Option(...),
+           token_file: Path = typer.Option(...), csv: Path = typer.Option(...),
+           schema: Path = typer.Option(...)):
+    """Count the session's workload on a CSV, share it and upload one share to each server."""
+    from distaim.client import upload_csv
+    rows, sent = upload_csv(servers.split(","), session, client_id,
+                            token_file.read_text().strip(), csv, schema)
+    typer.echo(f"{client_id}: {rows} rows shared, {sent} bytes uploaded")
 
 
 @app.command()

@@ -17,7 +17,6 @@ so that the demo's length is bounded.
 
 from __future__ import annotations
 
-import base64
 import csv
 import json
 import logging
@@ -34,7 +33,7 @@ import numpy as np
 
 from clients.preprocess import decode_records, encode_csv
 from crypto.accounting import eps_delta_to_rho, rho_to_eps
-from distaim import sharing
+from distaim.client import session_info, upload_vector
 from distaim.party import session_modulus
 from distaim.protocol import Layout, client_vector
 from feddpsyn.demo import dataset, split_csv
@@ -146,25 +145,13 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
         t = time.time()
         upload_bytes = []
         with httpx.Client(timeout=120) as http:
+            urls = [s.url for s in servers]
             for cid, records in zip(client_ids, client_records):
-                vector = client_vector(records, layout)
-                seed_bytes, (s2, s3) = sharing.share_vector_seeded(
-                    [int(v) for v in vector], modulus, session_id, cid)
-                bodies = [{"seed_hex": seed_bytes.hex()},
-                          {"vector_b64": base64.b64encode(
-                              sharing.encode_vector(s2, modulus)).decode()},
-                          {"vector_b64": base64.b64encode(
-                              sharing.encode_vector(s3, modulus)).decode()}]
-                sent = 0
-                for server, body in zip(servers, bodies):
-                    content = json.dumps(body).encode()
-                    sent += len(content)
-                    r = http.put(f"{server.url}/sessions/{session_id}/clients/{cid}/share",
-                                 content=content,
-                                 headers={"Authorization": f"Bearer {tokens[cid]}",
-                                          "Content-Type": "application/json"})
-                    if r.status_code != 200:
-                        raise RuntimeError(f"upload of {cid} refused: {r.text}")
+                info = session_info(http, urls, session_id, tokens[cid])
+                if int(info["modulus"]) != modulus or info["cells"] != layout.length:
+                    raise RuntimeError("servers describe a different session")
+                sent = upload_vector(http, urls, session_id, cid, tokens[cid],
+                                     client_vector(records, layout), modulus)
                 upload_bytes.append(sent)
                 say(f"[distaim]   {cid}: {len(records)} rows, shares uploaded ({sent} bytes)")
             phases["client_uploads"] = time.time() - t

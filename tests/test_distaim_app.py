@@ -52,6 +52,9 @@ def test_intake_checks_credentials_kind_and_idempotence(tmp_path):
         short = {"vector_b64": base64.b64encode(b"\0" * 12).decode()}
         assert second.put(url, json=short, headers=_auth("tok-a")).status_code == 422
         assert second.put(url, json=vector, headers=_auth("tok-a")).status_code == 200
+        info = first.get("/sessions/sx", headers=_auth("tok-b")).json()
+        assert (info["party"], info["cells"], int(info["modulus"])) == (1, CELLS, p)
+        assert second.get("/sessions/sx", headers=_auth("tok-b")).json()["party"] == 2
         status = first.get("/sessions/sx/status", headers=_auth("tok-b")).json()
         assert status["clients_uploaded"] == ["a"] and status["clients_missing"] == ["b"]
         assert first.post("/sessions/sx/run", headers=_auth("tok-a")).status_code == 403

@@ -1,0 +1,80 @@
+"""A data owner's side of DistAIM: fetch the session from the three servers, count the
+workload marginals of its CSV, Shamir-share them (seed-compressed) and upload one share to
+each server over HTTP.
+
+Design concern: **the three servers must describe the same session** (layout and field);
+the client checks that before sharing anything, so a misconfigured server cannot make it
+send shares of the wrong vector. Nothing is uploaded until all three answered.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from distaim import sharing
+from distaim.protocol import Layout, client_vector
+
+__all__ = ["session_info", "upload_vector", "upload_csv"]
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+def session_info(http: httpx.Client, servers: list[str], session_id: str,
+                 token: str) -> dict:
+    """The session as all three servers describe it (refused if they differ)."""
+    if len(servers) != 3:
+        raise ValueError("DistAIM has exactly three servers")
+    infos = []
+    for x, url in enumerate(servers, start=1):
+        r = http.get(f"{url}/sessions/{session_id}", headers=_headers(token))
+        if r.status_code != 200:
+            raise RuntimeError(f"server {url}: {r.status_code} {r.text}")
+        info = r.json()
+        if info["party"] != x:
+            raise RuntimeError(f"server {url} is party {info['party']}, expected {x}")
+        infos.append({k: v for k, v in info.items() if k != "party"})
+    if any(info != infos[0] for info in infos[1:]):
+        raise RuntimeError("the three servers describe different sessions")
+    return infos[0]
+
+
+def upload_vector(http: httpx.Client, servers: list[str], session_id: str, client_id: str,
+                  token: str, vector: np.ndarray, modulus: int) -> int:
+    """Share ``vector`` and upload the three shares; returns the request bytes sent."""
+    seed, (s2, s3) = sharing.share_vector_seeded([int(v) for v in vector], modulus,
+                                                 session_id, client_id)
+    bodies = [{"seed_hex": seed.hex()},
+              {"vector_b64": base64.b64encode(sharing.encode_vector(s2, modulus)).decode()},
+              {"vector_b64": base64.b64encode(sharing.encode_vector(s3, modulus)).decode()}]
+    sent = 0
+    for url, body in zip(servers, bodies):
+        content = json.dumps(body).encode()
+        sent += len(content)
+        r = http.put(f"{url}/sessions/{session_id}/clients/{client_id}/share",
+                     content=content, headers=_headers(token))
+        if r.status_code != 200:
+            raise RuntimeError(f"upload to {url} refused: {r.status_code} {r.text}")
+    return sent
+
+
+def upload_csv(servers: list[str], session_id: str, client_id: str, token: str,
+               csv_path: Path, schema_path: Path, timeout: float = 120) -> tuple[int, int]:
+    """(rows, bytes sent) for one data owner's CSV."""
+    from clients.preprocess import encode_csv
+    from params.schema import Schema
+    with httpx.Client(timeout=timeout) as http:
+        info = session_info(http, servers, session_id, token)
+        layout = Layout.for_workload(info["domain_sizes"], [tuple(c) for c in info["workload"]])
+        records = encode_csv(csv_path, Schema.load(schema_path)).records
+        if tuple(Schema.load(schema_path).domain_sizes) != layout.domain_sizes:
+            raise RuntimeError("the schema's domain differs from the session's")
+        sent = upload_vector(http, servers, session_id, client_id, token,
+                             client_vector(records, layout), int(info["modulus"]))
+    return len(records), sent
