@@ -173,7 +173,8 @@ class DistServer:
                 [sys.executable, "-m", "distaim.party", "--pid", str(self.session["pid"]),
                  "--parties", parties, "--session-dir", str(self.state_dir),
                  "--out", str(self.state_dir / "result.json"),
-                 "--timeout", str(self.session.get("mpc_timeout", 120))],
+                 "--timeout", str(self.session.get("mpc_timeout", 120)),
+                 "--deadline", str(self.session.get("mpc_deadline", 3600))],
                 cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT)
             log.close()
 

@@ -3,7 +3,8 @@ the three server processes.
 
 Design concerns (DESIGN.md, "DistAIM on MPyC"): MPyC's stock ``Runtime.start`` listens on all
 interfaces and retries its connects forever; a party here **listens only on its configured
-host and gives up after a deadline**, and its shutdown is bounded too. ``mpyc.runtime``
+host and gives up after a deadline**, its shutdown is bounded too, a peer lost mid-run
+aborts the process at once, and ``exit_after`` bounds the whole run. ``mpyc.runtime``
 parses ``sys.argv`` when imported, so it is imported here with an empty argument list (the
 options a runtime needs are passed explicitly). MPyC keeps its runtime in module globals, so
 one process runs one runtime at a time; ``install`` points those globals at ours.
@@ -19,13 +20,15 @@ import asyncio
 import hashlib
 import itertools
 import logging
+import os
 import ssl as ssl_module
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
 __all__ = ["PartyAddress", "PartyTimeout", "mpyc_module", "local_runtime", "party_runtime",
-           "install", "SECINT_BITS", "EM_SECINT_BITS"]
+           "install", "exit_after", "SECINT_BITS", "EM_SECINT_BITS"]
 
 # Counts, utility scores and noise live in SecInt(64) (a 96-bit prime field: 12 bytes per
 # shared value); the exponential mechanism's fixed-point weights need room for 2 x 56-bit
@@ -34,6 +37,23 @@ SECINT_BITS = 64
 EM_SECINT_BITS = 128
 
 log = logging.getLogger("distaim")
+
+
+PEER_LOST_EXIT = 5
+DEADLINE_EXIT = 4
+
+
+def exit_after(seconds: float) -> threading.Timer:
+    """Bound a whole MPC run: after ``seconds`` the process exits (non-zero), whatever it is
+    waiting for. MPyC's own waits for peers' messages have no timeout."""
+    def _expire() -> None:
+        sys.stderr.write(f"distaim: MPC run exceeded its deadline of {seconds} s; aborting\n")
+        sys.stderr.flush()
+        os._exit(DEADLINE_EXIT)
+    timer = threading.Timer(seconds, _expire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 class PartyTimeout(RuntimeError):
@@ -125,7 +145,16 @@ def _bound_runtime_class():
     if _BOUND is not None:
         return _BOUND
     runtime = mpyc_module()
-    from mpyc.asyncoro import MessageExchanger
+    from mpyc.asyncoro import MessageExchanger as _MpycExchanger
+
+    class MessageExchanger(_MpycExchanger):
+        """MPyC's channel, but a reset connection is a lost peer too (MPyC re-raises it in
+        a callback, where nobody waits for it)."""
+
+        def connection_lost(self, exc):
+            if exc is not None and self.peer_pid is not None:
+                self.runtime.unset_protocol(self.peer_pid)
+            super().connection_lost(exc)
 
     class BoundRuntime(runtime.Runtime):
         """MPyC's runtime with a host-bound listener and bounded connect/shutdown."""
@@ -171,7 +200,20 @@ def _bound_runtime_class():
                     server.close()
             self.start_time = time.time()
 
+        def unset_protocol(self, peer_pid):
+            # A peer that goes away before our shutdown leaves MPyC waiting forever for its
+            # messages: fail closed and at once instead (the process exits non-zero, its
+            # server records the run as failed).
+            if not self._closing:
+                sys.stderr.write(f"distaim: MPC peer {peer_pid} disconnected; aborting\n")
+                sys.stderr.flush()
+                os._exit(PEER_LOST_EXIT)
+            super().unset_protocol(peer_pid)
+
+        _closing = False
+
         async def shutdown(self, timeout: float = 60.0) -> None:
+            self._closing = True
             try:
                 await asyncio.wait_for(super().shutdown(), timeout=timeout)
             except asyncio.TimeoutError:

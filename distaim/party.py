@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from distaim import sharing
-from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, mpyc_module,
-                                 party_runtime)
+from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
+                                 mpyc_module, party_runtime)
 from distaim.protocol import (Layout, Participation, admit_clients, aggregate,
                               clamp_counts)
 
@@ -116,6 +116,8 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     t = time.time()
     rt.run(rt.start(timeout=timeout))
     phases["connect"] = time.time() - t
+    sys.stderr.write(f"distaim: party {pid} connected to all parties\n")
+    sys.stderr.flush()
     t = time.time()
     shares, unreadable = _load_shares(session_dir, session["session_id"], pid + 1, modulus,
                                       layout.length)
@@ -176,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parties", required=True, help="host:port,host:port,host:port")
     parser.add_argument("--session-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="bound on connecting and on the shutdown barrier (s)")
+    parser.add_argument("--deadline", type=float, default=3600.0,
+                        help="bound on the whole run (s): the process exits non-zero after it")
     args = parser.parse_args(argv)
+    exit_after(args.deadline)
     addresses = []
     for item in args.parties.split(","):
         host, _, port = item.rpartition(":")

@@ -107,3 +107,37 @@ def test_three_parties_over_mutual_tls(tmp_path):
     reports = _run_parties(tmp_path)
     assert all(r["admitted"] == ["c0"] for r in reports)
     assert all(r["measurements"] == reports[0]["measurements"] for r in reports)
+
+
+def test_a_lost_peer_aborts_the_others_at_once(tmp_path):
+    sizes, workload = [4, 5, 3], [(0, 1), (0, 2), (1, 2)]
+    layout = Layout.for_workload(sizes, workload)
+    modulus = session_modulus()
+    session = {"session_id": "k1", "domain_sizes": sizes, "workload": workload,
+               "modulus": modulus, "epsilon": 1.0, "rho": "1/10", "rounds": 200,
+               "max_rounds": 200, "round_iters": 10, "final_iters": 10}
+    (tmp_path / "session.json").write_text(json.dumps(session))
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 4, 20000)
+    records = np.stack([a, (a + rng.integers(0, 2, 20000)) % 5, rng.integers(0, 3, 20000)], 1)
+    write_client_upload(tmp_path, "k1", "c0", client_vector(records, layout), modulus)
+    ports = [_free_port() for _ in range(3)]
+    parties = ",".join(f"127.0.0.1:{p}" for p in ports)
+    procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
+                               "--parties", parties, "--session-dir", str(tmp_path),
+                               "--out", str(tmp_path / f"party{pid}.json")],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for pid in range(3)]
+    try:
+        for proc in procs:  # every party connected: the run is under way
+            line = proc.stderr.readline()
+            assert b"connected" in line, line
+        procs[2].kill()
+        for proc in procs[:2]:
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 5, err.decode()[-2000:]
+            assert b"disconnected" in err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
