@@ -33,7 +33,8 @@ def wide_session(ks_url: str, operator: str, columns: int, bins: int) -> wire.Se
     schema = {"columns": [{"name": f"x{j}", "type": "continuous", "min": 0, "max": 100,
                            "bins": bins} for j in range(columns)]}
     request = wire.SessionCreate(schema=schema, clients=CLIENTS,
-                                 budget=wire.BudgetSpec(epsilon=1, delta=1e-6))
+                                 budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
+                                 selection=wire.SelectionRequest(mode="none"))
     r = httpx.post(f"{ks_url}/sessions", content=request.model_dump_json(by_alias=True),
                    headers={"Authorization": f"Bearer {operator}",
                             "Content-Type": "application/json"}, timeout=120)

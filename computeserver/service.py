@@ -31,12 +31,19 @@ import httpx
 import numpy as np
 from concrete import fhe
 
+from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.masking import expand_masks, seed_commitment
 from feddpsyn import wire
-from feddpsyn.serving import Database, ServiceError, already_stored, token_hash, write_private
+from feddpsyn.serving import (
+    Database,
+    ServiceError,
+    already_stored,
+    token_hash,
+    write_private,
+)
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.schema import Schema
@@ -64,13 +71,13 @@ CREATE TABLE IF NOT EXISTS releases (
 
 
 
-class ComputeServer:
+class ComputeServer(SelectionRole):
     def __init__(self, state_dir: Path, keyserver_url: str, peer_token: str,
                  timeout: float = 600, verify: bool | str = True):
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
-        self.db = Database(state_dir / "computeserver.sqlite", _SCHEMA_SQL)
+        self.db = Database(state_dir / "computeserver.sqlite", _SCHEMA_SQL + SELECTION_SQL)
         self._http_options = dict(base_url=keyserver_url, timeout=timeout, verify=verify,
                                   headers={"Authorization": f"Bearer {peer_token}"})
         self._client: httpx.Client | None = None
@@ -115,6 +122,7 @@ class ComputeServer:
         write_private(directory / "server.zip", base64.b64decode(peer.server_zip_b64))
         write_private(directory / "evaluation_keys.bin",
                       base64.b64decode(peer.evaluation_keys_b64))
+        self._store_selection_artefacts(peer, directory)
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, NULL)",
                          (session_id, peer.session.model_dump_json(by_alias=True),
@@ -283,6 +291,9 @@ class ComputeServer:
         for spec in plan.releases:
             if spec.name in done:
                 continue
+            if not spec.marginal_keys:  # a selected release: its pairs come from the rounds
+                spec = ReleaseSpec(spec.name, self._selected_keys(
+                    plan, self._run_selection(session_id, plan, seeds)), spec.rho, spec.sigma2)
             path = self.session_dir(session_id) / "outputs" / f"{spec.name}.bin"
             with self.db.connect() as conn:
                 stored = conn.execute("SELECT digest FROM outputs WHERE session_id = ? AND "
@@ -293,17 +304,23 @@ class ComputeServer:
                 with self.db.transaction() as conn:
                     conn.execute("INSERT INTO outputs VALUES (?, ?, ?)",
                                  (session_id, spec.name, hashlib.sha256(body).hexdigest()))
-            result = self._request_decryption(session_id, spec.name, plan, path)
+            result = self._request_decryption(session_id, spec, plan, path)
             with self.db.transaction() as conn:
                 conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)",
                              (session_id, spec.name, result.model_dump_json()))
             log.info("session %s: release %s published", session_id, spec.name)
 
-    def _request_decryption(self, session_id: str, name: str, plan: SessionPlan,
+    @staticmethod
+    def _selected_keys(plan: SessionPlan, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
+        keys = {plan.layout.slot(tuple(p)).key for p in pairs}
+        return tuple(m.key for m in plan.layout.two_way if m.key in keys)
+
+    def _request_decryption(self, session_id: str, spec: ReleaseSpec, plan: SessionPlan,
                             path: Path) -> wire.ReleaseResult:
         """Register the manifest (the key server charges its ledger), send chunks, finalize."""
+        name = spec.name
         outputs = unpack_blobs(path.read_bytes())
-        cells = plan.layout.cells_of(plan.slots_of(plan.release(name)))
+        cells = plan.layout.cells_of(plan.slots_of(spec))
         chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
         manifest = wire.ReleaseManifest(
             chunks=chunks, digests=[hashlib.sha256(o).hexdigest() for o in outputs])

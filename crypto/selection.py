@@ -340,7 +340,9 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
     fails.append(fails[0] * 0 + 1 - active)
     accept = 1 - _or_columns(fails)
     # 4. first acceptance in the given order
-    outs, before = [accept[:, 0]], accept[:, 0]
+    # The first output goes through a lookup too, so that every output has the same encoding
+    # and the compute server may put them back in candidate order before decryption.
+    outs, before = [_tlu(_FIRST, accept[:, 0])], accept[:, 0]
     for i in range(1, s):
         outs.append(_tlu(_FIRST, accept[:, i] + 2 * before))
         if i + 1 < s:

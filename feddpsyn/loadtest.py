@@ -46,7 +46,10 @@ def run_load(directory: Path, n_clients: int, workers: int, timeout: float = 600
             headers={"Authorization": f"Bearer {operator}", "Content-Type": "application/json"},
             content=wire.SessionCreate(schema=LOAD_SCHEMA, clients=ids, parameter_set="test-small",
                                        budget=wire.BudgetSpec(epsilon=50, delta=1e-6),
-                                       max_rows=10_000).model_dump_json(by_alias=True))
+                                       max_rows=10_000,
+                                       # The load is the intake; selection is measured apart.
+                                       selection=wire.SelectionRequest(mode="none")
+                                       ).model_dump_json(by_alias=True))
         response.raise_for_status()
         created = wire.SessionCreated.model_validate_json(response.content)
         sid = created.session.session_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Path as PathParam
 
@@ -21,6 +21,7 @@ _ID_RE = re.compile(ID_PATTERN)
 SessionId = Annotated[str, PathParam(pattern=ID_PATTERN)]
 ClientId = Annotated[str, PathParam(pattern=ID_PATTERN)]
 ReleaseName = Annotated[str, PathParam(pattern=ID_PATTERN)]
+RoundIndex = Annotated[int, PathParam(ge=0, le=100_000)]
 
 
 class StrictModel(BaseModel):
@@ -32,18 +33,33 @@ class BudgetSpec(StrictModel):
 
     epsilon: float = Field(gt=0, le=100)
     delta: float = Field(gt=0, lt=1)
-    split: dict[str, float] = Field(
-        default_factory=lambda: {"one_way": 0.2, "two_way": 0.8},
-        description="fraction of the session's rho for each release (must sum to <= 1)")
+    split: dict[str, float] | None = Field(
+        default=None,
+        description="fraction of the session's rho for 'one_way', 'selection' (with a private "
+                    "selection) and 'two_way' (must sum to <= 1); default: PrivSyn's "
+                    "0.1 / 0.1 / 0.8, or 0.2 / 0.8 without selection")
 
     @field_validator("split")
     @classmethod
-    def _split_valid(cls, v: dict[str, float]) -> dict[str, float]:
-        if set(v) != {"one_way", "two_way"}:
-            raise ValueError("split must name exactly 'one_way' and 'two_way'")
+    def _split_valid(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is None:
+            return v
+        if set(v) not in ({"one_way", "two_way"}, {"one_way", "selection", "two_way"}):
+            raise ValueError("split names 'one_way' and 'two_way', and 'selection' when the "
+                             "session selects its pairs privately")
         if any(x <= 0 for x in v.values()) or sum(v.values()) > 1 + 1e-12:
             raise ValueError("split fractions must be > 0 and sum to at most 1")
         return v
+
+
+class SelectionRequest(StrictModel):
+    """How the session chooses its 2-way marginals (params/selection_plan.py)."""
+
+    mode: Literal["em", "none"] = Field(
+        default="em", description="em: private selection under encryption (FedDPSyn "
+                                  "Primitives 2-3); none: every pair (or 'pairs')")
+    rounds: int | None = Field(default=None, ge=1, le=10_000,
+                               description="pairs to select (em); default: half the pairs")
 
 
 class SessionCreate(StrictModel):
@@ -55,6 +71,7 @@ class SessionCreate(StrictModel):
         default=None, description="2-way marginals to release; default every pair")
     max_rows: int = Field(default=100_000, gt=0,
                           description="public upper bound on the rows of the union")
+    selection: SelectionRequest = Field(default_factory=SelectionRequest)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -76,6 +93,32 @@ class ReleasePlan(StrictModel):
     sigma2: str = Field(description="variance of each server's discrete Gaussian noise")
 
 
+class SelectionPublic(StrictModel):
+    """The private selection's public parameters: widths, the per-round budget, and the
+    numerical loss it includes."""
+
+    mode: str
+    rounds: int
+    rho_round: str = Field(description="zCDP charged per round, (eps + 4 eta)^2 / 2")
+    epsilon_round: str = Field(description="permute-and-flip epsilon of one round")
+    eta: float = Field(description="exact worst-case log-deviation of the fixed-point weights")
+    indif_bits: int
+    score_bits: int
+    max_rows: int
+    chunk_cells: int
+    nb: int
+    kappa_prime: list[int]
+    thresholds: list[int]
+    p_error: float
+    fhe_delta: float = Field(description="union bound on any bootstrap failing in P2/P3")
+
+
+class SelectionRound(StrictModel):
+    round: int
+    pair: tuple[int, int]
+    rho: str
+
+
 class SessionPublic(StrictModel):
     session_id: str
     schema_: dict[str, Any] = Field(alias="schema")
@@ -88,6 +131,7 @@ class SessionPublic(StrictModel):
     epsilon: float
     delta: float
     rho_total: str
+    selection: SelectionPublic | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -105,6 +149,8 @@ class PeerSession(StrictModel):
     client_token_hashes: dict[str, str]
     server_zip_b64: str
     evaluation_keys_b64: str
+    selection_server_zip_b64: str | None = None
+    selection_evaluation_keys_b64: str | None = None
 
 
 class MaskedUpload(StrictModel):

@@ -136,6 +136,26 @@ def create_app(state_dir: Path, peer_token: str, *,
         await run_in_threadpool(service.decrypt_chunk, session_id, release, chunk, body)
         return await run_in_threadpool(service.release_progress, session_id, release)
 
+    @peers.get("/{session_id}/selection/inputs", response_class=Response,
+               responses={200: {"content": {"application/octet-stream": {}}}})
+    def selection_inputs(session_id: wire.SessionId) -> Response:
+        return Response(service.selection_inputs(session_id),
+                        media_type="application/octet-stream")
+
+    @peers.post("/{session_id}/selection/rounds/{round_}/randomness", response_class=Response,
+                responses={200: {"content": {"application/octet-stream": {}}}})
+    def selection_randomness(session_id: wire.SessionId, round_: wire.RoundIndex) -> Response:
+        return Response(service.selection_randomness(session_id, round_),
+                        media_type="application/octet-stream")
+
+    @peers.put("/{session_id}/selection/rounds/{round_}", response_model=wire.SelectionRound,
+               openapi_extra={"requestBody": {"content": {"application/octet-stream": {
+                   "schema": {"type": "string", "format": "binary"}}}, "required": True}})
+    async def decide_round(session_id: wire.SessionId, round_: wire.RoundIndex,
+                           request: Request) -> wire.SelectionRound:
+        body = await request.body()
+        return await run_in_threadpool(service.decide_round, session_id, round_, body)
+
     @peers.post("/{session_id}/releases/{release}/finalize", response_model=wire.ReleaseResult)
     def finalize_release(session_id: wire.SessionId,
                          release: wire.ReleaseName) -> wire.ReleaseResult:

@@ -16,6 +16,7 @@ import numpy as np
 from concrete import fhe
 
 from crypto.aggregation import compile_aggregation
+from crypto.private_selection import PrivateSelectionShape, compile_private_selection
 from feddpsyn.serving import write_private
 from params.session_plan import SessionPlan
 
@@ -69,3 +70,56 @@ class SessionKeys:
 
     def decrypt_value(self, value: fhe.Value) -> np.ndarray:
         return np.asarray(self._client.decrypt(value), dtype=np.int64)
+
+
+class SelectionKeys:
+    """The key server's handle on a session's selection module (P2 + chunk sums + P3)."""
+
+    def __init__(self, client: fhe.Client, shape: PrivateSelectionShape):
+        self._client = client
+        self.shape = shape
+
+    def __repr__(self) -> str:  # never print key material, even by accident
+        return f"SelectionKeys(candidates={self.shape.selection.candidates})"
+
+    @staticmethod
+    def create(shape: PrivateSelectionShape, thresholds: list[int], p_error: float,
+               directory: Path) -> tuple[SelectionKeys, bytes, bytes]:
+        """Compile the module, generate its keys (CSPRNG seeds), persist them; return
+        (keys, server zip, evaluation keys)."""
+        module = compile_private_selection(shape, thresholds, p_error)
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            module.server.save(f"{tmp}/server.zip")
+            server_zip = Path(f"{tmp}/server.zip").read_bytes()
+            module.client.save(f"{tmp}/client.zip")
+            client_zip = Path(f"{tmp}/client.zip").read_bytes()
+        client = fhe.Client(module.client.specs)
+        client.keys.generate(force=True, secret_seed=secrets.randbits(128),
+                             encryption_seed=secrets.randbits(128))
+        write_private(directory / "selection_client.zip", client_zip)
+        write_private(directory / "selection_keys.bin", client.keys.serialize())
+        return SelectionKeys(client, shape), server_zip, client.evaluation_keys.serialize()
+
+    @staticmethod
+    def load(directory: Path, shape: PrivateSelectionShape) -> SelectionKeys:
+        client = fhe.Client.load(directory / "selection_client.zip")
+        client.keys.load_from_bytes((directory / "selection_keys.bin").read_bytes())
+        return SelectionKeys(client, shape)
+
+    parse = staticmethod(SessionKeys.parse)
+
+    def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
+        encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
+                                         function_name="indif")
+        return encrypted[0].serialize()
+
+    def encrypt_randomness(self, r_ks: np.ndarray) -> bytes:
+        s = self.shape.selection.candidates
+        args: list = [None] * (s + 4)
+        args[s + 1] = np.asarray(r_ks, dtype=np.int64)
+        return self._client.encrypt(*args, function_name="select")[s + 1].serialize()
+
+    def decrypt_one_hot(self, outputs: list[fhe.Value]) -> list[int]:
+        values = self._client.decrypt(*outputs, function_name="select")
+        return [int(np.asarray(v).ravel()[0]) for v in values]

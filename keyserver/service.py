@@ -36,6 +36,7 @@ from feddpsyn import wire
 from feddpsyn.serving import (Database, ServiceError, already_stored, new_token, token_hash,
                               write_private)
 from keyserver.keys import SessionKeys
+from keyserver.selection import SELECTION_SQL, SelectionRole, selection_public
 from params.schema import Schema, SchemaError
 from params.session_plan import SessionPlan
 
@@ -69,12 +70,20 @@ CREATE TABLE IF NOT EXISTS releases (
 
 
 
-class KeyServer:
+def _build_plan(request: wire.SessionCreate) -> SessionPlan:
+    return SessionPlan.build(Schema.from_dict(request.schema_), request.pairs,
+                             request.budget.epsilon, request.budget.delta, request.budget.split,
+                             request.parameter_set, request.max_rows,
+                             selection=request.selection.mode,
+                             rounds=request.selection.rounds)
+
+
+class KeyServer(SelectionRole):
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
-        self.db = Database(state_dir / "keyserver.sqlite", _SCHEMA_SQL)
+        self.db = Database(state_dir / "keyserver.sqlite", _SCHEMA_SQL + SELECTION_SQL)
         self._keys: dict[str, SessionKeys] = {}
         self._plans: dict[str, SessionPlan] = {}
         self._lock = threading.Lock()
@@ -85,19 +94,18 @@ class KeyServer:
 
     def create_session(self, request: wire.SessionCreate) -> wire.SessionCreated:
         try:
-            schema = Schema.from_dict(request.schema_)
+            Schema.from_dict(request.schema_)  # a clear 422 before anything else
         except SchemaError as exc:
             raise ServiceError(422, f"invalid schema: {exc}") from None
         try:
-            plan = SessionPlan.build(schema, request.pairs, request.budget.epsilon,
-                                     request.budget.delta, request.budget.split,
-                                     request.parameter_set, request.max_rows)
+            plan = _build_plan(request)
         except ValueError as exc:
             raise ServiceError(422, str(exc)) from None
         session_id = "s-" + secrets.token_hex(8)
         directory = self.session_dir(session_id)
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
+        self._create_selection(plan, directory)
         write_private(directory / "server.zip", server_zip)
         write_private(directory / "evaluation_keys.bin", evaluation_keys)
         public = self._public(session_id, plan, request)
@@ -126,7 +134,8 @@ class KeyServer:
             releases=[wire.ReleasePlan(name=r.name, marginals=list(r.marginal_keys),
                                        rho=str(r.rho), sigma2=str(r.sigma2))
                       for r in plan.releases],
-            epsilon=plan.epsilon, delta=plan.delta, rho_total=str(plan.rho_total))
+            epsilon=plan.epsilon, delta=plan.delta, rho_total=str(plan.rho_total),
+            selection=selection_public(plan))
 
     def public(self, session_id: str) -> wire.SessionPublic:
         with self.db.connect() as conn:
@@ -149,10 +158,7 @@ class KeyServer:
                                (session_id,)).fetchone()
         if row is None:
             raise ServiceError(404, f"unknown session {session_id!r}")
-        req = wire.SessionCreate.model_validate_json(row["request_json"])
-        plan = SessionPlan.build(Schema.from_dict(req.schema_), req.pairs, req.budget.epsilon,
-                                 req.budget.delta, req.budget.split, req.parameter_set,
-                                 req.max_rows)
+        plan = _build_plan(wire.SessionCreate.model_validate_json(row["request_json"]))
         with self._lock:
             self._plans[session_id] = plan
         return plan
@@ -269,18 +275,25 @@ class KeyServer:
                 "SELECT client_id FROM masked WHERE session_id = ?", (session_id,))]
 
     # ---------------------------------------------------------------- releases
-    def release_chunks(self, plan: SessionPlan, name: str) -> tuple[list[int], np.ndarray]:
+    def release_chunks(self, session_id: str, plan: SessionPlan, name: str) -> tuple[list[int], np.ndarray]:
         """Chunk indices a release touches, and its cells' positions in the full vector."""
-        cells = plan.layout.cells_of(plan.slots_of(plan.release(name)))
+        spec = self._release_spec(session_id, plan, name)
+        cells = plan.layout.cells_of(plan.slots_of(spec))
         chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
         return chunks, cells
 
-    def _release_spec(self, plan: SessionPlan, name: str):
+    def _release_spec(self, session_id: str, plan: SessionPlan, name: str):
         try:
-            return plan.release(name)
+            spec = plan.release(name)
         except KeyError:
             raise ServiceError(404, f"release {name!r} is not registered for this session; "
                                     f"registered: {[r.name for r in plan.releases]}") from None
+        if spec.marginal_keys or plan.selection is None:
+            return spec
+        selected = self.selected_pairs(session_id)
+        if selected is None:
+            raise ServiceError(409, f"release {name!r} waits for the selection rounds")
+        return plan.resolve(spec, selected)
 
     def register_release(self, session_id: str, name: str,
                          manifest: wire.ReleaseManifest) -> wire.ReleaseProgress:
@@ -291,8 +304,8 @@ class KeyServer:
         is decrypted; from then on the manifest is fixed, and a different one is refused.
         """
         plan = self.plan(session_id)
-        spec = self._release_spec(plan, name)
-        chunks, _ = self.release_chunks(plan, name)
+        spec = self._release_spec(session_id, plan, name)
+        chunks, _ = self.release_chunks(session_id, plan, name)
         if manifest.chunks != chunks:
             raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
@@ -324,7 +337,7 @@ class KeyServer:
     def decrypt_chunk(self, session_id: str, name: str, chunk: int, body: bytes) -> None:
         """Step 2: decrypt one registered chunk; keep only the release's cells, CS-noised."""
         plan = self.plan(session_id)
-        spec = self._release_spec(plan, name)
+        spec = self._release_spec(session_id, plan, name)
         manifest = self._manifest(session_id, name)
         if chunk not in manifest.chunks:
             raise ServiceError(404, f"chunk {chunk} is not part of release {name!r}")
@@ -350,7 +363,7 @@ class KeyServer:
         except Exception:
             raise ServiceError(422, "ciphertext does not decrypt under this session's "
                                     "keys") from None
-        _, cells = self.release_chunks(plan, name)
+        _, cells = self.release_chunks(session_id, plan, name)
         size = plan.parameters.chunk_cells
         mine = cells[cells // size == chunk] - chunk * size
         if decrypted.shape != (size,):
@@ -363,7 +376,7 @@ class KeyServer:
     def finalize_release(self, session_id: str, name: str) -> wire.ReleaseResult:
         """Step 3: once every chunk is in, add this server's noise once and publish."""
         plan = self.plan(session_id)
-        spec = self._release_spec(plan, name)
+        spec = self._release_spec(session_id, plan, name)
         with self.db.connect() as conn:
             done = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
                                 "release = ?", (session_id, name)).fetchone()
@@ -499,8 +512,22 @@ class KeyServer:
                         "epsilon_budget": public.epsilon,
                         "conversion": "zCDP -> (eps, delta): Canonne-Kamath-Steinke 2020, "
                                       "rounded up",
-                        "entries": [e.model_dump() for e in ledger.entries]},
+                        "entries": [e.model_dump() for e in ledger.entries],
+                        **self._selection_accounting(session_id, public)},
             releases=results)
+
+    def _selection_accounting(self, session_id: str, public: wire.SessionPublic) -> dict:
+        if public.selection is None:
+            return {"selection": {"mode": "none"}}
+        chosen = public.selection
+        return {"selection": {
+            **chosen.model_dump(), "selected_pairs": self.selected_pairs(session_id),
+            "rho_charged": str(Fraction(chosen.rho_round) * chosen.rounds),
+            "numerical_extra_epsilon_per_round": 4 * chosen.eta,
+            "note": "each round is (eps + 4 eta)-DP permute-and-flip with fixed-point weights, "
+                    "charged (eps + 4 eta)^2 / 2; the session's guarantee holds with delta + "
+                    "fhe_delta (a bootstrap failure in P2/P3)"},
+            "delta_total": public.delta + chosen.fhe_delta}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:
         public = self.public(session_id)
@@ -513,4 +540,5 @@ class KeyServer:
             session=public, client_token_hashes=hashes,
             server_zip_b64=base64.b64encode((directory / "server.zip").read_bytes()).decode(),
             evaluation_keys_b64=base64.b64encode(
-                (directory / "evaluation_keys.bin").read_bytes()).decode())
+                (directory / "evaluation_keys.bin").read_bytes()).decode(),
+            **self.peer_selection_artefacts(session_id))

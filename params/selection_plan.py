@@ -31,7 +31,7 @@ from fractions import Fraction
 from crypto.selection import (SelectionShape, SelectionStep, choose_shape, pbs_estimate,
                               plan_step)
 
-__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL"]
+__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL", "INDIF_CHUNK_CELLS"]
 
 SELECTION_MODES = ("em", "noisy-greedy", "none")
 DEFAULT_SPLITS = {
@@ -42,6 +42,11 @@ DEFAULT_SPLITS = {
 # Primitive 2's bootstraps per cell at P2 width k (bit extraction, XORs, column sums):
 # measured 34 at k = 16 (crypto/indif.py); about 2k + 2 in general.
 BOOTSTRAPS_PER_CELL = 2
+# Cells per P2 call. Pairs are cut into chunks of this size and the chunks' scores added
+# under encryption (2 lookups per score digit); a short last chunk is padded with zero cells.
+# 16 keeps the padding under 16 cells a pair (Fed-Heart's pairs average 24 cells) while an
+# addition costs about one cell's bootstraps.
+INDIF_CHUNK_CELLS = 16
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class SelectionPlan:
     shape: SelectionShape | None = None
     noise_sigma2: Fraction | None = None   # noisy-greedy: per-score variance
     p_error: float = 2.0 ** -40
+    chunk_cells: int = INDIF_CHUNK_CELLS
+    max_rows: int = 0
 
     @classmethod
     def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
@@ -64,20 +71,22 @@ class SelectionPlan:
         indif_bits = max(2, (max_rows + 1).bit_length() + 1)
         score_bits = (2 * max_rows).bit_length()
         if mode == "none":
-            return cls(mode, 0, Fraction(0), indif_bits, score_bits, p_error=p_error)
+            return cls(mode, 0, Fraction(0), indif_bits, score_bits, p_error=p_error,
+                       max_rows=max_rows)
         if rho <= 0:
             raise ValueError("the selection needs a positive share of the budget")
         if mode == "noisy-greedy":
             return cls(mode, 0, rho, indif_bits, score_bits,
-                       noise_sigma2=Fraction(pairs) / (2 * rho), p_error=p_error)
-        rounds = rounds if rounds is not None else pairs
+                       noise_sigma2=Fraction(pairs) / (2 * rho), p_error=p_error,
+                       max_rows=max_rows)
+        rounds = rounds if rounds is not None else max(1, pairs // 2)
         if not 1 <= rounds < pairs:
             raise ValueError(f"em selects between 1 and {pairs - 1} pairs, not {rounds}")
         rho_step = rho / rounds
         shape = choose_shape(pairs, score_bits, math.sqrt(2 * float(rho_step)))
         step = plan_step(rho_step, shape)
         return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape,
-                   p_error=p_error)
+                   p_error=p_error, max_rows=max_rows)
 
     @property
     def rho_charged(self) -> Fraction:
@@ -87,14 +96,16 @@ class SelectionPlan:
         return self.rho if self.mode == "noisy-greedy" else Fraction(0)
 
     def bootstraps(self, two_way_cells: int) -> int:
-        """P2 over every 2-way cell plus P3's rounds (the remaining candidates shrink)."""
+        """P2 over every 2-way cell (padding and chunk sums: about one cell's worth each per
+        pair), plus P3's rounds, each over every compiled candidate (masked ones too)."""
         if self.mode == "none":
             return 0
-        p2 = two_way_cells * (BOOTSTRAPS_PER_CELL * self.indif_bits + 2)
+        per_cell = BOOTSTRAPS_PER_CELL * self.indif_bits + 2
+        pairs = self.shape.candidates if self.shape is not None else 0
+        p2 = (two_way_cells + pairs * self.chunk_cells) * per_cell
         if self.mode == "noisy-greedy":
             return p2
-        per_round = pbs_estimate(self.shape)  # compiled for every candidate, masked ones too
-        return p2 + per_round * self.rounds
+        return p2 + pbs_estimate(self.shape) * self.rounds
 
     def fhe_delta(self, two_way_cells: int) -> float:
         """Union bound on any bootstrap failing in this session's selection."""

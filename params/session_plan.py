@@ -13,6 +13,11 @@ Privacy model (stated once, enforced by the key server's ledger):
   2 sigma2); merging them into one noise that protects both views is an open improvement.
 * Releases compose additively in rho; the session's rho comes from its (epsilon, delta) by
   the conservative conversion of :mod:`crypto.accounting`.
+* With a private selection (``params.selection_plan``, mode ``em``) the 2-way release's
+  marginals are the pairs the selection rounds choose, known only at run time
+  (:meth:`SessionPlan.resolve`); its noise is fixed in advance (sensitivity = rounds), and it
+  takes the budget the selection's epsilon grid leaves unspent, so a session spends exactly
+  its rho.
 """
 
 from __future__ import annotations
@@ -20,16 +25,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from crypto.accounting import eps_delta_to_rho, gaussian_sigma2
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.schema import Schema
+from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
 
-__all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS"]
+__all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks"]
 
 # A count plus noise must decode unambiguously from k bits: we require max_rows + 40 sigma
 # < 2^(k-1). P[|N_Z(0, sigma2)| >= 40 sigma] < 2 exp(-800).
 NOISE_TAIL_SIGMAS = 40
+
+
+def indif_chunks(layout: MarginalLayout, size: int) -> list[tuple[int, np.ndarray]]:
+    """Primitive 2's inputs: (candidate index, cell positions) per chunk, each pair's cells
+    cut into chunks of ``size`` (the last one short; callers pad it with |C - K| = 0 cells)."""
+    out = []
+    for index, slot in enumerate(layout.two_way):
+        cells = np.arange(slot.offset, slot.offset + slot.size)
+        out += [(index, cells[i:i + size]) for i in range(0, slot.size, size)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -49,27 +67,66 @@ class SessionPlan:
     delta: float
     rho_total: Fraction
     releases: tuple[ReleaseSpec, ...]
+    selection: SelectionPlan | None = None
 
     @classmethod
     def build(cls, schema: Schema, pairs: list[tuple[int, int]] | None, epsilon: float,
-              delta: float, split: dict[str, float], parameter_set: str,
-              max_rows: int) -> SessionPlan:
+              delta: float, split: dict[str, float] | None, parameter_set: str,
+              max_rows: int, selection: str = "none",
+              rounds: int | None = None) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
             raise ValueError("a session needs at least one 2-way marginal")
+        split = DEFAULT_SPLITS.get(selection, {}) if split is None else split
+        expected = set(DEFAULT_SPLITS.get(selection, {"one_way": 0, "two_way": 0}))
+        if set(split) != expected:
+            raise ValueError(f"selection {selection!r} splits the budget over {sorted(expected)}")
         rho_total = eps_delta_to_rho(epsilon, delta)
-        releases = []
-        for name, slots in (("one_way", layout.one_way), ("two_way", layout.two_way)):
+
+        def share(name: str) -> Fraction:
             # Fractions of the split are rounded down to 1e-12 so the parts never exceed
             # the whole.
-            share = Fraction(int(split[name] * 10 ** 12), 10 ** 12)
-            rho = rho_total * share
-            sigma2 = gaussian_sigma2(rho, sensitivity2=len(slots))
-            releases.append(ReleaseSpec(name, tuple(m.key for m in slots), rho, sigma2))
-        plan = cls(schema, layout, params, epsilon, delta, rho_total, tuple(releases))
+            return rho_total * Fraction(int(split[name] * 10 ** 12), 10 ** 12)
+
+        chosen = None
+        if selection != "none":
+            chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
+                                         share("selection"), rounds, params.p_error)
+        one_way = ReleaseSpec("one_way", tuple(m.key for m in layout.one_way),
+                              share("one_way"),
+                              gaussian_sigma2(share("one_way"), len(layout.one_way)))
+        if chosen is None:
+            rho_two, keys, count = share("two_way"), tuple(m.key for m in layout.two_way), None
+        elif chosen.mode == "em":
+            # The selection's unspent grid remainder goes to the 2-ways (module docstring).
+            rho_two = share("two_way") + (share("selection") - chosen.rho_charged)
+            keys, count = (), chosen.rounds
+        else:
+            raise ValueError("the servers run selection 'em' or 'none'; 'noisy-greedy' runs "
+                             "in the benchmark's simulation (feddpsyn bench utility --methods "
+                             "feddpsyn-noisy-greedy)")
+        two_way = ReleaseSpec("two_way", keys, rho_two,
+                              gaussian_sigma2(rho_two, count or len(keys)))
+        plan = cls(schema, layout, params, epsilon, delta, rho_total, (one_way, two_way),
+                   chosen)
         plan.check_capacity(max_rows)
         return plan
+
+    def resolve(self, release: ReleaseSpec,
+                selected: list[tuple[int, int]] | None) -> ReleaseSpec:
+        """The release with its marginals: the selected pairs for a selected 2-way release."""
+        if release.marginal_keys or self.selection is None or release.name != "two_way":
+            return release
+        if selected is None or len(selected) != self.selection.rounds:
+            raise ValueError("the 2-way release waits for every selection round")
+        keys = {self.layout.slot(tuple(p)).key for p in selected}
+        return ReleaseSpec(release.name,
+                           tuple(m.key for m in self.layout.two_way if m.key in keys),
+                           release.rho, release.sigma2)
+
+    def indif_chunks(self) -> list[tuple[int, np.ndarray]]:
+        return indif_chunks(self.layout, self.selection.chunk_cells)
 
     def check_capacity(self, max_rows: int) -> None:
         room = 2 ** (self.parameters.count_bits - 1)

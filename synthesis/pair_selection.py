@@ -27,7 +27,8 @@ import numpy as np
 from crypto.indif import expected_counts
 from crypto.selection import SelectionShape, random_share, select_plaintext
 
-__all__ = ["expected_counts_for_pairs", "indif_scores", "greedy_select", "em_rounds_model"]
+__all__ = ["expected_counts_for_pairs", "indif_scores", "greedy_select", "em_rounds_model",
+           "secure_order"]
 
 
 def expected_counts_for_pairs(one_way: list[np.ndarray], pairs: list[tuple[int, int]],
@@ -83,7 +84,7 @@ def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], roun
     active = np.ones(s, dtype=np.int64)
     chosen = []
     for _ in range(rounds):
-        order = _random_order(s, randbits)
+        order = secure_order(s, randbits)
         r_ks, r_cs = random_share(shape, randbits)[0], random_share(shape, randbits)[0]
         one_hot = select_plaintext(digits[order], active[order], r_ks, r_cs, shape, c)
         pick = order[int(np.argmax(one_hot))]
@@ -92,7 +93,8 @@ def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], roun
     return chosen
 
 
-def _random_order(n: int, randbits) -> list[int]:
+def secure_order(n: int, randbits=secrets.randbits) -> list[int]:
+    """A uniformly random order of range(n) from a cryptographic source."""
     order = list(range(n))
     for i in range(n - 1, 0, -1):  # Fisher-Yates; rejection keeps every swap uniform
         bound = i + 1

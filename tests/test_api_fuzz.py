@@ -32,7 +32,7 @@ SESSION = KEY_APP.state.service.create_session(wire.SessionCreate(
     schema={"columns": [{"name": "a", "type": "categorical", "i2s": ["x", "y"]},
                         {"name": "b", "type": "continuous", "min": 0, "max": 9, "bins": 3}]},
     clients=["c1"], parameter_set="test-small", budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
-    max_rows=100))
+    max_rows=100, selection=wire.SelectionRequest(mode="none")))
 CLIENT = SESSION.client_tokens["c1"]
 
 CREDENTIALS = {"operator": OPERATOR, "client": CLIENT, "peer": PEER, "none": None,
@@ -61,7 +61,8 @@ def peer_key_server():
         content=wire.SessionCreate(schema=SESSION.session.schema_, clients=["c1"],
                                    parameter_set="test-small",
                                    budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
-                                   max_rows=100).model_dump_json(by_alias=True)).content)
+                                   max_rows=100, selection=wire.SelectionRequest(mode="none")
+                                   ).model_dump_json(by_alias=True)).content)
     CREDENTIALS["peer-client"] = created.client_tokens["c1"]
     yield created.session.session_id
     ks.stop()

@@ -42,10 +42,12 @@ def write_client_csvs(directory: Path, seed: int = 0) -> dict[str, Path]:
     return paths
 
 
-def create_session(ks_url: str, operator: str, epsilon: float = 50.0) -> wire.SessionCreated:
+def create_session(ks_url: str, operator: str, epsilon: float = 50.0,
+                   selection: str = "none", rounds: int | None = None) -> wire.SessionCreated:
     request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
                                  budget=wire.BudgetSpec(epsilon=epsilon, delta=1e-6),
-                                 max_rows=1000)
+                                 max_rows=1000,
+                                 selection=wire.SelectionRequest(mode=selection, rounds=rounds))
     r = httpx.post(f"{ks_url}/sessions", content=request.model_dump_json(by_alias=True),
                    headers={"Authorization": f"Bearer {operator}",
                             "Content-Type": "application/json"}, timeout=120)
@@ -213,7 +215,8 @@ def test_budget_overspend_is_refused_and_concurrent_charges_never_overspend(tmp_
 
     service = KeyServer(tmp_path / "ks")
     request = wire.SessionCreate(schema=SCHEMA, clients=["a"], parameter_set="test-small",
-                                 budget=wire.BudgetSpec(epsilon=1, delta=1e-6), max_rows=100)
+                                 budget=wire.BudgetSpec(epsilon=1, delta=1e-6), max_rows=100,
+                                 selection=wire.SelectionRequest(mode="none"))
     sid = service.create_session(request).session.session_id
     plan = service.plan(sid)
     greedy = ReleaseSpec("one_way", ("0",), plan.rho_total * 2, Fraction(1))
@@ -403,8 +406,9 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
                                 "Content-Type": "application/json"},
                        content=wire.SessionCreate(
                            schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
-                           budget=wire.BudgetSpec(epsilon=50, delta=1e-6),
-                           max_rows=1000).model_dump_json(by_alias=True))
+                           budget=wire.BudgetSpec(epsilon=50, delta=1e-6), max_rows=1000,
+                           selection=wire.SelectionRequest(mode="none")
+                       ).model_dump_json(by_alias=True))
         created = wire.SessionCreated.model_validate_json(r.content)
         csvs = write_client_csvs(tmp_path)
         for client in CLIENTS:

@@ -108,7 +108,9 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
                  rounds: int | None = None) -> MethodResult:
     max_rows = max(len(records), 1)
     split = DEFAULT_SPLITS[selection_mode]
-    plan = SessionPlan.build(schema, None, epsilon, delta, split, "default", max_rows=max_rows)
+    plan = SessionPlan.build(schema, None, epsilon, delta,
+                             {"one_way": split["one_way"], "two_way": split["two_way"]},
+                             "default", max_rows=max_rows)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     notes = {"noise": "two independent discrete Gaussians (CS + KS)",
              "selection": selection_mode}

@@ -1,0 +1,229 @@
+"""The key server's part of the private selection (FedDPSyn Primitives 2 and 3).
+
+Design concerns:
+
+* **Only one-hot selections are decrypted, each charged first.** The only values of the
+  selection module this server ever decrypts are a round's S outputs, after the round's rho
+  is charged (bound to the outputs' digest, in the transaction that checks the budget); it
+  accepts them only if exactly one output is 1, at a candidate not chosen before. A retry
+  with the same outputs returns the recorded pair; different outputs for a decided round are
+  refused (a second decryption would be a second sample).
+* **Its share of the coins, never the order.** Each round's R^KS bits come from ``secrets``,
+  are encrypted and stored (a retry gets the same ciphertext); this server never sees the
+  compute server's order or its share, nor any score.
+* **Inputs are fresh encryptions of sums it already holds.** P2's inputs are
+  M = (sum of the clients' masked vectors) mod 2^k per 2-way cell: uniformly distributed
+  given the masks, which the compute server holds and this server never sees.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import time
+
+import numpy as np
+
+from crypto.blobs import pack_blobs, unpack_blobs
+from crypto.private_selection import PrivateSelectionShape
+from crypto.selection import random_share, thresholds
+from feddpsyn import wire
+from feddpsyn.serving import ServiceError, write_private
+from keyserver.keys import SelectionKeys
+from params.session_plan import SessionPlan
+
+SELECTION_SQL = """
+CREATE TABLE IF NOT EXISTS selection_randomness (
+    session_id TEXT NOT NULL, round INTEGER NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (session_id, round));
+CREATE TABLE IF NOT EXISTS selection_rounds (
+    session_id TEXT NOT NULL, round INTEGER NOT NULL, request_digest TEXT NOT NULL,
+    pair_json TEXT NOT NULL, PRIMARY KEY (session_id, round));
+"""
+
+
+def module_shape(plan: SessionPlan) -> PrivateSelectionShape:
+    return PrivateSelectionShape(count_bits=plan.selection.indif_bits,
+                                 chunk_cells=plan.selection.chunk_cells,
+                                 selection=plan.selection.shape)
+
+
+def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
+    chosen = plan.selection
+    if chosen is None:
+        return None
+    return wire.SelectionPublic(
+        mode=chosen.mode, rounds=chosen.rounds, rho_round=str(chosen.step.rho),
+        epsilon_round=str(chosen.step.epsilon), eta=chosen.step.eta,
+        indif_bits=chosen.indif_bits, score_bits=chosen.score_bits,
+        max_rows=chosen.max_rows, chunk_cells=chosen.chunk_cells, nb=chosen.shape.nb,
+        kappa_prime=list(chosen.shape.kappa_prime),
+        thresholds=thresholds(chosen.shape, chosen.step.epsilon), p_error=chosen.p_error,
+        fhe_delta=chosen.fhe_delta(sum(m.size for m in plan.layout.two_way)))
+
+
+class SelectionRole:
+    """Mixed into :class:`keyserver.service.KeyServer` (shares its db, plans and lock)."""
+
+    def _create_selection(self, plan: SessionPlan, directory) -> None:
+        if plan.selection is None:
+            return
+        keys, server_zip, evaluation_keys = SelectionKeys.create(
+            module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
+            plan.selection.p_error, directory)
+        write_private(directory / "selection_server.zip", server_zip)
+        write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
+
+    def selection_keys(self, session_id: str) -> SelectionKeys:
+        cache_key = f"selection:{session_id}"
+        with self._lock:
+            if cache_key in self._keys:
+                return self._keys[cache_key]
+        plan = self._selection_plan(session_id)
+        keys = SelectionKeys.load(self.session_dir(session_id), module_shape(plan))
+        with self._lock:
+            self._keys[cache_key] = keys
+        return keys
+
+    def _selection_plan(self, session_id: str) -> SessionPlan:
+        plan = self.plan(session_id)
+        if plan.selection is None:
+            raise ServiceError(404, "this session has no private selection")
+        return plan
+
+    def peer_selection_artefacts(self, session_id: str) -> dict[str, str | None]:
+        directory = self.session_dir(session_id)
+        if self.plan(session_id).selection is None:
+            return {}
+        return {"selection_server_zip_b64": base64.b64encode(
+                    (directory / "selection_server.zip").read_bytes()).decode(),
+                "selection_evaluation_keys_b64": base64.b64encode(
+                    (directory / "selection_evaluation_keys.bin").read_bytes()).decode()}
+
+    # ------------------------------------------------------------ P2 inputs
+    def selection_inputs(self, session_id: str) -> bytes:
+        """Encrypted M mod 2^k per 2-way cell, one ciphertext per P2 chunk (module docstring)."""
+        plan = self._selection_plan(session_id)
+        public = self.public(session_id)
+        if len(self.uploaded_clients(session_id)) < len(public.clients):
+            raise ServiceError(409, "the selection's inputs exist once every client uploaded")
+        path = self.session_dir(session_id) / "selection_inputs.bin"
+        if path.exists():
+            return path.read_bytes()
+        modulus = 1 << plan.parameters.count_bits
+        total = np.zeros(plan.layout.total_cells, dtype=np.int64)
+        for client_id in public.clients:
+            vector = np.frombuffer((self.session_dir(session_id) / "masked"
+                                    / f"{client_id}.npy").read_bytes(), dtype=np.int64)
+            total = (total + vector) % modulus
+        k2 = plan.selection.indif_bits
+        keys = self.selection_keys(session_id)
+        blobs = []
+        for _, cells in plan.indif_chunks():
+            padded = np.zeros(plan.selection.chunk_cells, dtype=np.int64)
+            padded[:len(cells)] = total[cells] % (1 << k2)
+            blobs.append(keys.encrypt_indif_input(padded))
+        data = pack_blobs(blobs)
+        write_private(path, data)
+        return data
+
+    # ------------------------------------------------------------ P3 rounds
+    def _decided(self, session_id: str) -> dict[int, tuple[int, int]]:
+        with self.db.connect() as conn:
+            return {r["round"]: tuple(json.loads(r["pair_json"])) for r in conn.execute(
+                "SELECT round, pair_json FROM selection_rounds WHERE session_id = ?",
+                (session_id,))}
+
+    def selected_pairs(self, session_id: str) -> list[tuple[int, int]] | None:
+        plan = self.plan(session_id)
+        if plan.selection is None:
+            return None
+        decided = self._decided(session_id)
+        if len(decided) < plan.selection.rounds:
+            return None
+        return [decided[t] for t in range(plan.selection.rounds)]
+
+    def _check_round(self, plan: SessionPlan, session_id: str, round_: int) -> None:
+        if not 0 <= round_ < plan.selection.rounds:
+            raise ServiceError(404, f"round {round_} is not one of this session's "
+                                    f"{plan.selection.rounds} selection rounds")
+        if "one_way" not in self.releases_done(session_id):
+            raise ServiceError(409, "selection starts after the 1-way release is published")
+        if round_ > len(self._decided(session_id)):
+            raise ServiceError(409, f"round {round_} comes after round "
+                                    f"{len(self._decided(session_id))}")
+
+    def selection_randomness(self, session_id: str, round_: int) -> bytes:
+        """This server's encrypted share of round ``round_``'s coins (the same on a retry)."""
+        plan = self._selection_plan(session_id)
+        self._check_round(plan, session_id, round_)
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT value FROM selection_randomness WHERE session_id = ? "
+                               "AND round = ?", (session_id, round_)).fetchone()
+        if row is not None:
+            return bytes(row["value"])
+        value = self.selection_keys(session_id).encrypt_randomness(
+            random_share(plan.selection.shape)[0][None])
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO selection_randomness VALUES (?, ?, ?)",
+                         (session_id, round_, value))
+            row = conn.execute("SELECT value FROM selection_randomness WHERE session_id = ? "
+                               "AND round = ?", (session_id, round_)).fetchone()
+        return bytes(row["value"])
+
+    def decide_round(self, session_id: str, round_: int, body: bytes) -> wire.SelectionRound:
+        """Charge the round, decrypt its one-hot outputs (candidate order), record the pair."""
+        plan = self._selection_plan(session_id)
+        digest = hashlib.sha256(body).hexdigest()
+        decided = self._decided(session_id)
+        rho = plan.selection.step.rho
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT request_digest FROM selection_rounds WHERE "
+                               "session_id = ? AND round = ?", (session_id, round_)).fetchone()
+        if row is not None:
+            if not secrets.compare_digest(row["request_digest"], digest):
+                raise ServiceError(409, f"round {round_} was decided on other outputs; a "
+                                        "second decryption would be a second sample")
+            return wire.SelectionRound(round=round_, pair=decided[round_], rho=str(rho))
+        self._check_round(plan, session_id, round_)
+        s = plan.selection.shape.candidates
+        keys = self.selection_keys(session_id)
+        try:
+            outputs = [keys.parse(item) for item in unpack_blobs(body, expected=s)]
+        except Exception:
+            raise ServiceError(422, f"a selection round carries {s} ciphertexts of this "
+                                    "session's selection module") from None
+        name = f"select-{round_}"
+        with self.db.transaction() as conn:
+            # Charged once, bound to these outputs; other outputs for a charged round would be
+            # a second decryption for one charge.
+            if not self._charged_for(conn, session_id, name, digest):
+                self._check_budget(conn, plan, session_id, _Charge(name, rho))
+                conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
+                             (session_id, name, str(rho), digest, time.time(), "{}"))
+        try:
+            one_hot = keys.decrypt_one_hot(outputs)
+        except Exception:
+            raise ServiceError(422, "the outputs do not decrypt under this session's "
+                                    "selection keys") from None
+        pairs = [slot.attrs for slot in plan.layout.two_way]
+        taken = set(decided.values())
+        hits = [i for i, bit in enumerate(one_hot) if bit == 1]
+        if len(hits) != 1 or sum(one_hot) != 1 or pairs[hits[0]] in taken:
+            # Charged and refused: the budget is spent on what this server has seen.
+            raise ServiceError(422, f"round {round_}'s outputs are not a one-hot choice of a "
+                                    "remaining candidate; the round is not recorded")
+        pair = tuple(pairs[hits[0]])
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO selection_rounds VALUES (?, ?, ?, ?)",
+                         (session_id, round_, digest, json.dumps(list(pair))))
+        return wire.SelectionRound(round=round_, pair=pair, rho=str(rho))
+
+
+class _Charge:
+    """What ``KeyServer._check_budget`` needs of a charge: a name and its rho."""
+
+    def __init__(self, name, rho):
+        self.name, self.rho = name, rho
