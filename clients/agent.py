@@ -156,6 +156,11 @@ class ClientAgent:
         response = self._request(self._ks, "GET", f"/sessions/{self.session_id}/status")
         return wire.SessionStatus.model_validate_json(response.content)
 
+    def compute_status(self) -> wire.SessionStatus:
+        """The compute server's view (its detail says how far a long encrypted step is)."""
+        response = self._request(self._cs, "GET", f"/sessions/{self.session_id}/status")
+        return wire.SessionStatus.model_validate_json(response.content)
+
     def release(self) -> wire.ReleaseDocument:
         response = self._request(self._ks, "GET", f"/sessions/{self.session_id}/release")
         return wire.ReleaseDocument.model_validate_json(response.content)

@@ -109,7 +109,9 @@ class SelectionRole:
         inputs = unpack_blobs(response.content, expected=len(chunks))
         server, keys = self._selection_server(session_id)
         scores: list = [None] * len(pairs)
-        for (index, cells), blob in zip(chunks, inputs):
+        for done, ((index, cells), blob) in enumerate(zip(chunks, inputs)):
+            self._progress[session_id] = (f"dependency scores under encryption: chunk {done} "
+                                          f"of {len(chunks)}")
             slot = plan.layout.two_way[index]
             offset = np.full(size, 1 << (k2 - 1), dtype=np.int64)  # padding: |C - K| = 0
             offset[:len(cells)] = indif_offset(mask_sum[cells],
@@ -137,6 +139,8 @@ class SelectionRole:
         base = f"/peer/sessions/{session_id}/selection/rounds"
         for round_ in range(len(picks), public.selection.rounds):
             path = self.session_dir(session_id) / "outputs" / f"select-{round_}.bin"
+            self._progress[session_id] = (f"encrypted selection: round {round_} of "
+                                          f"{public.selection.rounds}")
             if not path.exists():
                 response = self._http.post(f"{base}/{round_}/randomness")
                 if response.status_code != 200:
@@ -161,4 +165,5 @@ class SelectionRole:
             picks.append(tuple(decided.pair))
             log.info("session %s: selection round %d chose %s", session_id, round_,
                      decided.pair)
+        self._progress.pop(session_id, None)
         return picks

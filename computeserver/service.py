@@ -84,6 +84,8 @@ class ComputeServer(SelectionRole):
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}
         self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
+        # What a long step is doing now, for status (progress of the encrypted selection).
+        self._progress: dict[str, str] = {}
 
     @property
     def _http(self) -> httpx.Client:
@@ -207,7 +209,7 @@ class ComputeServer(SelectionRole):
         return wire.SessionStatus(
             session_id=session_id, state=state, clients_uploaded=sorted(ready),
             clients_missing=[c for c in public.clients if c not in ready],
-            releases_done=done, detail=blocked or "")
+            releases_done=done, detail=blocked or self._progress.get(session_id, ""))
 
     # ------------------------------------------------------------ the job
     def step(self) -> None:

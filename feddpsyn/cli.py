@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from distaim.cli import app as distaim_app
+
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -23,6 +25,7 @@ session_app = typer.Typer(no_args_is_help=True, help="The operator's view of the
 app.add_typer(session_app, name="session")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks for researchers.")
 app.add_typer(bench_app, name="bench")
+app.add_typer(distaim_app, name="distaim")  # the three-server path: serve, party, upload, share
 
 
 def _fail(message: str) -> None:
@@ -200,6 +203,15 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
     return response
 
 
+def _split(selection: str, one_way: float | None, selection_share: float) -> dict | None:
+    if one_way is None:
+        return None  # the mode's default split
+    if selection == "none":
+        return {"one_way": one_way, "two_way": 1 - one_way}
+    return {"one_way": one_way, "selection": selection_share,
+            "two_way": 1 - one_way - selection_share}
+
+
 @session_app.command("create")
 def session_create(keyserver: str = typer.Option(...),
                    operator_token_file: Path = typer.Option(
@@ -209,7 +221,16 @@ def session_create(keyserver: str = typer.Option(...),
                    epsilon: float = typer.Option(...), delta: float = typer.Option(...),
                    parameter_set: str = "default",
                    max_rows: int = typer.Option(100_000, help="public bound on union rows"),
-                   one_way_share: float = typer.Option(0.2, help="share of rho for 1-ways"),
+                   selection: str = typer.Option(
+                       "em", help="em (private selection under encryption) | none (every "
+                                  "pair)"),
+                   rounds: Optional[int] = typer.Option(
+                       None, help="pairs the em selection chooses (default: half the pairs)"),
+                   one_way_share: Optional[float] = typer.Option(
+                       None, help="share of rho for 1-ways (default 0.1 with selection, 0.2 "
+                                  "without)"),
+                   selection_share: float = typer.Option(
+                       0.1, help="share of rho for the selection (em)"),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)")) -> None:
     """Create a synthesis session; write one credential file per client."""
@@ -225,9 +246,9 @@ def session_create(keyserver: str = typer.Option(...),
         request = wire.SessionCreate(
             schema=s.to_dict(), clients=[c.strip() for c in clients.split(",") if c.strip()],
             budget=wire.BudgetSpec(epsilon=epsilon, delta=delta,
-                                   split={"one_way": one_way_share,
-                                          "two_way": 1 - one_way_share}),
-            parameter_set=parameter_set, max_rows=max_rows)
+                                   split=_split(selection, one_way_share, selection_share)),
+            parameter_set=parameter_set, max_rows=max_rows,
+            selection=wire.SelectionRequest(mode=selection, rounds=rounds))
     except ValueError as exc:
         _fail(f"invalid session request: {exc}")
     response = _operator_call(keyserver, operator_token_file, "POST", "/sessions",
@@ -261,7 +282,8 @@ def synthesize(release: Path = typer.Option(...),
 
     from feddpsyn import wire
     from params.schema import Schema, SchemaError
-    from synthesis import marginals_from_release, synthesize as run
+    from synthesis import marginals_from_release
+    from synthesis import synthesize as run
 
     if method not in ("pgm", "gum"):
         _fail(f"unknown method {method!r}: pgm or gum")
@@ -342,8 +364,8 @@ def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_d
                   repeats: int = 3, out: Path = typer.Option(...), delta: float = 1e-5,
                   seed: int = 0) -> None:
     """Utility of every method against the real union, on the same partitions and seeds."""
-    from feddpsyn.demo import dataset as bundled
     from fedbench.runner import TARGETS, Setting, run_utility
+    from feddpsyn.demo import dataset as bundled
 
     try:
         ds = bundled(dataset)
@@ -370,15 +392,34 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
          delta: float = 1e-5,
          method: str = typer.Option("gum", help="gum (uses every released pair) | pgm"),
          rows: Optional[int] = None,
-         seed: int = 0) -> None:
+         seed: int = 0,
+         path: str = typer.Option("tfhe", help="tfhe (two servers) | distaim (three MPyC "
+                                               "servers)"),
+         selection: str = typer.Option("em", help="tfhe path: em | none"),
+         rounds: Optional[int] = typer.Option(
+             None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
+                        "half the pairs otherwise)")) -> None:
     """Run the whole protocol on a bundled data set, everything on loopback."""
-    from feddpsyn.demo import run_demo
-
     if out is None:
         out = Path("demo-out") / time.strftime("run-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
         _fail(f"{out} exists and is not empty; choose another --out")
-    report = run_demo(dataset, clients, out, epsilon, delta, method, rows, seed)
+    if path == "distaim":
+        from distaim.demo import run_distaim_demo
+
+        report = run_distaim_demo(out, dataset, clients, epsilon, delta, seed=seed, rows=rows)
+    elif path == "tfhe":
+        from feddpsyn.demo import DEMO_ROUNDS, run_demo
+
+        if rounds is None and selection == "em":
+            rounds = DEMO_ROUNDS.get(dataset)
+        try:
+            report = run_demo(dataset, clients, out, epsilon, delta, method, rows, seed,
+                              selection=selection, rounds=rounds)
+        except ValueError as exc:
+            _fail(str(exc))
+    else:
+        _fail(f"--path is tfhe or distaim, not {path!r}")
     _print_report(report, out)
 
 
@@ -396,6 +437,12 @@ def _print_report(report: dict, out: Path) -> None:
         table.add_row(k, f"{report['workload_error'][k]:.4f}",
                       f"{report['central_workload_error'][k]:.4f}")
     console.print(table)
+    if report.get("selected_pairs"):
+        sel = report["selection"]
+        console.print(f"selected pairs ({sel['mode']}, {sel['rounds']} rounds, eps "
+                      f"{sel['epsilon_per_round_charged']:.5f} per round incl. "
+                      f"{sel['numerical_extra_epsilon_per_round']:.2g} numerical): "
+                      + ", ".join("x".join(p) for p in report["selected_pairs"]))
     console.print(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']}); "
                   f"phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
     console.print(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")

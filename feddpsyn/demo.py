@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,7 @@ from clients.preprocess import encode_csv
 from feddpsyn import wire
 from feddpsyn.serving import new_token, write_private
 from params.schema import Schema
+from params.selection_plan import DEFAULT_SPLITS
 from params.session_plan import SessionPlan
 from synthesis.central import central_marginals
 from synthesis.evaluate import workload_error
@@ -144,9 +146,19 @@ def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
     return ks, cs
 
 
+# Default selection rounds of the demo: Fed-Heart-Disease's 66 candidate pairs cost ~40 s a
+# round on 2 cores, so the default demo selects 4 pairs to stay well under 15 minutes (the
+# rest of its dependence comes from the 1-ways); --rounds changes it.
+DEMO_ROUNDS = {"fed_heart_disease": 4}
+# Seconds per bootstrap on this project's 2-core machines (bench/bench_selection.py: one
+# 3-bit lookup per element, p_error 2^-40), for the estimates printed before long steps.
+SECONDS_PER_BOOTSTRAP = 0.012
+
+
 def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: float,
              method: str, rows: int | None, seed: int, say=print,
-             timeout: float = 1800) -> dict:
+             timeout: float = 3600, selection: str = "em",
+             rounds: int | None = None) -> dict:
     phases: dict[str, float] = {}
     ds = dataset(dataset_name)
     schema = Schema.load(ds.schema)
@@ -163,8 +175,23 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
         say(f"[demo] key server {ks.url}, compute server {cs.url}")
         operator = (out / "state" / "keyserver" / "operator.token").read_text().strip()
         client_ids = [f"owner{i}" for i in range(len(csvs))]
+        # The operator's public bound on the union's size: the bundled file's row count with
+        # 10% room (a real operator states it from what the owners declare).
+        max_rows = int(sum(len(p.read_text().splitlines()) - 1 for p in csvs) * 1.1) + 10
         request = wire.SessionCreate(schema=schema.to_dict(), clients=client_ids,
-                                     budget=wire.BudgetSpec(epsilon=epsilon, delta=delta))
+                                     budget=wire.BudgetSpec(epsilon=epsilon, delta=delta),
+                                     max_rows=max_rows,
+                                     selection=wire.SelectionRequest(mode=selection,
+                                                                     rounds=rounds))
+        plan = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
+                                 selection=selection, rounds=rounds)
+        if plan.selection is not None:
+            cells = sum(m.size for m in plan.layout.two_way)
+            estimate = plan.selection.bootstraps(cells) * SECONDS_PER_BOOTSTRAP
+            say(f"[demo] private selection: {plan.selection.rounds} rounds over "
+                f"{len(plan.layout.two_way)} pairs, {plan.selection.bootstraps(cells):,} "
+                f"bootstraps: about {estimate / 60:.0f} min of encrypted computation after the "
+                "uploads (compiling the selection module and its keys first: about 1 min)")
         t = time.time()
         response = httpx.post(f"{ks.url}/sessions", content=request.model_dump_json(by_alias=True),
                               headers={"Authorization": f"Bearer {operator}",
@@ -189,14 +216,18 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
         t = time.time()
         with ClientAgent(ks.url, cs.url, session_id, client_ids[0],
                          created.client_tokens[client_ids[0]], out / "client-state") as agent:
-            last = ""
+            last, shown = "", 0.0
             deadline = time.time() + timeout
             while True:
                 status = agent.status()
-                line = f"{status.state}: releases done {status.releases_done or '-'}"
-                if line != last:
-                    say(f"[demo] {line}")
-                    last = line
+                work = agent.compute_status().detail if status.state == "computing" else ""
+                line = (f"{status.state}: releases done {status.releases_done or '-'}"
+                        + (f"; {status.detail}" if status.detail else "")
+                        + (f"; compute server: {work}" if work else ""))
+                if line.split("; compute server")[0] != last.split("; compute server")[0] or (
+                        line != last and time.time() - shown > 10):
+                    say(f"[demo] {line} ({time.time() - t:.0f} s)")
+                    last, shown = line, time.time()
                 if status.state == "released":
                     break
                 if time.time() > deadline:
@@ -220,9 +251,15 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
     union = np.concatenate([encode_csv(p, schema).records for p in csvs])
     error = workload_error(union, records, schema.domain_sizes)
     t = time.time()
-    plan = SessionPlan.build(schema, None, epsilon, delta, request.budget.split, "default",
-                             request.max_rows)
-    central_records, _ = synthesize(schema, central_marginals(plan, union), method, rows, seed)
+    chosen = document.accounting["selection"].get("selected_pairs")
+    # The central reference: the same released marginals on the union with one noise (it
+    # reuses the federated selection's pairs, so it pays nothing for selecting them).
+    split = DEFAULT_SPLITS[selection]
+    central_plan = SessionPlan.build(schema, chosen, epsilon, delta,
+                                     {"one_way": split["one_way"], "two_way": split["two_way"]},
+                                     "default", request.max_rows)
+    central_records, _ = synthesize(schema, central_marginals(central_plan, union), method,
+                                    rows, seed)
     central_error = workload_error(union, central_records, schema.domain_sizes)
     phases["central_baseline"] = time.time() - t
     report = {
@@ -234,6 +271,9 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
         "epsilon_budget": epsilon,
         "epsilon_spent": document.accounting["epsilon_spent"],
         "delta": delta,
+        "delta_total": document.accounting.get("delta_total", delta),
+        "selected_pairs": [[schema.names[a] for a in p] for p in chosen] if chosen else None,
+        "selection": _selection_summary(document.accounting["selection"]),
         "rho_spent": document.accounting["rho_spent"],
         "noise": document.noise,
         "phases": {k: round(v, 3) for k, v in phases.items()},
@@ -244,3 +284,17 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def _selection_summary(accounting: dict) -> dict:
+    """The selection's spent budget for the report, the numerical extra loss included."""
+    if accounting.get("mode", "none") == "none":
+        return {"mode": "none"}
+    rounds = accounting["rounds"]
+    return {"mode": accounting["mode"], "rounds": rounds,
+            "rho_charged": accounting["rho_charged"],
+            "epsilon_per_round": float(Fraction(accounting["epsilon_round"])),
+            "numerical_extra_epsilon_per_round": accounting["numerical_extra_epsilon_per_round"],
+            "epsilon_per_round_charged": float(Fraction(accounting["epsilon_round"]))
+            + accounting["numerical_extra_epsilon_per_round"],
+            "fhe_delta": accounting["fhe_delta"]}

@@ -484,9 +484,13 @@ class KeyServer(SelectionRole):
             state = "collecting"
         else:
             state = "computing"
+        detail = ""
+        if public.selection is not None and state == "computing" and "one_way" in done:
+            detail = (f"selection round {len(self._decided(session_id))} of "
+                      f"{public.selection.rounds} decided")
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
                                   clients_missing=[c for c in public.clients if c not in uploaded],
-                                  releases_done=done)
+                                  releases_done=done, detail=detail)
 
     def release_document(self, session_id: str) -> wire.ReleaseDocument:
         public = self.public(session_id)
