@@ -395,7 +395,9 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
          seed: int = 0,
          path: str = typer.Option("tfhe", help="tfhe (two servers) | distaim (three MPyC "
                                                "servers)"),
-         selection: str = typer.Option("em", help="tfhe path: em | none"),
+         selection: str = typer.Option(
+             "none", help="tfhe path: none (every pair; ~15 s) | em (private selection under "
+                          "encryption; ~20+ min on 2 cores, an estimate is printed first)"),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
                         "half the pairs otherwise)")) -> None:

@@ -146,9 +146,8 @@ def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
     return ks, cs
 
 
-# Default selection rounds of the demo: Fed-Heart-Disease's 66 candidate pairs cost ~40 s a
-# round on 2 cores, so the default demo selects 4 pairs to stay well under 15 minutes (the
-# rest of its dependence comes from the 1-ways); --rounds changes it.
+# Default selection rounds of the demo with --selection em: Fed-Heart-Disease's 66 candidate
+# pairs cost over a minute a round on 2 cores, so it selects 4 pairs; --rounds changes it.
 DEMO_ROUNDS = {"fed_heart_disease": 4}
 # Seconds per bootstrap on this project's 2-core machines (bench/bench_selection.py: one
 # 3-bit lookup per element, p_error 2^-40), for the estimates printed before long steps.
@@ -157,7 +156,7 @@ SECONDS_PER_BOOTSTRAP = 0.012
 
 def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: float,
              method: str, rows: int | None, seed: int, say=print,
-             timeout: float = 3600, selection: str = "em",
+             timeout: float = 3600, selection: str = "none",
              rounds: int | None = None) -> dict:
     phases: dict[str, float] = {}
     ds = dataset(dataset_name)
