@@ -21,9 +21,6 @@ import csv
 import json
 import logging
 import os
-import socket
-import subprocess
-import sys
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -36,7 +33,7 @@ from crypto.accounting import eps_delta_to_rho, rho_to_eps
 from distaim.client import session_info, upload_vector
 from distaim.party import session_modulus
 from distaim.protocol import Layout, client_vector
-from feddpsyn.demo import dataset, split_csv
+from feddpsyn.demo import ServerProcess, dataset, free_port, split_csv
 from feddpsyn.serving import new_token, token_hash, write_private
 from params.schema import Schema
 from synthesis.evaluate import workload_error
@@ -45,46 +42,6 @@ from synthesis.marginals import NoisyMarginal
 __all__ = ["run_distaim_demo"]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Server:
-    def __init__(self, state_dir: Path, port: int):
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = state_dir / "server.log"
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "distaim.cli", "serve",
-                                      "--state-dir", str(state_dir), "--host", "127.0.0.1",
-                                      "--port", str(port)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
-
-    def wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited early; see {self.log_path}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"server at {self.url} not healthy after {timeout} s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
 
 
 def _synthesize(measurements: list[NoisyMarginal], sizes, rows, seed: int):
@@ -118,9 +75,9 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     client_ids = [f"owner{i}" for i in range(len(csvs))]
     tokens = {c: new_token() for c in client_ids}
     operator = new_token()
-    http_ports = [_free_port() for _ in range(3)]
-    mpc_ports = [_free_port() for _ in range(3)]
-    servers: list[_Server] = []
+    http_ports = [free_port() for _ in range(3)]
+    mpc_ports = [free_port() for _ in range(3)]
+    servers: list[ServerProcess] = []
     t = time.time()
     try:
         for pid in range(3):
@@ -135,7 +92,10 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
                        "client_token_hashes": {c: token_hash(tok) for c, tok in tokens.items()},
                        "operator_token_hash": token_hash(operator)}
             write_private(state / "session.json", json.dumps(session).encode())
-            servers.append(_Server(state, http_ports[pid]))
+            servers.append(ServerProcess(
+                ["distaim", "serve", "--state-dir", str(state), "--host", "127.0.0.1",
+                 "--port", str(http_ports[pid])], state / "server.log",
+                f"http://127.0.0.1:{http_ports[pid]}"))
         for server in servers:
             server.wait_healthy()
         phases["start_servers"] = time.time() - t

@@ -21,6 +21,23 @@ from feddpsyn.serving import write_private
 from params.session_plan import SessionPlan
 
 
+def _keys_for(compiled, directory: Path, prefix: str) -> tuple[fhe.Client, bytes, bytes]:
+    """Keys for a compiled circuit or module from 128-bit CSPRNG seeds; the client artefact
+    and the secret keys are written here (0600); returns (client, server zip, eval keys)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        compiled.server.save(f"{tmp}/server.zip")
+        server_zip = Path(f"{tmp}/server.zip").read_bytes()
+        compiled.client.save(f"{tmp}/client.zip")
+        client_zip = Path(f"{tmp}/client.zip").read_bytes()
+    client = fhe.Client(compiled.client.specs)
+    client.keys.generate(force=True, secret_seed=secrets.randbits(128),
+                         encryption_seed=secrets.randbits(128))
+    write_private(directory / f"{prefix}client.zip", client_zip)
+    write_private(directory / f"{prefix}keys.bin", client.keys.serialize())
+    return client, server_zip, client.evaluation_keys.serialize()
+
+
 class SessionKeys:
     """The key server's handle on one session's circuit client (holds the secret key)."""
 
@@ -36,18 +53,7 @@ class SessionKeys:
         """Compile, generate keys, persist them; return (keys, server.zip bytes, eval keys)."""
         p = plan.parameters
         circuit = compile_aggregation(n_clients, p.chunk_cells, p.count_bits, p.p_error)
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            circuit.server.save(f"{tmp}/server.zip")
-            server_zip = Path(f"{tmp}/server.zip").read_bytes()
-            circuit.client.save(f"{tmp}/client.zip")
-            client_zip = Path(f"{tmp}/client.zip").read_bytes()
-        client = fhe.Client(circuit.client.specs)
-        client.keys.generate(force=True, secret_seed=secrets.randbits(128),
-                             encryption_seed=secrets.randbits(128))
-        write_private(directory / "client.zip", client_zip)
-        write_private(directory / "keys.bin", client.keys.serialize())
-        evaluation_keys = client.evaluation_keys.serialize()
+        client, server_zip, evaluation_keys = _keys_for(circuit, directory, "")
         return SessionKeys(client, n_clients), server_zip, evaluation_keys
 
     @staticmethod
@@ -88,18 +94,8 @@ class SelectionKeys:
         """Compile the module, generate its keys (CSPRNG seeds), persist them; return
         (keys, server zip, evaluation keys)."""
         module = compile_private_selection(shape, thresholds, p_error)
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            module.server.save(f"{tmp}/server.zip")
-            server_zip = Path(f"{tmp}/server.zip").read_bytes()
-            module.client.save(f"{tmp}/client.zip")
-            client_zip = Path(f"{tmp}/client.zip").read_bytes()
-        client = fhe.Client(module.client.specs)
-        client.keys.generate(force=True, secret_seed=secrets.randbits(128),
-                             encryption_seed=secrets.randbits(128))
-        write_private(directory / "selection_client.zip", client_zip)
-        write_private(directory / "selection_keys.bin", client.keys.serialize())
-        return SelectionKeys(client, shape), server_zip, client.evaluation_keys.serialize()
+        client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
+        return SelectionKeys(client, shape), server_zip, evaluation_keys
 
     @staticmethod
     def load(directory: Path, shape: PrivateSelectionShape) -> SelectionKeys:
