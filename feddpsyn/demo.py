@@ -291,7 +291,7 @@ def _selection_summary(accounting: dict) -> dict:
         return {"mode": "none"}
     rounds = accounting["rounds"]
     return {"mode": accounting["mode"], "rounds": rounds,
-            "rho_charged": accounting["rho_charged"],
+            "rho_charged": float(Fraction(accounting["rho_charged"])),
             "epsilon_per_round": float(Fraction(accounting["epsilon_round"])),
             "numerical_extra_epsilon_per_round": accounting["numerical_extra_epsilon_per_round"],
             "epsilon_per_round_charged": float(Fraction(accounting["epsilon_round"]))
