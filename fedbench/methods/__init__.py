@@ -12,6 +12,7 @@ from fedbench.methods.central_aim import central_aim
 from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn
 from fedbench.methods.concat import concat
+from fedbench.methods.distaim_method import distaim
 from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
 from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_noisy_greedy,
                                            feddpsyn_sim)
@@ -33,6 +34,7 @@ METHODS = {
     "dpdsyn": dpdsyn,
     "dpdsyn-dp": dpdsyn_dp,
     "cape-dpcda": cape_dpcda,
+    "distaim": distaim,
 }
 
 __all__ = ["METHODS", "MethodResult", "budget_rho"]
