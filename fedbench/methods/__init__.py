@@ -14,8 +14,11 @@ from fedbench.methods.central_privsyn import central_privsyn
 from fedbench.methods.concat import concat
 from fedbench.methods.distaim_method import distaim
 from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
-from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_noisy_greedy,
-                                           feddpsyn_sim)
+from fedbench.methods.feddpsyn_sim import (
+                                           feddpsyn_all_pairs,
+                                           feddpsyn_noisy_greedy,
+                                           feddpsyn_sim,
+)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
