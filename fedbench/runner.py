@@ -147,10 +147,15 @@ def plot(rows: list[dict], out: Path, metric: str = "two_way") -> None:
         if len({r[x_field] for r in rows}) < 2 or (x_field == "beta"
                                                    and "" in {r["beta"] for r in rows}):
             continue
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for (method,), points in sorted(mean_by(["method"], x_field).items()):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        series = sorted(mean_by(["method"], x_field).items())
+        # Fifteen methods need more than the default ten colours: a 20-colour map plus
+        # markers keeps every line distinguishable.
+        colours = plt.cm.tab20(np.linspace(0, 1, 20))
+        for i, ((method,), points) in enumerate(series):
             xs = sorted(points)
-            ax.plot(xs, [np.mean(points[x]) for x in xs], marker="o", label=method)
+            ax.plot(xs, [np.mean(points[x]) for x in xs], marker="osd^v<>P*X"[i % 10],
+                    color=colours[i % 20], label=method)
         ax.set_xlabel({"eps": "epsilon", "clients": "clients",
                        "beta": "Dirichlet beta (smaller: more skew)"}[x_field])
         ax.set_ylabel(f"average L1 error, {metric.replace('_', '-')} marginals")
@@ -159,8 +164,9 @@ def plot(rows: list[dict], out: Path, metric: str = "two_way") -> None:
         ticks = sorted({r[x_field] for r in rows})
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{t:g}" for t in ticks])
+        ax.set_yscale("log")  # errors span two orders of magnitude across methods
         ax.minorticks_off()
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / f"{name}.png", dpi=120)
