@@ -87,10 +87,13 @@ def _indif_function(count_bits: int):
     xor = fhe.univariate(lambda t: t % 2)
 
     def indif(masked_sum, offset):
-        x = masked_sum + offset
+        # Every width is declared (fhe.hint): an input set cannot be trusted to reach each
+        # intermediate's maximum, and a too narrow encoding would wrap silently.
+        x = fhe.hint(masked_sum + offset, can_store=(1 << (k + 1)) - 2)
         bits = [fhe.bits(x)[i] for i in range(k)]
         negative = 1 - bits[k - 1]
-        planes = [np.sum(xor(bits[i] + negative)) for i in range(k - 1)]
+        planes = [np.sum(xor(fhe.hint(bits[i] + negative, can_store=2)))
+                  for i in range(k - 1)]
         return tuple(planes + [np.sum(negative)])
 
     return indif
@@ -110,7 +113,7 @@ def _indif_bits_function(count_bits: int, cells: int):
         for plane, weight in zip(planes, weights):
             for t in range(plane_bits):
                 columns.setdefault(weight + t, []).append(fhe.bits(plane)[t])
-        digits, carry = [], None
+        digits, carry, carry_max = [], None, 0
         for j in range(max(columns) + plane_bits + 2):
             terms = columns.get(j, []) + ([] if carry is None else [carry])
             if not terms:
@@ -118,8 +121,12 @@ def _indif_bits_function(count_bits: int, cells: int):
             total = terms[0]
             for term in terms[1:]:
                 total = total + term
+            # A column holds 0/1 bits plus the carry from below: its exact maximum.
+            total_max = len(columns.get(j, [])) + carry_max
+            total = fhe.hint(total, can_store=max(1, total_max))
             digits.append(fhe.bits(total)[0])
             carry = total // 2 if len(terms) > 1 else None
+            carry_max = total_max // 2 if len(terms) > 1 else 0
         return tuple(digits)
 
     return indif_bits
