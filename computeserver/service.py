@@ -294,8 +294,8 @@ class ComputeServer(SelectionRole):
             if spec.name in done:
                 continue
             if not spec.marginal_keys:  # a selected release: its pairs come from the rounds
-                spec = ReleaseSpec(spec.name, self._selected_keys(
-                    plan, self._run_selection(session_id, plan, seeds)), spec.rho, spec.sigma2)
+                spec = ReleaseSpec(spec.name, plan.keys_of_pairs(
+                    self._run_selection(session_id, plan, seeds)), spec.rho, spec.sigma2)
             path = self.session_dir(session_id) / "outputs" / f"{spec.name}.bin"
             with self.db.connect() as conn:
                 stored = conn.execute("SELECT digest FROM outputs WHERE session_id = ? AND "
@@ -311,11 +311,6 @@ class ComputeServer(SelectionRole):
                 conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)",
                              (session_id, spec.name, result.model_dump_json()))
             log.info("session %s: release %s published", session_id, spec.name)
-
-    @staticmethod
-    def _selected_keys(plan: SessionPlan, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
-        keys = {plan.layout.slot(tuple(p)).key for p in pairs}
-        return tuple(m.key for m in plan.layout.two_way if m.key in keys)
 
     def _request_decryption(self, session_id: str, spec: ReleaseSpec, plan: SessionPlan,
                             path: Path) -> wire.ReleaseResult:

@@ -26,6 +26,7 @@ import math
 from fractions import Fraction
 
 from crypto.discrete_gaussian import CSPRNG, ExactSampler, SamplerExhausted
+from crypto.permute_and_flip import exact_inputs
 
 __all__ = ["exponential_mechanism", "em_probabilities", "em_rho"]
 
@@ -34,17 +35,8 @@ def exponential_mechanism(scores, epsilon: Fraction | int | str,
                           sensitivity: Fraction | int | str,
                           sampler: ExactSampler = CSPRNG) -> int:
     """Index of the selected candidate (exact sampling, see the module docstring)."""
-    if isinstance(epsilon, float) or isinstance(sensitivity, float):
-        raise TypeError("epsilon and sensitivity must be exact (Fraction, int or str)")
-    eps, delta = Fraction(epsilon), Fraction(sensitivity)
-    if eps <= 0 or delta <= 0:
-        raise ValueError("epsilon and sensitivity must be > 0")
-    exact = [Fraction(s) for s in scores]
-    if not exact:
-        raise ValueError("no candidates")
+    exact, best, scale = exact_inputs(scores, epsilon, sensitivity)
     n = len(exact)
-    best = max(exact)
-    scale = eps / (2 * delta)
     for _ in range(64 * n + 512):
         r = sampler.randbelow(n)
         if sampler.bernoulli_exp(scale * (best - exact[r])):

@@ -38,9 +38,9 @@ def _order(n: int, sampler: ExactSampler) -> list[int]:
     return order
 
 
-def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fraction | int | str,
-                     sampler: ExactSampler = CSPRNG) -> int:
-    """Index of the selected candidate."""
+def exact_inputs(scores, epsilon, sensitivity) -> tuple[list[Fraction], Fraction, Fraction]:
+    """(exact scores, their maximum, eps / (2 Delta)), refusing floats and empty or
+    non-positive inputs: the exponential-mechanism family's shared argument checks."""
     if isinstance(epsilon, float) or isinstance(sensitivity, float):
         raise TypeError("epsilon and sensitivity must be exact (Fraction, int or str)")
     eps, delta = Fraction(epsilon), Fraction(sensitivity)
@@ -49,9 +49,15 @@ def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fractio
     exact = [Fraction(s) for s in scores]
     if not exact:
         raise ValueError("no candidates")
-    best = max(exact)
+    return exact, max(exact), eps / (2 * delta)
+
+
+def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fraction | int | str,
+                     sampler: ExactSampler = CSPRNG) -> int:
+    """Index of the selected candidate."""
+    exact, best, scale = exact_inputs(scores, epsilon, sensitivity)
     for r in _order(len(exact), sampler):
-        if sampler.bernoulli_exp(eps * (best - exact[r]) / (2 * delta)):
+        if sampler.bernoulli_exp(scale * (best - exact[r])):
             return r
     raise AssertionError("unreachable: the best candidate always accepts")
 

@@ -15,8 +15,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from feddpsyn import wire
-from feddpsyn.serving import (BackgroundWorker, ServiceError, bearer, read_or_create_token,
-                              service_app)
+from feddpsyn.serving import (
+    BackgroundWorker,
+    ServiceError,
+    bearer,
+    read_or_create_token,
+    service_app,
+)
 from keyserver.service import KeyServer
 
 log = logging.getLogger("feddpsyn.keyserver")

@@ -23,6 +23,7 @@ import hashlib
 import json
 import secrets
 import time
+from fractions import Fraction
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from crypto.selection import random_share, thresholds
 from feddpsyn import wire
 from feddpsyn.serving import ServiceError, write_private
 from keyserver.keys import SelectionKeys
-from params.session_plan import SessionPlan
+from params.session_plan import ReleaseSpec, SessionPlan
 
 SELECTION_SQL = """
 CREATE TABLE IF NOT EXISTS selection_randomness (
@@ -200,7 +201,7 @@ class SelectionRole:
             # Charged once, bound to these outputs; other outputs for a charged round would be
             # a second decryption for one charge.
             if not self._charged_for(conn, session_id, name, digest):
-                self._check_budget(conn, plan, session_id, _Charge(name, rho))
+                self._check_budget(conn, plan, session_id, ReleaseSpec(name, (), rho, Fraction(0)))
                 conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
                              (session_id, name, str(rho), digest, time.time(), "{}"))
         try:
@@ -221,9 +222,3 @@ class SelectionRole:
                          (session_id, round_, digest, json.dumps(list(pair))))
         return wire.SelectionRound(round=round_, pair=pair, rho=str(rho))
 
-
-class _Charge:
-    """What ``KeyServer._check_budget`` needs of a charge: a name and its rho."""
-
-    def __init__(self, name, rho):
-        self.name, self.rho = name, rho

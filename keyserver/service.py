@@ -33,8 +33,14 @@ from crypto.aggregation import chunk_ranges, decode_release
 from crypto.blobs import pack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from feddpsyn import wire
-from feddpsyn.serving import (Database, ServiceError, already_stored, new_token, token_hash,
-                              write_private)
+from feddpsyn.serving import (
+    Database,
+    ServiceError,
+    already_stored,
+    new_token,
+    token_hash,
+    write_private,
+)
 from keyserver.keys import SessionKeys
 from keyserver.selection import SELECTION_SQL, SelectionRole, selection_public
 from params.schema import Schema, SchemaError

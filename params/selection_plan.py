@@ -28,8 +28,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from crypto.selection import (SelectionShape, SelectionStep, choose_shape, pbs_estimate,
-                              plan_step)
+from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_estimate, plan_step
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL", "INDIF_CHUNK_CELLS"]
 

@@ -120,10 +120,13 @@ class SessionPlan:
             return release
         if selected is None or len(selected) != self.selection.rounds:
             raise ValueError("the 2-way release waits for every selection round")
-        keys = {self.layout.slot(tuple(p)).key for p in selected}
-        return ReleaseSpec(release.name,
-                           tuple(m.key for m in self.layout.two_way if m.key in keys),
-                           release.rho, release.sigma2)
+        return ReleaseSpec(release.name, self.keys_of_pairs(selected), release.rho,
+                           release.sigma2)
+
+    def keys_of_pairs(self, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
+        """The marginal keys of ``pairs``, in layout order."""
+        keys = {self.layout.slot(tuple(p)).key for p in pairs}
+        return tuple(m.key for m in self.layout.two_way if m.key in keys)
 
     def indif_chunks(self) -> list[tuple[int, np.ndarray]]:
         return indif_chunks(self.layout, self.selection.chunk_cells)
