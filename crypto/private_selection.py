@@ -33,7 +33,8 @@ from crypto.aggregation import fhe_tag
 from crypto.indif import _indif_bits_function
 from crypto.selection import SelectionShape, clear_arguments, select_core
 
-__all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext"]
+__all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
+           "score_functions", "score_inputsets"]
 
 _SUM_DIGIT = fhe.LookupTable([0, 1, 0, 1])
 _SUM_CARRY = fhe.LookupTable([0, 0, 1, 1])
@@ -57,9 +58,11 @@ def add_plaintext(x: list[int], y: list[int]) -> list[int]:
     return [(total >> i) & 1 for i in range(n)]
 
 
-def _functions(shape: PrivateSelectionShape, c: list[int]):
-    n, s = shape.selection.score_bits, shape.selection.candidates
-    chunk_bits = _indif_bits_function(shape.count_bits, shape.chunk_cells)
+def score_functions(count_bits: int, chunk_cells: int, score_bits: int):
+    """``indif`` and ``add`` (module docstring) for digit vectors of ``score_bits`` digits;
+    shared with ``crypto.noisy_scores``."""
+    n = score_bits
+    chunk_bits = _indif_bits_function(count_bits, chunk_cells)
 
     def indif(masked_sum, offset):
         digits = list(chunk_bits(masked_sum=masked_sum, offset=offset))[:n]
@@ -74,6 +77,27 @@ def _functions(shape: PrivateSelectionShape, c: list[int]):
             if j + 1 < n:
                 carry = _SUM_CARRY[total]
         return fhe.array(out)
+
+    return indif, add
+
+
+def score_inputsets(count_bits: int, chunk_cells: int, score_bits: int,
+                    rng: np.random.Generator) -> tuple[list, list, list]:
+    """Input sets of ``indif`` and ``add`` (and the digit vectors they use), drawn from
+    ``rng`` in a fixed order so that a module compiled from them is reproducible."""
+    k, cells, n = count_bits, chunk_cells, score_bits
+    zero, top = np.zeros(cells, dtype=np.int64), np.full(cells, (1 << k) - 1, dtype=np.int64)
+    centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
+    indif_inputs = [(zero, zero), (top, top), (zero, centre)] + [
+        (rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells)) for _ in range(8)]
+    digit_inputs = [rng.integers(0, 2, n) for _ in range(8)] + [np.ones(n, dtype=np.int64)]
+    add_inputs = [(a, b) for a, b in zip(digit_inputs, digit_inputs[1:] + digit_inputs[:1])]
+    return indif_inputs, add_inputs, digit_inputs
+
+
+def _functions(shape: PrivateSelectionShape, c: list[int]):
+    n, s = shape.selection.score_bits, shape.selection.candidates
+    indif, add = score_functions(shape.count_bits, shape.chunk_cells, n)
 
     def select(**kwargs):
         scores = [kwargs[f"score_{r}"] for r in range(s)]
@@ -109,15 +133,10 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
                                                   "composition": fhe.Wired(wires)})
     compiler = fhe.module()(module_class)
 
-    k, cells, n = shape.count_bits, shape.chunk_cells, shape.selection.score_bits
+    n = shape.selection.score_bits
     w = shape.selection.random_bits
     rng = np.random.default_rng(0)
-    zero, top = np.zeros(cells, dtype=np.int64), np.full(cells, (1 << k) - 1, dtype=np.int64)
-    centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
-    indif_inputs = [(zero, zero), (top, top), (zero, centre)] + [
-        (rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells)) for _ in range(8)]
-    digit_inputs = [rng.integers(0, 2, n) for _ in range(8)] + [np.ones(n, dtype=np.int64)]
-    add_inputs = [(a, b) for a, b in zip(digit_inputs, digit_inputs[1:] + digit_inputs[:1])]
+    indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_cells, n, rng)
     select_inputs = []
     for i in range(10):
         digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
