@@ -23,6 +23,7 @@ import logging
 import numpy as np
 from concrete import fhe
 
+from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.indif import indif_offset
 from crypto.masking import expand_masks
@@ -38,7 +39,7 @@ SELECTION_SQL = """
 CREATE TABLE IF NOT EXISTS selection_picks (
     session_id TEXT NOT NULL, round INTEGER NOT NULL, pair_json TEXT NOT NULL,
     PRIMARY KEY (session_id, round));
-"""
+""" + NOISY_GREEDY_SQL
 
 
 def selection_shape(public: wire.SessionPublic) -> SelectionShape:
@@ -47,7 +48,7 @@ def selection_shape(public: wire.SessionPublic) -> SelectionShape:
                           drop_bits=0, nb=chosen.nb, kappa_prime=tuple(chosen.kappa_prime))
 
 
-class SelectionRole:
+class SelectionRole(NoisyGreedyRole):
     """Mixed into :class:`computeserver.service.ComputeServer`."""
 
     def _store_selection_artefacts(self, peer: wire.PeerSession, directory) -> None:
@@ -129,6 +130,8 @@ class SelectionRole:
                        seeds: dict[str, bytes]) -> list[tuple[int, int]]:
         """Every selection round not yet recorded (module docstring)."""
         public = self.public(session_id)
+        if public.selection.mode == "noisy-greedy":
+            return self._run_noisy_greedy(session_id, plan, seeds)
         picks = self.selection_picks(session_id)
         if len(picks) >= public.selection.rounds:
             return picks[:public.selection.rounds]

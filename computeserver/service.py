@@ -47,7 +47,7 @@ from feddpsyn.serving import (
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.schema import Schema
-from params.session_plan import ReleaseSpec, SessionPlan
+from params.session_plan import ReleaseSpec, SessionPlan, selected_release
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -294,8 +294,19 @@ class ComputeServer(SelectionRole):
             if spec.name in done:
                 continue
             if not spec.marginal_keys:  # a selected release: its pairs come from the rounds
-                spec = ReleaseSpec(spec.name, plan.keys_of_pairs(
-                    self._run_selection(session_id, plan, seeds)), spec.rho, spec.sigma2)
+                picks = self._run_selection(session_id, plan, seeds)
+                if self.public(session_id).selection.mode == "noisy-greedy":
+                    spec = selected_release(spec, plan.keys_of_pairs(picks))
+                else:
+                    spec = ReleaseSpec(spec.name, plan.keys_of_pairs(picks), spec.rho,
+                                       spec.sigma2)
+                if not spec.marginal_keys:  # nothing chosen: the key server recorded it empty
+                    result = self._peer("POST", f"/peer/sessions/{session_id}/releases/"
+                                        f"{spec.name}/finalize", wire.ReleaseResult)
+                    with self.db.transaction() as conn:
+                        conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)",
+                                     (session_id, spec.name, result.model_dump_json()))
+                    continue
             path = self.session_dir(session_id) / "outputs" / f"{spec.name}.bin"
             with self.db.connect() as conn:
                 stored = conn.execute("SELECT digest FROM outputs WHERE session_id = ? AND "

@@ -55,11 +55,14 @@ class BudgetSpec(StrictModel):
 class SelectionRequest(StrictModel):
     """How the session chooses its 2-way marginals (params/selection_plan.py)."""
 
-    mode: Literal["em", "none"] = Field(
+    mode: Literal["em", "noisy-greedy", "none"] = Field(
         default="em", description="em: private selection under encryption (FedDPSyn "
-                                  "Primitives 2-3); none: every pair (or 'pairs')")
+                                  "Primitives 2-3); noisy-greedy: PrivSyn's rule, InDif noised "
+                                  "by both servers, greedy in clear at the key server; none: "
+                                  "every pair (or 'pairs')")
     rounds: int | None = Field(default=None, ge=1, le=10_000,
-                               description="pairs to select (em); default: half the pairs")
+                               description="pairs to select (em); default: half the pairs; "
+                                           "noisy-greedy chooses how many itself")
 
 
 class SessionCreate(StrictModel):
@@ -95,28 +98,49 @@ class ReleasePlan(StrictModel):
 
 class SelectionPublic(StrictModel):
     """The private selection's public parameters: widths, the per-round budget, and the
-    numerical loss it includes."""
+    numerical loss it includes (em); the noise and its budget (noisy-greedy)."""
 
     mode: str
     rounds: int
-    rho_round: str = Field(description="zCDP charged per round, (eps + 4 eta)^2 / 2")
-    epsilon_round: str = Field(description="permute-and-flip epsilon of one round")
-    eta: float = Field(description="exact worst-case log-deviation of the fixed-point weights")
+    rho_round: str | None = Field(default=None,
+                                  description="em: zCDP charged per round, (eps + 4 eta)^2 / 2")
+    epsilon_round: str | None = Field(default=None,
+                                      description="em: permute-and-flip epsilon of one round")
+    eta: float | None = Field(
+        default=None, description="em: exact worst-case log-deviation of the fixed-point "
+                                  "weights")
     indif_bits: int
     score_bits: int
     max_rows: int
     chunk_cells: int
-    nb: int
-    kappa_prime: list[int]
-    thresholds: list[int]
+    nb: int | None = None
+    kappa_prime: list[int] | None = None
+    thresholds: list[int] | None = None
     p_error: float
     fhe_delta: float = Field(description="union bound on any bootstrap failing in P2/P3")
+    rho: str | None = Field(default=None,
+                            description="noisy-greedy: zCDP charged for the whole selection")
+    noise_sigma2: str | None = Field(
+        default=None, description="noisy-greedy: variance of each server's N_Z noise per score")
+    noise_bits: int | None = Field(
+        default=None, description="noisy-greedy: the compute server's noise is below 2^bits "
+                                  "in magnitude (else it fails closed)")
+    noise_tail_probability: float | None = Field(
+        default=None, description="noisy-greedy: bound on failing closed; the session adds "
+                                  "e^eps times it to delta")
 
 
 class SelectionRound(StrictModel):
     round: int
     pair: tuple[int, int]
     rho: str
+
+
+class NoisyGreedyDecision(StrictModel):
+    """The key server's answer to the noisy scores: the chosen pairs, nothing else."""
+
+    pairs: list[tuple[int, int]]
+    rho: str = Field(description="zCDP charged for the selection")
 
 
 class SessionPublic(StrictModel):

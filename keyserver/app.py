@@ -161,6 +161,14 @@ def create_app(state_dir: Path, peer_token: str, *,
         body = await request.body()
         return await run_in_threadpool(service.decide_round, session_id, round_, body)
 
+    @peers.put("/{session_id}/selection/noisy-scores", response_model=wire.NoisyGreedyDecision,
+               openapi_extra={"requestBody": {"content": {"application/octet-stream": {
+                   "schema": {"type": "string", "format": "binary"}}}, "required": True}})
+    async def decide_noisy_greedy(session_id: wire.SessionId,
+                                  request: Request) -> wire.NoisyGreedyDecision:
+        body = await request.body()
+        return await run_in_threadpool(service.decide_noisy_greedy, session_id, body)
+
     @peers.post("/{session_id}/releases/{release}/finalize", response_model=wire.ReleaseResult)
     def finalize_release(session_id: wire.SessionId,
                          release: wire.ReleaseName) -> wire.ReleaseResult:

@@ -33,6 +33,8 @@ from crypto.selection import random_share, thresholds
 from feddpsyn import wire
 from feddpsyn.serving import ServiceError, write_private
 from keyserver.keys import SelectionKeys
+from keyserver.noisy_greedy import (NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys,
+                                    noisy_greedy_public)
 from params.session_plan import ReleaseSpec, SessionPlan
 
 SELECTION_SQL = """
@@ -42,7 +44,7 @@ CREATE TABLE IF NOT EXISTS selection_randomness (
 CREATE TABLE IF NOT EXISTS selection_rounds (
     session_id TEXT NOT NULL, round INTEGER NOT NULL, request_digest TEXT NOT NULL,
     pair_json TEXT NOT NULL, PRIMARY KEY (session_id, round));
-"""
+""" + NOISY_GREEDY_SQL
 
 
 def module_shape(plan: SessionPlan) -> PrivateSelectionShape:
@@ -55,6 +57,8 @@ def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
     chosen = plan.selection
     if chosen is None:
         return None
+    if chosen.mode == "noisy-greedy":
+        return noisy_greedy_public(plan)
     return wire.SelectionPublic(
         mode=chosen.mode, rounds=chosen.rounds, rho_round=str(chosen.step.rho),
         epsilon_round=str(chosen.step.epsilon), eta=chosen.step.eta,
@@ -65,11 +69,14 @@ def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
         fhe_delta=chosen.fhe_delta(sum(m.size for m in plan.layout.two_way)))
 
 
-class SelectionRole:
+class SelectionRole(NoisyGreedyRole):
     """Mixed into :class:`keyserver.service.KeyServer` (shares its db, plans and lock)."""
 
     def _create_selection(self, plan: SessionPlan, directory) -> None:
         if plan.selection is None:
+            return
+        if plan.selection.mode == "noisy-greedy":
+            self._create_noisy_greedy(plan, directory)
             return
         keys, server_zip, evaluation_keys = SelectionKeys.create(
             module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
@@ -77,13 +84,16 @@ class SelectionRole:
         write_private(directory / "selection_server.zip", server_zip)
         write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
 
-    def selection_keys(self, session_id: str) -> SelectionKeys:
+    def selection_keys(self, session_id: str) -> SelectionKeys | NoisyScoreKeys:
         cache_key = f"selection:{session_id}"
         with self._lock:
             if cache_key in self._keys:
                 return self._keys[cache_key]
         plan = self._selection_plan(session_id)
-        keys = SelectionKeys.load(self.session_dir(session_id), module_shape(plan))
+        if plan.selection.mode == "noisy-greedy":
+            keys = NoisyScoreKeys.load(self.session_dir(session_id), plan.selection.noisy_shape)
+        else:
+            keys = SelectionKeys.load(self.session_dir(session_id), module_shape(plan))
         with self._lock:
             self._keys[cache_key] = keys
         return keys
@@ -141,6 +151,8 @@ class SelectionRole:
         plan = self.plan(session_id)
         if plan.selection is None:
             return None
+        if plan.selection.mode == "noisy-greedy":
+            return self.noisy_greedy_pairs(session_id)
         decided = self._decided(session_id)
         if len(decided) < plan.selection.rounds:
             return None

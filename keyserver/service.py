@@ -491,7 +491,11 @@ class KeyServer(SelectionRole):
         else:
             state = "computing"
         detail = ""
-        if public.selection is not None and state == "computing" and "one_way" in done:
+        if (public.selection is not None and public.selection.mode == "noisy-greedy"
+                and state == "computing" and "one_way" in done):
+            detail = ("noisy-greedy selection decided" if self.noisy_greedy_pairs(session_id)
+                      is not None else "waiting for the noisy dependency scores")
+        elif public.selection is not None and state == "computing" and "one_way" in done:
             detail = (f"selection round {len(self._decided(session_id))} of "
                       f"{public.selection.rounds} decided")
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
@@ -529,6 +533,8 @@ class KeyServer(SelectionRole):
     def _selection_accounting(self, session_id: str, public: wire.SessionPublic) -> dict:
         if public.selection is None:
             return {"selection": {"mode": "none"}}
+        if public.selection.mode == "noisy-greedy":
+            return self._noisy_greedy_accounting(session_id, public)
         chosen = public.selection
         return {"selection": {
             **chosen.model_dump(), "selected_pairs": self.selected_pairs(session_id),

@@ -8,8 +8,13 @@ Modes (``--selection``):
   permute-and-flip with fixed-point weights. Each round is (eps + 4 eta)-DP and is charged
   rho = (eps + 4 eta)^2 / 2, the numerical loss included (``crypto.selection.plan_step``).
 * ``noisy-greedy``: PrivSyn's own rule. Every InDif gets discrete Gaussian noise (L2
-  sensitivity sqrt(pairs): one record moves each pair's score by at most 1), the noisy scores
-  are published and the pairs are chosen greedily in clear (``synthesis.pair_selection``).
+  sensitivity sqrt(pairs): one record moves each pair's score by at most 1) and the pairs are
+  chosen greedily in clear (``synthesis.pair_selection``). Through the servers
+  (``crypto.noisy_scores``, ``keyserver.noisy_greedy``): the compute server adds
+  N_Z(0, noise_sigma2) to every encrypted InDif, the key server decrypts, adds its own
+  N_Z(0, noise_sigma2) and runs the greedy rule; only the chosen pairs leave it. Each view is
+  protected by the other server's noise alone, so the charge is rho = pairs / (2 sigma2) for
+  one noise, as for the releases. How many pairs: as many as the greedy rule keeps (0 to all).
 * ``none``: every 2-way marginal (or the given pairs), as the core pipeline.
 
 Budget split (PrivSyn's default): 10% for the 1-ways, 10% for the selection, 80% for the
@@ -28,6 +33,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
 from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_estimate, plan_step
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL", "INDIF_CHUNK_CELLS"]
@@ -61,6 +67,8 @@ class SelectionPlan:
     p_error: float = 2.0 ** -40
     chunk_cells: int = INDIF_CHUNK_CELLS
     max_rows: int = 0
+    pairs: int = 0                          # candidate pairs (noisy-greedy)
+    noise_bits: int = 0                     # noisy-greedy: |noise| < 2^noise_bits
 
     @classmethod
     def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
@@ -75,9 +83,10 @@ class SelectionPlan:
         if rho <= 0:
             raise ValueError("the selection needs a positive share of the budget")
         if mode == "noisy-greedy":
-            return cls(mode, 0, rho, indif_bits, score_bits,
-                       noise_sigma2=Fraction(pairs) / (2 * rho), p_error=p_error,
-                       max_rows=max_rows)
+            sigma2 = Fraction(pairs) / (2 * rho)
+            return cls(mode, 0, rho, indif_bits, score_bits, noise_sigma2=sigma2,
+                       p_error=p_error, max_rows=max_rows, pairs=pairs,
+                       noise_bits=noise_offset_bits(sigma2))
         rounds = rounds if rounds is not None else max(1, pairs // 2)
         if not 1 <= rounds < pairs:
             raise ValueError(f"em selects between 1 and {pairs - 1} pairs, not {rounds}")
@@ -100,11 +109,22 @@ class SelectionPlan:
         if self.mode == "none":
             return 0
         per_cell = BOOTSTRAPS_PER_CELL * self.indif_bits + 2
-        pairs = self.shape.candidates if self.shape is not None else 0
+        pairs = self.shape.candidates if self.shape is not None else self.pairs
         p2 = (two_way_cells + pairs * self.chunk_cells) * per_cell
         if self.mode == "noisy-greedy":
-            return p2
+            return p2 + pairs * self.noisy_shape.noise_bootstraps
         return p2 + pbs_estimate(self.shape) * self.rounds
+
+    @property
+    def noisy_shape(self) -> NoisyScoreShape:
+        """The noisy-greedy module's widths (``crypto.noisy_scores``)."""
+        return NoisyScoreShape(count_bits=self.indif_bits, chunk_cells=self.chunk_cells,
+                               score_bits=self.score_bits, noise_bits=self.noise_bits)
+
+    def noise_tail_probability(self) -> float:
+        """noisy-greedy: bound on the compute server failing closed on a noise draw
+        (``crypto.noisy_scores``; the session adds e^eps times it to delta)."""
+        return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
 
     def fhe_delta(self, two_way_cells: int) -> float:
         """Union bound on any bootstrap failing in this session's selection."""
@@ -120,5 +140,6 @@ class SelectionPlan:
                        numerical_extra_epsilon=4 * self.step.eta * self.rounds,
                        nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime))
         if self.mode == "noisy-greedy":
-            out["noise_sigma2"] = float(self.noise_sigma2)
+            out.update(noise_sigma2=float(self.noise_sigma2), noise_bits=self.noise_bits,
+                       noise_tail_probability=self.noise_tail_probability())
         return out

@@ -18,6 +18,10 @@ Privacy model (stated once, enforced by the key server's ledger):
   (:meth:`SessionPlan.resolve`); its noise is fixed in advance (sensitivity = rounds), and it
   takes the budget the selection's epsilon grid leaves unspent, so a session spends exactly
   its rho.
+* With ``noisy-greedy`` the number of selected pairs m is also known only at run time (0 to
+  all): the plan's 2-way spec carries the worst case (every pair) for the capacity check, and
+  :meth:`SessionPlan.resolve` sets sigma2 = m / (2 rho_R) for the m pairs chosen
+  (:func:`selected_release`); with m = 0 nothing is released or charged.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from params.parameter_sets import ParameterSet, get_parameter_set
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
 
-__all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks"]
+__all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
+           "selected_release"]
 
 # A count plus noise must decode unambiguously from k bits: we require max_rows + 40 sigma
 # < 2^(k-1). P[|N_Z(0, sigma2)| >= 40 sigma] < 2 exp(-800).
@@ -56,6 +61,15 @@ class ReleaseSpec:
     marginal_keys: tuple[str, ...]
     rho: Fraction
     sigma2: Fraction
+
+
+def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec:
+    """A selected release over the chosen marginals ``keys``: sensitivity len(keys), so
+    sigma2 = len(keys) / (2 rho) (for em the plan's own sigma2: len(keys) = rounds); an
+    empty selection releases nothing and costs nothing."""
+    if not keys:
+        return ReleaseSpec(release.name, (), Fraction(0), Fraction(0))
+    return ReleaseSpec(release.name, keys, release.rho, gaussian_sigma2(release.rho, len(keys)))
 
 
 @dataclass(frozen=True)
@@ -98,14 +112,13 @@ class SessionPlan:
                               gaussian_sigma2(share("one_way"), len(layout.one_way)))
         if chosen is None:
             rho_two, keys, count = share("two_way"), tuple(m.key for m in layout.two_way), None
-        elif chosen.mode == "em":
-            # The selection's unspent grid remainder goes to the 2-ways (module docstring).
-            rho_two = share("two_way") + (share("selection") - chosen.rho_charged)
-            keys, count = (), chosen.rounds
         else:
-            raise ValueError("the servers run selection 'em' or 'none'; 'noisy-greedy' runs "
-                             "in the benchmark's simulation (feddpsyn bench utility --methods "
-                             "feddpsyn-noisy-greedy)")
+            # The selection's unspent grid remainder goes to the 2-ways (module docstring);
+            # noisy-greedy charges exactly its share, so nothing is left over.
+            rho_two = share("two_way") + (share("selection") - chosen.rho_charged)
+            # em: the rounds; noisy-greedy: the worst case, every pair (module docstring).
+            keys = ()
+            count = chosen.rounds if chosen.mode == "em" else len(layout.two_way)
         two_way = ReleaseSpec("two_way", keys, rho_two,
                               gaussian_sigma2(rho_two, count or len(keys)))
         plan = cls(schema, layout, params, epsilon, delta, rho_total, (one_way, two_way),
@@ -118,10 +131,13 @@ class SessionPlan:
         """The release with its marginals: the selected pairs for a selected 2-way release."""
         if release.marginal_keys or self.selection is None or release.name != "two_way":
             return release
-        if selected is None or len(selected) != self.selection.rounds:
+        if selected is None or (self.selection.mode == "em"
+                                and len(selected) != self.selection.rounds):
             raise ValueError("the 2-way release waits for every selection round")
-        return ReleaseSpec(release.name, self.keys_of_pairs(selected), release.rho,
-                           release.sigma2)
+        if self.selection.mode == "em":
+            return ReleaseSpec(release.name, self.keys_of_pairs(selected), release.rho,
+                               release.sigma2)
+        return selected_release(release, self.keys_of_pairs(selected))
 
     def keys_of_pairs(self, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
         """The marginal keys of ``pairs``, in layout order."""

@@ -1,0 +1,91 @@
+"""The compute server's part of the noisy-greedy selection (PrivSyn's rule on FedDPSyn's P2).
+
+Design concerns:
+
+* **Its noise before anything leaves.** Every pair's encrypted InDif (P2 and chunk sums,
+  shared with ``em``: ``computeserver.selection``) gets z_CS ~ N_Z(0, sigma2) from
+  ``crypto.discrete_gaussian`` (CSPRNG) under encryption (``crypto.noisy_scores``'s ``noise``),
+  so the key server, which decrypts, sees InDif + z_CS only. A draw outside the circuit's
+  offset fails closed (the session is blocked, nothing is sent; probability below
+  2 exp(-800) a draw, counted in the session's delta).
+* **Noise used once.** The noisy ciphertexts are stored durably before they are sent, so a
+  retry re-sends the same bytes (which the key server recognises by digest) instead of
+  drawing new noise; the draws themselves are never stored.
+* **Only the chosen pairs come back** (``keyserver.noisy_greedy``); they are recorded, and a
+  restarted job continues from them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from fractions import Fraction
+
+from crypto.blobs import pack_blobs
+from crypto.discrete_gaussian import discrete_gaussian_vector
+from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
+from feddpsyn import wire
+from feddpsyn.serving import write_private
+from params.session_plan import SessionPlan
+
+__all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL", "noisy_shape"]
+
+log = logging.getLogger("feddpsyn.computeserver")
+
+NOISY_GREEDY_SQL = """
+CREATE TABLE IF NOT EXISTS noisy_greedy_picks (
+    session_id TEXT PRIMARY KEY, pairs_json TEXT NOT NULL);
+"""
+
+
+def noisy_shape(public: wire.SessionPublic) -> NoisyScoreShape:
+    chosen = public.selection
+    return NoisyScoreShape(count_bits=chosen.indif_bits, chunk_cells=chosen.chunk_cells,
+                           score_bits=chosen.score_bits, noise_bits=chosen.noise_bits)
+
+
+class NoisyGreedyRole:
+    """Mixed into :class:`computeserver.service.ComputeServer` (through ``SelectionRole``)."""
+
+    def noisy_greedy_picks(self, session_id: str) -> list[tuple[int, int]] | None:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT pairs_json FROM noisy_greedy_picks WHERE "
+                               "session_id = ?", (session_id,)).fetchone()
+        return None if row is None else [tuple(p) for p in json.loads(row["pairs_json"])]
+
+    def _run_noisy_greedy(self, session_id: str, plan: SessionPlan,
+                          seeds: dict[str, bytes]) -> list[tuple[int, int]]:
+        """Noise every encrypted score, send them, record the chosen pairs (module docstring)."""
+        picks = self.noisy_greedy_picks(session_id)
+        if picks is not None:
+            return picks
+        public = self.public(session_id)
+        path = self.session_dir(session_id) / "outputs" / "noisy_scores.bin"
+        if not path.exists():
+            shape = noisy_shape(public)
+            scores = self._candidate_scores(session_id, plan, seeds)
+            noise = discrete_gaussian_vector(Fraction(public.selection.noise_sigma2),
+                                             len(scores))
+            try:
+                operands = [noise_operand(int(z), shape) for z in noise]
+            except NoiseOutOfRange as exc:
+                with self.db.transaction() as conn:
+                    conn.execute("UPDATE sessions SET blocked = ? WHERE id = ?",
+                                 (f"noisy-greedy: {exc}", session_id))
+                raise
+            server, keys = self._selection_server(session_id)
+            self._progress[session_id] = "noisy dependency scores under encryption"
+            noisy = [server.run(score, operand, evaluation_keys=keys, function_name="noise")
+                     for score, operand in zip(scores, operands)]
+            write_private(path, pack_blobs([v.serialize() for v in noisy]))
+        self._progress[session_id] = "waiting for the key server's greedy selection"
+        decided = self._peer("PUT", f"/peer/sessions/{session_id}/selection/noisy-scores",
+                             wire.NoisyGreedyDecision, content=path.read_bytes(),
+                             headers={"Content-Type": "application/octet-stream"})
+        picks = [tuple(p) for p in decided.pairs]
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO noisy_greedy_picks VALUES (?, ?)",
+                         (session_id, json.dumps([list(p) for p in picks])))
+        self._progress.pop(session_id, None)
+        log.info("session %s: noisy-greedy selection chose %s", session_id, picks)
+        return picks

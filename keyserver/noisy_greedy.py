@@ -1,0 +1,185 @@
+"""The key server's part of the noisy-greedy selection (PrivSyn's rule on FedDPSyn's P2).
+
+Protocol (``params.selection_plan``, mode ``noisy-greedy``; ``crypto.noisy_scores``): the
+compute server sends every pair's InDif + z_CS as encrypted digits, z_CS ~ N_Z(0, sigma2)
+drawn by it. This server
+
+1. charges the selection's rho in the ledger **before** decrypting, bound to the SHA-256 of
+   the ciphertexts, in the transaction that checks the budget (a retry with the same
+   ciphertexts returns the recorded pairs without decrypting again; other ciphertexts are
+   refused with 409: a second decryption would be a second noisy view for one charge);
+2. decrypts InDif + z_CS (its view: protected by z_CS, rho = pairs / (2 sigma2) against it);
+3. adds its own z_KS ~ N_Z(0, sigma2) per pair (``crypto.discrete_gaussian``, CSPRNG), so the
+   compute server, which knows z_CS, sees the outcome as a function of InDif + z_KS only;
+4. runs PrivSyn's greedy rule (``synthesis.pair_selection.greedy_select``, the rule the
+   benchmark's simulation uses, with the 2-way release's rho) and returns **only the chosen
+   pairs**; the doubly noised scores stay in this server's database (audit, retries) and
+   are never sent.
+
+The 2-way release is then resolved to the chosen pairs (``SessionPlan.resolve``); if the rule
+keeps none, an empty 2-way release is recorded at once (nothing to decrypt, nothing charged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+from concrete import fhe
+
+from crypto.blobs import unpack_blobs
+from crypto.discrete_gaussian import discrete_gaussian_vector
+from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_noisy_score,
+                                 noise_tail_delta)
+from feddpsyn import wire
+from feddpsyn.serving import ServiceError, write_private
+from keyserver.keys import SessionKeys, _keys_for
+from params.session_plan import ReleaseSpec, SessionPlan
+from synthesis.pair_selection import greedy_select
+
+NOISY_GREEDY_SQL = """
+CREATE TABLE IF NOT EXISTS noisy_greedy (
+    session_id TEXT PRIMARY KEY, request_digest TEXT NOT NULL, pairs_json TEXT NOT NULL,
+    scores_json TEXT NOT NULL, decided_at REAL NOT NULL);
+"""
+
+LEDGER_NAME = "selection"
+
+
+class NoisyScoreKeys:
+    """The key server's handle on a session's noisy-score module (P2 + chunk sums + noise)."""
+
+    def __init__(self, client: fhe.Client, shape: NoisyScoreShape):
+        self._client = client
+        self.shape = shape
+
+    def __repr__(self) -> str:  # never print key material, even by accident
+        return f"NoisyScoreKeys(score_bits={self.shape.score_bits})"
+
+    @staticmethod
+    def create(shape: NoisyScoreShape, p_error: float,
+               directory: Path) -> tuple[NoisyScoreKeys, bytes, bytes]:
+        module = compile_noisy_scores(shape, p_error)
+        client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
+        return NoisyScoreKeys(client, shape), server_zip, evaluation_keys
+
+    @staticmethod
+    def load(directory: Path, shape: NoisyScoreShape) -> NoisyScoreKeys:
+        client = fhe.Client.load(directory / "selection_client.zip")
+        client.keys.load_from_bytes((directory / "selection_keys.bin").read_bytes())
+        return NoisyScoreKeys(client, shape)
+
+    parse = staticmethod(SessionKeys.parse)
+
+    def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
+        encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
+                                         function_name="indif")
+        return encrypted[0].serialize()
+
+    def decrypt_noisy_score(self, value: fhe.Value) -> int:
+        digits = np.asarray(self._client.decrypt(value, function_name="noise")).ravel()
+        if digits.shape != (self.shape.out_bits,) or not set(digits.tolist()) <= {0, 1}:
+            raise ValueError("not a noisy score of this module")
+        return decode_noisy_score(digits.tolist(), self.shape)
+
+
+def noisy_greedy_public(plan: SessionPlan) -> wire.SelectionPublic:
+    chosen = plan.selection
+    return wire.SelectionPublic(
+        mode=chosen.mode, rounds=0, indif_bits=chosen.indif_bits, score_bits=chosen.score_bits,
+        max_rows=chosen.max_rows, chunk_cells=chosen.chunk_cells, p_error=chosen.p_error,
+        fhe_delta=chosen.fhe_delta(sum(m.size for m in plan.layout.two_way)),
+        rho=str(chosen.rho_charged), noise_sigma2=str(chosen.noise_sigma2),
+        noise_bits=chosen.noise_bits, noise_tail_probability=chosen.noise_tail_probability())
+
+
+class NoisyGreedyRole:
+    """Mixed into :class:`keyserver.service.KeyServer` (through ``SelectionRole``)."""
+
+    def _create_noisy_greedy(self, plan: SessionPlan, directory: Path) -> None:
+        _, server_zip, evaluation_keys = NoisyScoreKeys.create(
+            plan.selection.noisy_shape, plan.selection.p_error, directory)
+        write_private(directory / "selection_server.zip", server_zip)
+        write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
+
+    def _noisy_greedy_row(self, session_id: str):
+        with self.db.connect() as conn:
+            return conn.execute("SELECT request_digest, pairs_json FROM noisy_greedy WHERE "
+                                "session_id = ?", (session_id,)).fetchone()
+
+    def noisy_greedy_pairs(self, session_id: str) -> list[tuple[int, int]] | None:
+        row = self._noisy_greedy_row(session_id)
+        return None if row is None else [tuple(p) for p in json.loads(row["pairs_json"])]
+
+    def decide_noisy_greedy(self, session_id: str, body: bytes) -> wire.NoisyGreedyDecision:
+        """Charge, decrypt InDif + z_CS, add z_KS, choose greedily (module docstring)."""
+        plan = self._selection_plan(session_id)
+        if plan.selection.mode != "noisy-greedy":
+            raise ServiceError(404, "this session's selection is not noisy-greedy")
+        rho = plan.selection.rho_charged
+        digest = hashlib.sha256(body).hexdigest()
+        row = self._noisy_greedy_row(session_id)
+        if row is not None:
+            if not secrets.compare_digest(row["request_digest"], digest):
+                raise ServiceError(409, "the selection was decided on other noisy scores; a "
+                                        "second decryption would be a second noisy view")
+            return wire.NoisyGreedyDecision(pairs=self.noisy_greedy_pairs(session_id),
+                                            rho=str(rho))
+        if "one_way" not in self.releases_done(session_id):
+            raise ServiceError(409, "selection starts after the 1-way release is published")
+        pairs = [slot.attrs for slot in plan.layout.two_way]
+        keys = self.selection_keys(session_id)
+        try:
+            values = [keys.parse(item) for item in unpack_blobs(body, expected=len(pairs))]
+        except Exception:
+            raise ServiceError(422, f"the noisy scores are {len(pairs)} ciphertexts of this "
+                                    "session's selection module") from None
+        with self.db.transaction() as conn:
+            if not self._charged_for(conn, session_id, LEDGER_NAME, digest):
+                self._check_budget(conn, plan, session_id,
+                                   ReleaseSpec(LEDGER_NAME, (), rho, plan.selection.noise_sigma2))
+                conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
+                             (session_id, LEDGER_NAME, str(rho), digest, time.time(), "{}"))
+        try:
+            noised_by_cs = np.array([keys.decrypt_noisy_score(v) for v in values],
+                                    dtype=np.int64)
+        except Exception:
+            # Charged and refused: the budget is spent on what this server may have seen.
+            raise ServiceError(422, "the noisy scores do not decrypt under this session's "
+                                    "selection keys") from None
+        noisy = noised_by_cs + discrete_gaussian_vector(plan.selection.noise_sigma2, len(pairs))
+        chosen = greedy_select({p: int(v) for p, v in zip(pairs, noisy)},
+                               {slot.attrs: slot.size for slot in plan.layout.two_way},
+                               plan.release("two_way").rho)
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO noisy_greedy VALUES (?, ?, ?, ?, ?)",
+                         (session_id, digest, json.dumps([list(p) for p in chosen]),
+                          json.dumps(noisy.tolist()), time.time()))
+            if not chosen:  # nothing to release: the 2-way release is empty and free
+                empty = wire.ReleaseResult(session_id=session_id, release="two_way", rho="0",
+                                           sigma2_per_server="0", marginals={})
+                conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?, ?)",
+                             (session_id, "two_way", empty.model_dump_json(), time.time()))
+        # A concurrent identical request may have recorded first: answer what is recorded.
+        return wire.NoisyGreedyDecision(pairs=self.noisy_greedy_pairs(session_id), rho=str(rho))
+
+    def _noisy_greedy_accounting(self, session_id: str, public: wire.SessionPublic) -> dict:
+        chosen = public.selection
+        tail = noise_tail_delta(Fraction(chosen.noise_sigma2), chosen.noise_bits,
+                                len(public.pairs), public.epsilon)
+        return {"selection": {
+            **chosen.model_dump(exclude_none=True),
+            "selected_pairs": self.noisy_greedy_pairs(session_id),
+            "rho_charged": chosen.rho, "noise_tail_delta": tail,
+            "note": "PrivSyn's greedy rule on InDif + z_CS + z_KS, each noise N_Z(0, "
+                    "noise_sigma2) (L2 sensitivity sqrt(pairs)); each server's view is "
+                    "rho-zCDP by the other's noise; only the chosen pairs are published. The "
+                    "session's guarantee holds with delta + fhe_delta (a bootstrap failure) "
+                    "+ noise_tail_delta (the compute server's noise is bounded, else it fails "
+                    "closed)"},
+            "delta_total": public.delta + chosen.fhe_delta + tail}
