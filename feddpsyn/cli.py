@@ -222,15 +222,16 @@ def session_create(keyserver: str = typer.Option(...),
                    parameter_set: str = "default",
                    max_rows: int = typer.Option(100_000, help="public bound on union rows"),
                    selection: str = typer.Option(
-                       "em", help="em (private selection under encryption) | none (every "
-                                  "pair)"),
+                       "em", help="em (private selection under encryption) | noisy-greedy "
+                                  "(PrivSyn's rule: InDif noised by both servers, greedy at "
+                                  "the key server) | none (every pair)"),
                    rounds: Optional[int] = typer.Option(
                        None, help="pairs the em selection chooses (default: half the pairs)"),
                    one_way_share: Optional[float] = typer.Option(
                        None, help="share of rho for 1-ways (default 0.1 with selection, 0.2 "
                                   "without)"),
                    selection_share: float = typer.Option(
-                       0.1, help="share of rho for the selection (em)"),
+                       0.1, help="share of rho for the selection (em, noisy-greedy)"),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)")) -> None:
     """Create a synthesis session; write one credential file per client."""
@@ -397,7 +398,8 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
                                                "servers)"),
          selection: str = typer.Option(
              "none", help="tfhe path: none (every pair; ~15 s) | em (private selection under "
-                          "encryption; ~20+ min on 2 cores, an estimate is printed first)"),
+                          "encryption; ~20+ min on 2 cores, an estimate is printed first) | "
+                          "noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost only)"),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
                         "half the pairs otherwise)")) -> None:
@@ -439,7 +441,12 @@ def _print_report(report: dict, out: Path) -> None:
         table.add_row(k, f"{report['workload_error'][k]:.4f}",
                       f"{report['central_workload_error'][k]:.4f}")
     console.print(table)
-    if report.get("selected_pairs"):
+    if report.get("selected_pairs") and report["selection"]["mode"] == "noisy-greedy":
+        sel = report["selection"]
+        console.print(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, noise "
+                      f"sigma2 {sel['noise_sigma2_per_server']:.4g} per server): "
+                      + ", ".join("x".join(p) for p in report["selected_pairs"]))
+    elif report.get("selected_pairs"):
         sel = report["selection"]
         console.print(f"selected pairs ({sel['mode']}, {sel['rounds']} rounds, eps "
                       f"{sel['epsilon_per_round_charged']:.5f} per round incl. "

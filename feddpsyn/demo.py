@@ -187,7 +187,9 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
         if plan.selection is not None:
             cells = sum(m.size for m in plan.layout.two_way)
             estimate = plan.selection.bootstraps(cells) * SECONDS_PER_BOOTSTRAP
-            say(f"[demo] private selection: {plan.selection.rounds} rounds over "
+            rounds_text = (f"{plan.selection.rounds} rounds" if plan.selection.mode == "em"
+                           else "noisy scores and greedy choice")
+            say(f"[demo] private selection ({plan.selection.mode}): {rounds_text} over "
                 f"{len(plan.layout.two_way)} pairs, {plan.selection.bootstraps(cells):,} "
                 f"bootstraps: about {estimate / 60:.0f} min of encrypted computation after the "
                 "uploads (compiling the selection module and its keys first: about 1 min)")
@@ -254,11 +256,18 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
     # The central reference: the same released marginals on the union with one noise (it
     # reuses the federated selection's pairs, so it pays nothing for selecting them).
     split = DEFAULT_SPLITS[selection]
-    central_plan = SessionPlan.build(schema, chosen, epsilon, delta,
-                                     {"one_way": split["one_way"], "two_way": split["two_way"]},
-                                     "default", request.max_rows)
-    central_records, _ = synthesize(schema, central_marginals(central_plan, union), method,
-                                    rows, seed)
+    if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
+        central_plan = SessionPlan.build(schema, None, epsilon, delta,
+                                         {"one_way": split["one_way"], "two_way": 0.5},
+                                         "default", request.max_rows)
+        central = [m for m in central_marginals(central_plan, union) if len(m.attrs) == 1]
+    else:
+        central_plan = SessionPlan.build(schema, chosen, epsilon, delta,
+                                         {"one_way": split["one_way"],
+                                          "two_way": split["two_way"]},
+                                         "default", request.max_rows)
+        central = central_marginals(central_plan, union)
+    central_records, _ = synthesize(schema, central, method, rows, seed)
     central_error = workload_error(union, central_records, schema.domain_sizes)
     phases["central_baseline"] = time.time() - t
     report = {
@@ -289,6 +298,12 @@ def _selection_summary(accounting: dict) -> dict:
     """The selection's spent budget for the report, the numerical extra loss included."""
     if accounting.get("mode", "none") == "none":
         return {"mode": "none"}
+    if accounting["mode"] == "noisy-greedy":
+        return {"mode": "noisy-greedy", "pairs_selected": len(accounting["selected_pairs"]),
+                "rho_charged": float(Fraction(accounting["rho_charged"])),
+                "noise_sigma2_per_server": float(Fraction(accounting["noise_sigma2"])),
+                "noise_bits": accounting["noise_bits"], "fhe_delta": accounting["fhe_delta"],
+                "noise_tail_delta": accounting["noise_tail_delta"]}
     rounds = accounting["rounds"]
     return {"mode": accounting["mode"], "rounds": rounds,
             "rho_charged": float(Fraction(accounting["rho_charged"])),
