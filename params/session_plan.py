@@ -104,6 +104,9 @@ class SessionPlan:
             return rho_total * Fraction(int(split[name] * 10 ** 12), 10 ** 12)
 
         chosen = None
+        if selection == "noisy-greedy" and rounds is not None:
+            raise ValueError("noisy-greedy chooses how many pairs to keep itself (PrivSyn's "
+                             "greedy rule); rounds are for em")
         if selection != "none":
             chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
                                          share("selection"), rounds, params.p_error)

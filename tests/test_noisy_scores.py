@@ -77,3 +77,34 @@ def test_offset_bits_cover_forty_sigmas_and_the_tail_is_counted():
     assert noise_tail_probability(Fraction(100), 3, 10) == 1.0
     assert noise_tail_probability(Fraction(100), 5, 1) == pytest.approx(
         2 * math.exp(-1024 / 200), rel=1e-9)
+
+
+def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
+    from params.schema import Schema
+    from params.session_plan import SessionPlan
+    from tests.test_servers import SCHEMA
+
+    plan = SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
+                             1000, selection="noisy-greedy")
+    chosen, pairs = plan.selection, len(plan.layout.two_way)
+    # Each server's view is protected by the other's noise alone: one sigma2 for the charge.
+    assert chosen.rho_charged == chosen.rho
+    assert chosen.noise_sigma2 == Fraction(pairs) / (2 * chosen.rho)
+    two_way = plan.release("two_way")
+    assert two_way.marginal_keys == ()
+    assert sum(r.rho for r in plan.releases) + chosen.rho_charged <= plan.rho_total
+    assert two_way.sigma2 == Fraction(pairs) / (2 * two_way.rho)  # the worst case: all pairs
+    one = plan.resolve(two_way, [(0, 2)])
+    assert len(one.marginal_keys) == 1 and one.sigma2 == 1 / (2 * two_way.rho)
+    assert one.rho == two_way.rho
+    none = plan.resolve(two_way, [])
+    assert none.marginal_keys == () and none.rho == 0
+    cells = sum(m.size for m in plan.layout.two_way)
+    shape = chosen.noisy_shape
+    assert chosen.bootstraps(cells) >= pairs * shape.noise_bootstraps + cells
+    assert Fraction(4 ** shape.noise_bits) >= 1600 * chosen.noise_sigma2
+    with pytest.raises(ValueError, match="waits"):
+        plan.resolve(two_way, None)
+    with pytest.raises(ValueError, match="rounds are for em"):
+        SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
+                          1000, selection="noisy-greedy", rounds=2)
