@@ -1,41 +1,212 @@
-"""``distaim`` commands (a typer app the lead wires into ``feddpsyn``): serve one server's
-HTTP intake, run a server's MPC part by hand, share a client's CSV into a session directory.
+"""``feddpsyn distaim`` commands: serve one server, create and drive a session at the three
+servers (operator), upload a client's shares, run a server's MPC part by hand.
 
-    python -m distaim.cli serve --state-dir S0 --host 127.0.0.1 --port 8800
-    python -m distaim.cli upload --servers URL1,URL2,URL3 --session ID --client-id h0 \
-        --token-file h0.token --csv h0.csv --schema SCHEMA
+    feddpsyn distaim serve --state-dir S1 --party 1 --port 8801 --mpc-address 127.0.0.1:9101
+    feddpsyn distaim session create --servers URL1,URL2,URL3 \
+        --operator-token-file S1/operator.token,S2/operator.token,S3/operator.token \
+        --schema SCHEMA --clients h0,h1,h2 --epsilon 1 --delta 1e-5 --workload all-2way \
+        --rounds 10 --participation 1 --tokens-dir tokens/
+    feddpsyn distaim upload --servers URL1,URL2,URL3 --session ID --client-id h0 \
+        --token-file tokens/h0.token --csv h0.csv --schema SCHEMA
+    feddpsyn distaim session run|status|result|delete --servers ... --operator-token-file ... \
+        --session ID
 
-    python -m distaim.cli party --pid 0 --parties 127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 \
+    feddpsyn distaim party --pid 0 --parties 127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 \
         --session-dir S --out party0.json
-    python -m distaim.cli share --session-dir S --client-id h0 --csv h0.csv --schema SCHEMA
+    feddpsyn distaim share --session-dir S --client-id h0 --csv h0.csv --schema SCHEMA
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import typer
 
 app = typer.Typer(help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers",
                   no_args_is_help=True)
+session_app = typer.Typer(help="Operator: create, inspect, run and delete a session at the "
+                               "three servers", no_args_is_help=True)
+app.add_typer(session_app, name="session")
+
+_SERVERS = typer.Option(..., help="the three servers' URLs, comma-separated, in party order")
+_OPERATOR = typer.Option(..., help="the operator token file of each server, comma-separated "
+                                   "in party order (or one file for all three)")
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(1)
+
+
+def _servers(text: str) -> list[str]:
+    urls = [u.strip().rstrip("/") for u in text.split(",") if u.strip()]
+    if len(urls) != 3:
+        _fail(f"--servers lists three URLs, not {len(urls)}")
+    return urls
+
+
+def _operator_tokens(text: str) -> list[str]:
+    paths = [Path(p.strip()) for p in text.split(",") if p.strip()]
+    if len(paths) not in (1, 3):
+        _fail("--operator-token-file: one file, or three (one per server)")
+    tokens = []
+    for p in paths:
+        try:
+            token = p.read_text().strip()
+        except OSError as exc:
+            _fail(f"{p}: {exc.strerror}")
+        if not token:
+            _fail(f"{p} is empty")
+        tokens.append(token)
+    return tokens * 3 if len(tokens) == 1 else tokens
 
 
 @app.command()
-def serve(state_dir: Path = typer.Option(..., help="holds session.json (operator setup)"),
-          host: str = "127.0.0.1", port: int = 8800, log_level: str = "warning",
+def serve(state_dir: Path = typer.Option(..., help="this server's state (created if absent)"),
+          party: int = typer.Option(..., min=1, max=3, help="this server's number: 1, 2 or 3"),
+          host: str = "127.0.0.1", port: int = 8800,
+          mpc_address: str = typer.Option(
+              None, help="host:port this server's MPC party listens on (default "
+                         "127.0.0.1:910<party>)"),
+          operator_token_file: Path | None = typer.Option(
+              None, help="default: <state-dir>/operator.token (created, mode 0600)"),
+          mpc_tls_ca: Path | None = None, mpc_tls_cert: Path | None = None,
+          mpc_tls_key: Path | None = None, log_level: str = "warning",
           ssl_certfile: Path | None = None, ssl_keyfile: Path | None = None):
-    """Serve one DistAIM server: client share intake, MPC run, release."""
+    """Serve one DistAIM server: operator sessions, client share intake, MPC run, release."""
     import uvicorn
 
     from distaim.app import create_app
     from feddpsyn.serving import BodyLimit
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
-    application = create_app(state_dir)
+    tls_files = (mpc_tls_ca, mpc_tls_cert, mpc_tls_key)
+    if any(tls_files) and not all(tls_files):
+        raise typer.BadParameter("--mpc-tls-ca, --mpc-tls-cert and --mpc-tls-key go together")
+    mpc_tls = ({"ca": str(mpc_tls_ca), "cert": str(mpc_tls_cert), "key": str(mpc_tls_key)}
+               if all(tls_files) else None)
+    application = create_app(state_dir, party, mpc_address or f"127.0.0.1:{9100 + party}",
+                             operator_token_file=operator_token_file, mpc_tls=mpc_tls)
     uvicorn.run(BodyLimit(application, application.state.max_body_bytes), host=host,
                 port=port, log_level=log_level, ssl_certfile=ssl_certfile,
                 ssl_keyfile=ssl_keyfile)
+
+
+@session_app.command("create")
+def session_create(
+        servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
+        schema: Path = typer.Option(..., help="the schema JSON all clients bin with"),
+        clients: str = typer.Option(..., help="client ids, comma-separated"),
+        epsilon: float = typer.Option(...), delta: float = typer.Option(...),
+        workload: str = typer.Option("all-2way", help="all-2way | all-3way | 'a,b,c;d,e,f' "
+                                                      "(attribute names or indices)"),
+        rounds: int = typer.Option(10, help="planned AIM rounds T (0: AIM's own plan with "
+                                            "annealing)"),
+        participation: str = typer.Option("1", help="client sampling rate p per round"),
+        rows_bound: int = typer.Option(1 << 20, help="public bound on any count"),
+        session: str = typer.Option(None, help="session id (default: a fresh one)"),
+        tokens_dir: Path = typer.Option(Path("distaim-tokens"),
+                                        help="where each client's token file is written"),
+        mpc_deadline: float = typer.Option(3600, help="bound on the whole MPC run (s)")):
+    """Create one session at the three servers (same id, same plan, checked digests)."""
+    from distaim.operator import OperatorError, create_session
+    from distaim.plan import parse_workload
+    urls, tokens = _servers(servers), _operator_tokens(operator_token_file)
+    from params.schema import Schema
+    try:
+        raw_schema = json.loads(schema.read_text())
+        names = list(Schema.from_dict(raw_schema).names)
+        cliques = parse_workload(workload, names)
+    except OSError as exc:
+        _fail(f"{schema}: {exc.strerror}")
+    except ValueError as exc:  # JSON, schema and workload errors
+        _fail(f"{schema if isinstance(exc, json.JSONDecodeError) else 'input'}: {exc}")
+    request = {"session_id": session or "d-" + secrets.token_hex(6), "schema": raw_schema,
+               "clients": [c.strip() for c in clients.split(",") if c.strip()],
+               "epsilon": epsilon, "delta": delta, "workload": cliques,
+               "rounds": rounds or None, "participation": participation,
+               "rows_bound": rows_bound, "mpc_deadline": mpc_deadline}
+    try:
+        made = create_session(urls, tokens, request)
+    except OperatorError as exc:
+        _fail(str(exc))
+    if made.tokens:
+        from feddpsyn.serving import write_private
+        for cid, per_server in made.tokens.items():
+            write_private(tokens_dir / f"{cid}.token", ("\n".join(per_server) + "\n").encode())
+    typer.echo(f"session {made.session_id}: plan digest {made.plan_digest} at all three "
+               f"servers; {made.plan['cells']} counts per client, rho {made.plan['rho']}")
+    if made.created:
+        typer.echo(f"client tokens (one per server, shown once): {tokens_dir}/<client>.token")
+    else:
+        typer.echo("it already existed at all three servers with this plan; no new tokens")
+
+
+@session_app.command("status")
+def session_status_cmd(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
+                       session: str = typer.Option(...)):
+    """The session's state at each server; exit 1 unless the three hold the same plan."""
+    from distaim.operator import OperatorError, session_status
+    try:
+        statuses = session_status(_servers(servers), _operator_tokens(operator_token_file),
+                                  session)
+    except OperatorError as exc:
+        _fail(str(exc))
+    for s in statuses:
+        if "plan_digest" in s:
+            typer.echo(f"server {s['party']}: {s['state']}, plan {s['plan_digest'][:16]}, "
+                       f"uploaded {len(s['clients_uploaded'])}, missing "
+                       f"{','.join(s['clients_missing']) or 'none'}"
+                       + (f" ({s['detail']})" if s.get("detail") else ""))
+        else:
+            typer.echo(f"server {s['party']}: {s['state']} ({s['detail']})")
+    if len({s.get("plan_digest") for s in statuses}) != 1:
+        _fail("the three servers do not hold the same plan")
+
+
+@session_app.command("run")
+def session_run(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
+                session: str = typer.Option(...)):
+    """Close the intake and start the MPC run at the three servers."""
+    from distaim.operator import OperatorError, run_session
+    try:
+        for s in run_session(_servers(servers), _operator_tokens(operator_token_file), session):
+            typer.echo(f"server {s['party']}: {s['state']}")
+    except OperatorError as exc:
+        _fail(str(exc))
+
+
+@session_app.command("result")
+def session_result(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
+                   session: str = typer.Option(...), out: Path = typer.Option(...)):
+    """Write the release once the three servers are done (they must have opened the same
+    values)."""
+    from distaim.operator import OperatorError, session_results
+    try:
+        results = session_results(_servers(servers), _operator_tokens(operator_token_file),
+                                  session)
+    except OperatorError as exc:
+        _fail(str(exc))
+    keys = ("admitted", "excluded", "selected", "measurements", "rho_spent")
+    if any({k: r[k] for k in keys} != {k: results[0][k] for k in keys} for r in results[1:]):
+        _fail("the three servers opened different values")
+    out.write_text(json.dumps(results[0], indent=1))
+    typer.echo(f"release of {session} written to {out}")
+
+
+@session_app.command("delete")
+def session_delete(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
+                   session: str = typer.Option(...)):
+    """Delete the session (and its uploads) at every server holding it (not while running)."""
+    from distaim.operator import OperatorError, delete_session
+    try:
+        for line in delete_session(_servers(servers), _operator_tokens(operator_token_file),
+                                   session):
+            typer.echo(line)
+    except OperatorError as exc:
+        _fail(str(exc))
 
 
 @app.command()
@@ -50,15 +221,18 @@ def party(pid: int = typer.Option(...), parties: str = typer.Option(
 
 
 @app.command()
-def upload(servers: str = typer.Option(..., help="the three servers' URLs, comma-separated, "
-                                                   "in party order"),
-           session: str = typer.Option(...), client_id: str = typer.Option(...),
-           token_file: Path = typer.Option(...), csv: Path = typer.Option(...),
-           schema: Path = typer.Option(...)):
+def upload(servers: str = _SERVERS, session: str = typer.Option(...),
+           client_id: str = typer.Option(...),
+           token_file: Path = typer.Option(..., help="the client's tokens: one per server, "
+                                                     "one a line"),
+           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
     """Count the session's workload on a CSV, share it and upload one share to each server."""
-    from distaim.client import upload_csv
-    rows, sent = upload_csv(servers.split(","), session, client_id,
-                            token_file.read_text().strip(), csv, schema)
+    from distaim.client import read_token_file, upload_csv
+    try:
+        rows, sent = upload_csv(_servers(servers), session, client_id,
+                                read_token_file(token_file), csv, schema)
+    except (RuntimeError, ValueError, OSError) as exc:
+        _fail(str(exc))
     typer.echo(f"{client_id}: {rows} rows shared, {sent} bytes uploaded")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,26 @@ import numpy as np
 from distaim import sharing
 from distaim.protocol import Layout, client_vector
 
-__all__ = ["session_info", "upload_vector", "upload_csv"]
+__all__ = ["session_info", "upload_vector", "upload_csv", "read_token_file"]
+
+Tokens = str | Sequence[str]
+
+
+def _per_server(token: Tokens) -> list[str]:
+    """One token for all three servers, or the three tokens the servers issued (in order)."""
+    tokens = [token] * 3 if isinstance(token, str) else list(token)
+    if len(tokens) != 3 or not all(tokens):
+        raise ValueError("a client needs one token per server (three)")
+    return tokens
+
+
+def read_token_file(path: Path) -> list[str]:
+    """A client's token file: its tokens at servers 1, 2, 3, one a line (one line: the same
+    token at all three)."""
+    lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    if len(lines) not in (1, 3):
+        raise ValueError(f"{path}: one token, or three (one per server, in order)")
+    return _per_server(lines[0] if len(lines) == 1 else lines)
 
 
 def _headers(token: str) -> dict[str, str]:
@@ -27,13 +47,15 @@ def _headers(token: str) -> dict[str, str]:
 
 
 def session_info(http: httpx.Client, servers: list[str], session_id: str,
-                 token: str) -> dict:
-    """The session as all three servers describe it (refused if they differ)."""
+                 token: Tokens) -> dict:
+    """The session as all three servers describe it (refused if they differ, plan digest
+    included)."""
     if len(servers) != 3:
         raise ValueError("DistAIM has exactly three servers")
+    tokens = _per_server(token)
     infos = []
-    for x, url in enumerate(servers, start=1):
-        r = http.get(f"{url}/sessions/{session_id}", headers=_headers(token))
+    for x, (url, tok) in enumerate(zip(servers, tokens), start=1):
+        r = http.get(f"{url}/sessions/{session_id}", headers=_headers(tok))
         if r.status_code != 200:
             raise RuntimeError(f"server {url}: {r.status_code} {r.text}")
         info = r.json()
@@ -46,7 +68,7 @@ def session_info(http: httpx.Client, servers: list[str], session_id: str,
 
 
 def upload_vector(http: httpx.Client, servers: list[str], session_id: str, client_id: str,
-                  token: str, vector: np.ndarray, modulus: int) -> int:
+                  token: Tokens, vector: np.ndarray, modulus: int) -> int:
     """Share ``vector`` and upload the three shares; returns the request bytes sent."""
     seed, (s2, s3) = sharing.share_vector_seeded([int(v) for v in vector], modulus,
                                                  session_id, client_id)
@@ -54,17 +76,17 @@ def upload_vector(http: httpx.Client, servers: list[str], session_id: str, clien
               {"vector_b64": base64.b64encode(sharing.encode_vector(s2, modulus)).decode()},
               {"vector_b64": base64.b64encode(sharing.encode_vector(s3, modulus)).decode()}]
     sent = 0
-    for url, body in zip(servers, bodies):
+    for url, body, tok in zip(servers, bodies, _per_server(token)):
         content = json.dumps(body).encode()
         sent += len(content)
         r = http.put(f"{url}/sessions/{session_id}/clients/{client_id}/share",
-                     content=content, headers=_headers(token))
+                     content=content, headers=_headers(tok))
         if r.status_code != 200:
             raise RuntimeError(f"upload to {url} refused: {r.status_code} {r.text}")
     return sent
 
 
-def upload_csv(servers: list[str], session_id: str, client_id: str, token: str,
+def upload_csv(servers: list[str], session_id: str, client_id: str, token: Tokens,
                csv_path: Path, schema_path: Path, timeout: float = 120) -> tuple[int, int]:
     """(rows, bytes sent) for one data owner's CSV."""
     from clients.preprocess import encode_csv
@@ -72,9 +94,12 @@ def upload_csv(servers: list[str], session_id: str, client_id: str, token: str,
     with httpx.Client(timeout=timeout) as http:
         info = session_info(http, servers, session_id, token)
         layout = Layout.for_workload(info["domain_sizes"], [tuple(c) for c in info["workload"]])
-        records = encode_csv(csv_path, Schema.load(schema_path)).records
-        if tuple(Schema.load(schema_path).domain_sizes) != layout.domain_sizes:
-            raise RuntimeError("the schema's domain differs from the session's")
+        schema = Schema.load(schema_path)
+        if tuple(schema.domain_sizes) != layout.domain_sizes or (
+                info.get("schema_fingerprint")
+                and info["schema_fingerprint"] != schema.fingerprint()):
+            raise RuntimeError("the schema differs from the session's")
+        records = encode_csv(csv_path, schema).records
         sent = upload_vector(http, servers, session_id, client_id, token,
                              client_vector(records, layout), int(info["modulus"]))
     return len(records), sent

@@ -2,9 +2,11 @@
 table (``run_distaim_demo``; the lead wires it into ``feddpsyn demo --path distaim``).
 
 Starts the three DistAIM servers as processes on 127.0.0.1 (HTTP intake and MPyC on free
-ports), splits a bundled data set over clients, has every client count the workload (all
-2-way marginals) and upload its seed-compressed Shamir shares over HTTP, starts the MPC run
-at the three servers, waits (bounded), checks that the three servers opened the same values,
+ports), creates the session at the three through their operator API
+(``distaim.operator.create_session``: one plan, digests checked), splits a bundled data set
+over clients, has every client count the workload (all 2-way marginals) and upload its
+seed-compressed Shamir shares over HTTP with the tokens the servers issued, starts the MPC
+run at the three servers, waits (bounded), checks that the three servers opened the same values,
 fits the graphical model on the released measurements (post-processing), writes
 ``synthetic.csv`` in the original values and ``report.json`` with the TFHE demo's fields,
 against central AIM (plaintext, exact samplers) at the same budget.
@@ -29,12 +31,12 @@ import httpx
 import numpy as np
 
 from clients.preprocess import decode_records, encode_csv
-from crypto.accounting import eps_delta_to_rho, rho_to_eps
+from crypto.accounting import rho_to_eps
 from distaim.client import session_info, upload_vector
-from distaim.party import session_modulus
+from distaim.operator import create_session, run_session, session_results, session_status
+from distaim.plan import delta_reserve
 from distaim.protocol import Layout, client_vector
 from feddpsyn.demo import ServerProcess, dataset, free_port, split_csv
-from feddpsyn.serving import new_token, token_hash, write_private
 from params.schema import Schema
 from synthesis.evaluate import workload_error
 from synthesis.marginals import NoisyMarginal
@@ -68,74 +70,68 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     d = len(sizes)
     workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
     layout = Layout.for_workload(sizes, workload)
-    reserve = Fraction(delta) / 1000
-    rho = eps_delta_to_rho(epsilon, Fraction(delta) - reserve)
-    modulus = session_modulus()
-    session_id = "distaim-" + time.strftime("%Y%m%d-%H%M%S")
+    reserve = delta_reserve(delta)
     client_ids = [f"owner{i}" for i in range(len(csvs))]
-    tokens = {c: new_token() for c in client_ids}
-    operator = new_token()
     http_ports = [free_port() for _ in range(3)]
     mpc_ports = [free_port() for _ in range(3)]
     servers: list[ServerProcess] = []
+    token_files: list[Path] = []
     t = time.time()
     try:
-        for pid in range(3):
-            state = out / "state" / f"server{pid + 1}"
+        for x in (1, 2, 3):
+            state = out / "state" / f"server{x}"
             state.mkdir(parents=True, exist_ok=True)
-            session = {"session_id": session_id, "pid": pid,
-                       "mpc_parties": [["127.0.0.1", p] for p in mpc_ports],
-                       "domain_sizes": list(sizes), "workload": workload, "modulus": modulus,
-                       "epsilon": epsilon, "delta": delta, "rho": str(rho),
-                       "rounds": rounds, "max_rounds": rounds, "round_iters": 100,
-                       "final_iters": 300, "rows_bound": 1 << 20, "mpc_timeout": 120,
-                       "client_token_hashes": {c: token_hash(tok) for c, tok in tokens.items()},
-                       "operator_token_hash": token_hash(operator)}
-            write_private(state / "session.json", json.dumps(session).encode())
+            token_files.append(state / "operator.token")
             servers.append(ServerProcess(
-                ["distaim", "serve", "--state-dir", str(state), "--host", "127.0.0.1",
-                 "--port", str(http_ports[pid])], state / "server.log",
-                f"http://127.0.0.1:{http_ports[pid]}"))
+                ["distaim", "serve", "--state-dir", str(state), "--party", str(x),
+                 "--host", "127.0.0.1", "--port", str(http_ports[x - 1]),
+                 "--mpc-address", f"127.0.0.1:{mpc_ports[x - 1]}"], state / "server.log",
+                f"http://127.0.0.1:{http_ports[x - 1]}"))
         for server in servers:
             server.wait_healthy()
         phases["start_servers"] = time.time() - t
+        urls = [s.url for s in servers]
+        operator = [f.read_text().strip() for f in token_files]
+        # the operator's step: one session, one plan, created at the three servers
+        made = create_session(urls, operator, {
+            "session_id": "distaim-" + time.strftime("%Y%m%d-%H%M%S"),
+            "schema": schema.to_dict(), "clients": client_ids, "epsilon": epsilon,
+            "delta": delta, "workload": [list(c) for c in workload], "rounds": rounds,
+            "participation": "1", "rows_bound": 1 << 20, "mpc_deadline": timeout})
+        session_id, tokens = made.session_id, made.tokens
+        if made.plan["cells"] != layout.length:
+            raise RuntimeError("the servers' layout differs from the demo's")
         say(f"[distaim] {ds.name}: {len(csvs)} data owners; servers "
-            f"{', '.join(s.url for s in servers)}; {layout.length} counts per owner")
+            f"{', '.join(urls)}; session {session_id}, plan {made.plan_digest[:16]}; "
+            f"{layout.length} counts per owner")
 
         t = time.time()
         upload_bytes = []
         with httpx.Client(timeout=120) as http:
-            urls = [s.url for s in servers]
             for cid, records in zip(client_ids, client_records):
                 info = session_info(http, urls, session_id, tokens[cid])
-                if int(info["modulus"]) != modulus or info["cells"] != layout.length:
+                if info["plan_digest"] != made.plan_digest:
                     raise RuntimeError("servers describe a different session")
                 sent = upload_vector(http, urls, session_id, cid, tokens[cid],
-                                     client_vector(records, layout), modulus)
+                                     client_vector(records, layout), int(info["modulus"]))
                 upload_bytes.append(sent)
                 say(f"[distaim]   {cid}: {len(records)} rows, shares uploaded ({sent} bytes)")
-            phases["client_uploads"] = time.time() - t
+        phases["client_uploads"] = time.time() - t
 
-            t = time.time()
-            auth = {"Authorization": f"Bearer {operator}"}
-            for server in servers:
-                r = http.post(f"{server.url}/sessions/{session_id}/run", headers=auth)
-                if r.status_code != 200:
-                    raise RuntimeError(f"run refused: {r.text}")
-            deadline = time.time() + timeout
-            while True:
-                states = [http.get(f"{s.url}/sessions/{session_id}/status",
-                                   headers=auth).json()["state"] for s in servers]
-                if all(s == "done" for s in states):
-                    break
-                if "failed" in states:
-                    raise RuntimeError(f"MPC run failed: {states}; see {out / 'state'}")
-                if time.time() > deadline:
-                    raise RuntimeError(f"MPC run not done after {timeout} s: {states}")
-                time.sleep(1)
-            results = [http.get(f"{s.url}/sessions/{session_id}/result", headers=auth).json()
-                       for s in servers]
-            phases["mpc_aim"] = time.time() - t
+        t = time.time()
+        run_session(urls, operator, session_id)
+        deadline = time.time() + timeout
+        while True:
+            states = [s["state"] for s in session_status(urls, operator, session_id)]
+            if all(s == "done" for s in states):
+                break
+            if "failed" in states:
+                raise RuntimeError(f"MPC run failed: {states}; see {out / 'state'}")
+            if time.time() > deadline:
+                raise RuntimeError(f"MPC run not done after {timeout} s: {states}")
+            time.sleep(1)
+        results = session_results(urls, operator, session_id)
+        phases["mpc_aim"] = time.time() - t
     finally:
         for server in servers:
             server.stop()
@@ -169,6 +165,7 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
 
     t = time.time()
     from synthesis.aim import PlainOracle, aim
+    rho = Fraction(made.plan["rho"])
     central = aim(PlainOracle(union, sizes), sizes, workload, rho, rounds=rounds,
                   max_rounds=rounds, round_iters=100, final_iters=300,
                   rng=np.random.default_rng(seed))

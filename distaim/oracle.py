@@ -10,7 +10,9 @@ between machines can never desynchronise the MPC programs.
 
 Scores. AIM's q_r = w_r (||x_r - m_r||_1 - sqrt(2/pi) sigma n_r) is computed as the integer
 S_r = w_r sum_i |2^g x_ri - round(2^g m_ri)| - round(w_r sqrt(2/pi) sigma n_r 2^g), g = 8,
-with one secure absolute value per cell. Rounding *public* model answers keeps the
+with one secure absolute value per cell (its cost is linear in the operands' width,
+log2(rows_bound) + g + 2 bits; g = 0 saves 8 of about 31 bits, see
+``bench/bench_distaim_speedup.py``). Rounding *public* model answers keeps the
 sensitivity (triangle inequality), so S has sensitivity max_r w_r 2^g exactly and the
 exponential mechanism over S with parameter eps is an exact AIM selection step up to the
 sampler's counted deviation (``distaim.secure_selection``).
@@ -41,20 +43,24 @@ SCORE_GRID_BITS = 8
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
-def score_penalty(weight: int, sigma: float, cells: int) -> int:
+def score_penalty(weight: int, sigma: float, cells: int, grid_bits: int = SCORE_GRID_BITS) -> int:
     """round(w sqrt(2/pi) sigma n 2^g): the public part of a score (any rounding is fine)."""
-    return round(weight * _SQRT_2_OVER_PI * sigma * cells * (1 << SCORE_GRID_BITS))
+    return round(weight * _SQRT_2_OVER_PI * sigma * cells * (1 << grid_bits))
 
 
 class MpcOracle:
     def __init__(self, rt, secint, em_secint, totals, layout: Layout, epsilon_total: float,
-                 rows_bound: int = 1 << 20, totals_at_round=None):
+                 rows_bound: int = 1 << 20, totals_at_round=None,
+                 score_grid_bits: int = SCORE_GRID_BITS):
         self.rt, self.secint, self.em_secint = rt, secint, em_secint
         self.totals = totals                       # secure array: sum of all clients' vectors
         self.layout = layout
         self.offsets = layout.offsets
         self._tv_to_delta = Fraction(1) + Fraction(math.exp(epsilon_total) * (1 + 1e-12))
         self.rows_bound = rows_bound               # public bound on any count (abs width)
+        if not 0 <= score_grid_bits <= SCORE_GRID_BITS:
+            raise ValueError(f"score_grid_bits in [0, {SCORE_GRID_BITS}]")
+        self.grid_bits = score_grid_bits           # g: the secure abs width grows with it
         self.extra_delta = Fraction(0)
         self.measure_tv = Fraction(0)
         self.select_tv = Fraction(0)
@@ -91,7 +97,7 @@ class MpcOracle:
         self.round += 1  # every AIM round after the initialisation starts with a selection
         if self.totals_at_round is not None:
             self.totals = self.totals_at_round(self.round)
-        g = SCORE_GRID_BITS
+        g = self.grid_bits
         public = self._public({
             "candidates": [tuple(c) for c in candidates],
             "weights": [int(Fraction(w)) for w in weights],
@@ -114,7 +120,7 @@ class MpcOracle:
 
     def secure_scores(self, cands, answers_on_grid, wts, sigma2):
         """Secret integer scores S_r (see the module docstring) and the number of cells."""
-        g = SCORE_GRID_BITS
+        g = self.grid_bits
         index = np.concatenate([np.arange(self.offsets[c][0], self.offsets[c][0]
                                           + self.offsets[c][1]) for c in cands])
         model = np.concatenate([np.asarray(a, dtype=object) for a in answers_on_grid])
@@ -127,7 +133,7 @@ class MpcOracle:
         scores, pos = [], 0
         for c, w in zip(cands, wts):
             n = self.offsets[c][1]
-            scores.append(self.rt.np_sum(absolute[pos:pos + n]) * w - score_penalty(w, sigma, n))
+            scores.append(self.rt.np_sum(absolute[pos:pos + n]) * w - score_penalty(w, sigma, n, g))
             pos += n
         return self.rt.np_fromlist(scores), int(len(index))
 

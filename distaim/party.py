@@ -6,8 +6,9 @@ wait bounded), admits clients (agreement + degree check, ``distaim.protocol``), 
 admitted shares, runs AIM with ``MpcOracle`` and writes ``party<I>.json``: the admission
 record, the opened measurements, the accounting and per-step timings.
 
-This session's intake is the directory (the HTTP intake over ``feddpsyn.serving`` is the next
-step, see the note of issue 4); the upload format is already the wire form: per client, the
+Right after connecting, the three parties exchange the digest of their session plan
+(``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. The session
+directory is what ``distaim.app`` keeps per session (or a test writes); per client, the
 explicit share vectors of parties 2 and 3 (``share2.bin``, ``share3.bin``: fixed-width field
 elements, ``distaim.sharing.encode_vector``) and party 1's 32-byte seed (``seed1.bin``).
 """
@@ -28,10 +29,18 @@ import numpy as np
 from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
                                  mpyc_module, party_runtime)
+from distaim.plan import plan_digest
 from distaim.protocol import (Layout, Participation, admit_clients, aggregate,
                               clamp_counts)
 
-__all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main"]
+__all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main",
+           "PlanMismatch", "EXIT_PLAN_MISMATCH"]
+
+EXIT_PLAN_MISMATCH = 6
+
+
+class PlanMismatch(RuntimeError):
+    """The three servers hold different plans for the session: nothing is run."""
 
 
 def session_modulus() -> int:
@@ -98,7 +107,7 @@ def tls_contexts(tls: dict | None):
 def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: Path,
               timeout: float = 120.0) -> dict:
     from synthesis.aim import aim
-    from distaim.oracle import MpcOracle
+    from distaim.oracle import SCORE_GRID_BITS, MpcOracle
     session = json.loads((session_dir / "session.json").read_text())
     layout = Layout.for_workload(session["domain_sizes"],
                                  [tuple(c) for c in session["workload"]])
@@ -118,6 +127,13 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     phases["connect"] = time.time() - t
     sys.stderr.write(f"distaim: party {pid} connected to all parties\n")
     sys.stderr.flush()
+    # One plan or none: each server's digest of its own plan, compared before any share is
+    # read (a server configured with another budget, workload or field stops the run here).
+    digests = rt.run(rt.transfer(plan_digest(session)))
+    if len(set(digests)) != 1:
+        rt.run(rt.shutdown(timeout=timeout))
+        raise PlanMismatch("plan digests differ between the servers: " + ", ".join(
+            f"server {i + 1} {d[:16]}" for i, d in enumerate(digests)))
     t = time.time()
     shares, unreadable = _load_shares(session_dir, session["session_id"], pid + 1, modulus,
                                       layout.length)
@@ -142,7 +158,8 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     t = time.time()
     oracle = MpcOracle(rt, secint, em_secint, None, layout, session["epsilon"],
                        rows_bound=rows_bound,
-                       totals_at_round=totals_at_round)
+                       totals_at_round=totals_at_round,
+                       score_grid_bits=int(session.get("score_grid_bits", SCORE_GRID_BITS)))
     result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
                  Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),
                  rounds=session.get("rounds"),
@@ -188,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.parties.split(","):
         host, _, port = item.rpartition(":")
         addresses.append(PartyAddress(host, int(port)))
-    run_party(args.pid, addresses, args.session_dir, args.out, args.timeout)
+    try:
+        run_party(args.pid, addresses, args.session_dir, args.out, args.timeout)
+    except PlanMismatch as exc:
+        sys.stderr.write(f"distaim: party {args.pid}: {exc}; refusing to run\n")
+        return EXIT_PLAN_MISMATCH
     return 0
 
 

@@ -3,6 +3,7 @@
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
@@ -63,7 +64,8 @@ def test_mpc_oracle_runs_aim_and_spends_exactly_rho():
         assert np.all(np.abs(m.counts.ravel() - exact) < 6 * np.sqrt(m.variance))
 
 
-def test_secure_scores_equal_the_plaintext_integer_scores():
+@pytest.mark.parametrize("grid_bits", [8, 0])
+def test_secure_scores_equal_the_plaintext_integer_scores(grid_bits):
     rng = np.random.default_rng(1)
     sizes, workload = [3, 4, 2], [(0, 1), (1, 2)]
     layout = Layout.for_workload(sizes, workload)
@@ -72,9 +74,10 @@ def test_secure_scores_equal_the_plaintext_integer_scores():
     rt = local_runtime(prss_seed=b"scores")
     secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
     oracle = MpcOracle(rt, secint, em, secint.array(secint.field.array(vec.astype(object))),
-                       layout, 1.0)
+                       layout, 1.0, score_grid_bits=grid_bits)
     cands = list(layout.cliques)
-    answers = [np.rint(rng.random(layout.offsets[c][1]) * 80 * 256).astype(np.int64)
+    scale = 1 << grid_bits
+    answers = [np.rint(rng.random(layout.offsets[c][1]) * 80 * scale).astype(np.int64)
                for c in cands]
     weights = [1, 2, 3, 4, 5]
     secret, cells = oracle.secure_scores(cands, answers, weights, Fraction(900))
@@ -82,7 +85,8 @@ def test_secure_scores_equal_the_plaintext_integer_scores():
     expected = []
     for c, m, w in zip(cands, answers, weights):
         x = marginal_counts(records, c, sizes)
-        expected.append(w * int(np.abs(x * 256 - m).sum()) - score_penalty(w, 30.0, len(x)))
+        expected.append(w * int(np.abs(x * scale - m).sum())
+                        - score_penalty(w, 30.0, len(x), grid_bits))
     assert opened == expected and cells == layout.length
 
 
@@ -92,3 +96,55 @@ def test_clamp_counts_caps_each_cell_inside_mpc():
     values = secint.array(np.array([0, 5, 99, 100, 101, 10**9]))
     assert rt.run(rt.output(clamp_counts(rt, values, 100))).tolist() == [0, 5, 99, 100, 100,
                                                                            100]
+
+
+def _fixed_oracle(seed: bytes, grid_bits: int = 8):
+    rng = np.random.default_rng(1)
+    sizes, workload = [3, 4, 2], [(0, 1), (1, 2)]
+    layout = Layout.for_workload(sizes, workload)
+    records = rng.integers(0, 2, (500, 3))
+    vec = client_vector(records, layout)
+    rt = local_runtime(prss_seed=seed)
+    secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
+    oracle = MpcOracle(rt, secint, em, secint.array(secint.field.array(vec.astype(object))),
+                       layout, 1.0, score_grid_bits=grid_bits)
+    return rt, secint, em, oracle, records, sizes, layout
+
+
+def test_measure_opens_exact_counts_plus_the_same_noise_bit_for_bit():
+    """Where the randomness is fixed (the PRSS key), the opened measurement equals the
+    plaintext reference: the exact counts plus the noise the same randomness draws."""
+    from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
+    rt, _, _, oracle, records, sizes, _ = _fixed_oracle(b"same-randomness")
+    opened = oracle.measure((0, 1), Fraction(400))
+    ref_rt = local_runtime(prss_seed=b"same-randomness")
+    noise = ref_rt.run(ref_rt.output(secure_discrete_gaussian(
+        ref_rt, ref_rt.SecInt(SECINT_BITS), GaussianPlan.for_sigma2(Fraction(400)), 12)))
+    reference = marginal_counts(records, (0, 1), sizes) + np.array([int(v) for v in noise])
+    assert opened.tolist() == reference.tolist()
+
+
+@pytest.mark.parametrize("grid_bits", [8, 0])
+def test_select_equals_the_mechanism_on_the_plaintext_scores(grid_bits):
+    """The in-MPC selection's opened index equals the same sampler run on the plaintext
+    integer scores with the same randomness (the scores' own random bits consumed first)."""
+    from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
+    rng = np.random.default_rng(5)
+    for trial in range(3):
+        seed = b"select-%d-%d" % (grid_bits, trial)
+        rt, _, _, oracle, records, sizes, layout = _fixed_oracle(seed, grid_bits)
+        cands = list(layout.cliques)
+        answers = [rng.random(layout.offsets[c][1]) * 60 for c in cands]
+        weights = [1, 2, 3, 1, 2]
+        pick = oracle.select(cands, answers, weights, Fraction(900), Fraction(1, 2))
+        ref_rt, secint, em, ref, *_ = _fixed_oracle(seed, grid_bits)
+        grid = [np.rint(a * (1 << grid_bits)).astype(np.int64).tolist() for a in answers]
+        ref.secure_scores(cands, grid, weights, Fraction(900))  # same randomness consumed
+        plain = [w * int(np.abs(marginal_counts(records, c, sizes) * (1 << grid_bits)
+                                - np.array(m)).sum())
+                 - score_penalty(w, 30.0, len(m), grid_bits)
+                 for c, m, w in zip(cands, grid, weights)]
+        plan = SelectionPlan.build(Fraction(1, 2), max(weights) << grid_bits, len(cands))
+        secret = secure_exponential_mechanism(ref_rt, secint.array(secint.field.array(
+            np.array(plain, dtype=object))), plan, em)
+        assert int(ref_rt.run(ref_rt.output(secret))) == pick

@@ -1,0 +1,216 @@
+"""A DistAIM session's public plan: what the operator asks for, what every server derives from
+it, and the digest the three servers compare before any MPC starts.
+
+Design concern: **the three servers run one plan or none.** The operator sends the same
+``SessionRequest`` to each server; each server derives the plan itself (``derive_plan``:
+schema -> domain, workload -> layout, (epsilon, delta) -> rho with the samplers' delta
+reserve, its own field modulus) and stores it with its SHA-256 digest (``plan_digest``, over
+canonical JSON). The operator's CLI checks that the three returned digests equal the one it
+derived; the servers' MPC parties exchange their digests right after connecting and refuse
+to run if they differ (``distaim.party``), so a server configured differently (another
+budget, workload, field or peer list) stops the session before any share is touched.
+
+Budget: rho = CKS20(epsilon, delta - delta / 1000) (``crypto.accounting``, rounded the
+conservative way); the reserve delta / 1000 covers the in-MPC samplers' computed
+finite-precision deviation (about 1e-12 per session), which the run reports and the demo
+checks against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from fractions import Fraction
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from feddpsyn import wire
+
+__all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "SessionRequest", "derive_plan",
+           "plan_digest", "budget_rho", "delta_reserve", "parse_workload"]
+
+PLAN_VERSION = "feddpsyn/distaim/plan/v1"
+# A share vector must fit the intake's 64 MiB body limit as base64 (16 bytes per cell).
+MAX_CELLS = 4_000_000
+MAX_CANDIDATES = 511       # distaim.secure_selection.SelectionPlan's table
+MAX_ROWS_BOUND = 1 << 40  # counts times 2^8 stay well inside the 64-bit secure integers
+# Keys of a server's session.json that are its own, not part of the shared plan.
+LOCAL_KEYS = frozenset({"pid", "mpc_tls", "plan_digest"})
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}:[0-9]{1,5}$")
+
+
+class SessionRequest(wire.StrictModel):
+    """The operator's request to create a DistAIM session (the same at all three servers)."""
+
+    session_id: str = Field(pattern=wire.ID_PATTERN)
+    schema_: dict[str, Any] = Field(alias="schema")
+    clients: list[str] = Field(min_length=1, max_length=1000)
+    epsilon: float = Field(gt=0, le=100)
+    delta: float = Field(gt=0, lt=1)
+    workload: list[list[int]] | None = Field(
+        default=None, max_length=10_000,
+        description="marginals (attribute indices) AIM is asked to answer; default all 2-way")
+    rounds: int | None = Field(default=10, ge=1, le=1000, description=(
+        "planned AIM rounds (FLAIM's T); null: AIM's own plan (16d) with annealing"))
+    max_rounds: int = Field(default=1000, ge=1, le=10_000)
+    participation: str = Field(default="1", pattern=r"^[0-9]{1,6}(/[0-9]{1,6})?$|^0?\.[0-9]{1,6}$",
+                               description="client sampling rate p per round, in (0, 1]")
+    rows_bound: int = Field(default=1 << 20, ge=1, le=MAX_ROWS_BOUND,
+                            description="public upper bound on any count of the union")
+    mpc_parties: list[str] = Field(min_length=3, max_length=3,
+                                   description="host:port of the three MPC parties, in order")
+    score_grid_bits: int = Field(default=8, ge=0, le=8, description=(
+        "fractional bits g of the model answers in AIM's secure scores; each bit costs one "
+        "more bit in every secure |x| (bench/bench_distaim_speedup.py)"))
+    round_iters: int = Field(default=100, ge=1, le=100_000)
+    final_iters: int = Field(default=300, ge=1, le=100_000)
+    mpc_timeout: float = Field(default=120, gt=0, le=3600)
+    mpc_deadline: float = Field(default=3600, gt=0, le=7 * 86400)
+
+    model_config = wire.StrictModel.model_config | {"populate_by_name": True}
+
+    @field_validator("clients")
+    @classmethod
+    def _clients_valid(cls, v: list[str]) -> list[str]:
+        bad = [c for c in v if not re.match(wire.ID_PATTERN, c)]
+        if bad:
+            raise ValueError(f"client ids must match {wire.ID_PATTERN}: {bad[:3]}")
+        if len(set(v)) != len(v):
+            raise ValueError("client ids must be unique")
+        return v
+
+    @field_validator("mpc_parties")
+    @classmethod
+    def _addresses_valid(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if not _ADDRESS.match(a) or not 0 < int(a.rpartition(":")[2]) < 65536:
+                raise ValueError(f"MPC party address must be host:port, not {a!r}")
+        if len(set(v)) != 3:
+            raise ValueError("the three MPC party addresses must differ")
+        return v
+
+    @field_validator("participation")
+    @classmethod
+    def _rate_valid(cls, v: str) -> str:
+        try:
+            rate = Fraction(v)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"participation must be a number in (0, 1], not {v!r}") from None
+        if not 0 < rate <= 1:
+            raise ValueError("participation must be in (0, 1]")
+        return str(rate)
+
+
+def delta_reserve(delta: float) -> Fraction:
+    """The part of delta kept for the in-MPC samplers' finite-precision deviation."""
+    return Fraction(delta) / 1000
+
+
+def budget_rho(epsilon: float, delta: float) -> Fraction:
+    from crypto.accounting import eps_delta_to_rho
+    return eps_delta_to_rho(epsilon, Fraction(delta) - delta_reserve(delta))
+
+
+def parse_workload(text: str, names: list[str]) -> list[list[int]] | None:
+    """``all-2way`` (None: the server's default), ``all-3way``, or ``a,b,c;d,e`` (attribute
+    names or indices, one marginal per ``;``)."""
+    text = text.strip()
+    d = len(names)
+    if text == "all-2way":
+        return None
+    if text == "all-3way":
+        return [list(c) for c in itertools.combinations(range(d), 3)]
+    out = []
+    for item in text.split(";"):
+        clique = []
+        for token in item.split(","):
+            token = token.strip()
+            if token.isdigit():
+                clique.append(int(token))
+            elif token in names:
+                clique.append(names.index(token))
+            else:
+                raise ValueError(f"workload: no attribute {token!r} in the schema")
+        out.append(clique)
+    return out
+
+
+def _normalise_workload(workload: list[list[int]] | None, d: int) -> list[list[int]]:
+    if workload is None:
+        return [[i, j] for i, j in itertools.combinations(range(d), 2)]
+    cliques = []
+    for c in workload:
+        if not 1 <= len(c) <= 3:
+            raise ValueError(f"workload marginal {c}: 1 to 3 attributes")
+        if len(set(c)) != len(c) or not all(0 <= a < d for a in c):
+            raise ValueError(f"workload marginal {c}: distinct attribute indices in [0, {d})")
+        cliques.append(sorted(c))
+    unique = sorted({tuple(c) for c in cliques})
+    if len(unique) != len(cliques):
+        raise ValueError("workload lists a marginal twice")
+    return [list(c) for c in unique]
+
+
+def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
+    """The public plan a server derives from the operator's request (raises ValueError with
+    a message for the operator on anything it cannot run)."""
+    from distaim.protocol import Layout
+    from params.schema import Schema, SchemaError
+    try:
+        schema = Schema.from_dict(request.schema_)
+    except (SchemaError, ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"schema: {exc}") from None
+    sizes = [int(s) for s in schema.domain_sizes]
+    workload = _normalise_workload(request.workload, len(sizes))
+    if not workload:
+        raise ValueError("the workload is empty")
+    layout = Layout.for_workload(sizes, [tuple(c) for c in workload])
+    if len(layout.cliques) > MAX_CANDIDATES:
+        raise ValueError(f"the workload's completion has {len(layout.cliques)} marginals; the "
+                         f"in-MPC exponential mechanism takes at most {MAX_CANDIDATES}")
+    if layout.length > MAX_CELLS:
+        raise ValueError(f"the workload's completion has {layout.length} cells; at most "
+                         f"{MAX_CELLS} fit one upload")
+    rho = budget_rho(request.epsilon, request.delta)
+    parties = []
+    for a in request.mpc_parties:
+        host, _, port = a.rpartition(":")
+        parties.append([host, int(port)])
+    # explicit types: a default the validator never saw (int 120) must digest as the
+    # value a server parses from JSON (float 120.0)
+    return {
+        "version": PLAN_VERSION,
+        "session_id": request.session_id,
+        "schema": schema.to_dict(),
+        "schema_fingerprint": schema.fingerprint(),
+        "domain_sizes": sizes,
+        "workload": workload,
+        "cells": layout.length,
+        "clients": sorted(request.clients),
+        "epsilon": float(request.epsilon),
+        "delta": float(request.delta),
+        "delta_reserve": str(delta_reserve(request.delta)),
+        "rho": str(rho),
+        "rounds": request.rounds,
+        "max_rounds": request.rounds if request.rounds is not None else request.max_rounds,
+        "score_grid_bits": request.score_grid_bits,
+        "round_iters": request.round_iters,
+        "final_iters": request.final_iters,
+        "participation": request.participation,
+        "rows_bound": request.rows_bound,
+        "modulus": modulus,
+        "mpc_parties": parties,
+        "mpc_timeout": float(request.mpc_timeout),
+        "mpc_deadline": float(request.mpc_deadline),
+    }
+
+
+def plan_digest(session: dict[str, Any]) -> str:
+    """SHA-256 over the canonical JSON of a session's shared keys (a server's own keys,
+    ``LOCAL_KEYS``, left out)."""
+    shared = {k: v for k, v in session.items() if k not in LOCAL_KEYS}
+    canonical = json.dumps(shared, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(PLAN_VERSION.encode() + b"\0" + canonical.encode()).hexdigest()
