@@ -53,19 +53,74 @@ def partition_owner(setting: Setting, records: np.ndarray, schema: Schema, targe
     raise ValueError(f"unknown partition {setting.partition!r}")
 
 
+@dataclass(frozen=True)
+class Task:
+    """One method at one budget on one partition of one repeat: one row of results.csv."""
+
+    method: str
+    eps: float
+    setting: Setting
+    repeat: int
+
+
+def _evaluate(task: Task, train: np.ndarray, owner: np.ndarray, test: np.ndarray,
+              schema: Schema, target: int, range_queries, delta: float, seed: int) -> dict:
+    ordered = tuple(isinstance(c, ContinuousColumn) for c in schema.columns)
+    started = time.perf_counter()
+    result = METHODS[task.method](train, owner, schema, task.eps, delta,
+                                  seed * 1000 + task.repeat)
+    seconds = time.perf_counter() - started
+    if result.rho_spent > result.rho_budget:
+        raise RuntimeError(f"{task.method} overspent: rho {result.rho_spent} > "
+                           f"{result.rho_budget}")
+    synth = result.records
+    errors = workload_error(train, synth, schema.domain_sizes)
+    ml = ml_efficacy(synth, test, schema.domain_sizes, target)
+    return {"method": task.method, "eps": task.eps, "clients": len(np.unique(owner)),
+            "partition": task.setting.partition,
+            "beta": "" if task.setting.beta is None else task.setting.beta,
+            "repeat": task.repeat, **errors,
+            "range_query": range_query_error(train, synth, range_queries),
+            "wasserstein": wasserstein_one_way(train, synth, schema.domain_sizes, ordered),
+            "wasserstein_two_way": wasserstein_two_way(train, synth, schema.domain_sizes,
+                                                       ordered),
+            "f1_gbt": ml["gbt"], "f1_linear": ml["linear"],
+            "seconds": seconds, "bytes_per_client": result.bytes_per_client,
+            "rho_spent": float(result.rho_spent), "rho_budget": float(result.rho_budget),
+            # A method that is not DP as published says so in every row.
+            "privacy": result.notes.get("dp", "DP"),
+            "selected_pairs": len(result.notes.get("selected_pairs", []))}
+
+
+def _single_threaded() -> None:
+    """Worker start-up: one BLAS/torch thread per worker, so ``jobs`` workers use ``jobs``
+    cores instead of each oversubscribing all of them."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover - torch is a dependency, but the runner needs none
+        pass
+
+
 def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[str],
                 eps_list: list[float], settings: list[Setting], repeats: int, out: Path,
                 delta: float = 1e-5, seed: int = 0, natural_column: str | None = None,
-                queries: int = 200, say=print) -> list[dict]:
+                queries: int = 200, say=print, jobs: int = 1) -> list[dict]:
+    """Every (repeat, setting, eps, method) once; ``jobs`` > 1 runs them in that many worker
+    processes. Rows come back in the same order either way, and every finished row is in
+    ``results.partial.csv`` at once, so an interrupted run loses nothing it finished."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {sorted(METHODS)}")
+    if jobs < 1:
+        raise ValueError("jobs must be at least 1")
     records = encode_csv(csv_path, schema).records
     target = schema.names.index(target_name)
     natural_index = schema.names.index(natural_column) if natural_column else None
     ordered = tuple(isinstance(c, ContinuousColumn) for c in schema.columns)
-    rows = []
     out.mkdir(parents=True, exist_ok=True)
+    work = []  # (task, evaluate's arguments), in the order rows are reported
     for repeat in range(repeats):
         rng = np.random.default_rng([seed, repeat])
         test_mask = rng.random(len(records)) < 0.2
@@ -75,36 +130,48 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
             owner = partition_owner(setting, train, schema, target, natural_index,
                                     np.random.default_rng([seed, repeat, setting.clients]))
             for eps, method in itertools.product(eps_list, methods):
-                started = time.perf_counter()
-                result = METHODS[method](train, owner, schema, eps, delta,
-                                         seed * 1000 + repeat)
-                seconds = time.perf_counter() - started
-                assert result.rho_spent <= result.rho_budget, f"{method} overspent"
-                synth = result.records
-                errors = workload_error(train, synth, schema.domain_sizes)
-                ml = ml_efficacy(synth, test, schema.domain_sizes, target)
-                row = {"method": method, "eps": eps, "clients": len(np.unique(owner)),
-                       "partition": setting.partition,
-                       "beta": "" if setting.beta is None else setting.beta,
-                       "repeat": repeat, **errors,
-                       "range_query": range_query_error(train, synth, range_queries),
-                       "wasserstein": wasserstein_one_way(train, synth, schema.domain_sizes,
-                                                          ordered),
-                       "wasserstein_two_way": wasserstein_two_way(train, synth,
-                                                                  schema.domain_sizes, ordered),
-                       "f1_gbt": ml["gbt"], "f1_linear": ml["linear"],
-                       "seconds": seconds, "bytes_per_client": result.bytes_per_client,
-                       "rho_spent": float(result.rho_spent),
-                       "rho_budget": float(result.rho_budget),
-                       # A method that is not DP as published says so in every row.
-                       "privacy": result.notes.get("dp", "DP"),
-                       "selected_pairs": len(result.notes.get("selected_pairs", []))}
-                rows.append(row)
-                say(f"[bench] {method} eps={eps} K={row['clients']} {setting.partition}"
-                    f"{'' if setting.beta is None else f' beta={setting.beta}'} rep={repeat}: "
-                    f"2-way {errors['two_way']:.4f}, F1 {ml['gbt']:.3f}, {seconds:.1f} s")
+                work.append((Task(method, eps, setting, repeat),
+                             (train, owner, test, schema, target, range_queries, delta, seed)))
+    partial = out / "results.partial.csv"
+    partial.unlink(missing_ok=True)
+    rows: list[dict | None] = [None] * len(work)
+
+    def done(index: int, row: dict) -> None:
+        rows[index] = row
+        _append_row(partial, row)
+        beta = "" if row["beta"] == "" else f" beta={row['beta']}"
+        say(f"[bench] {row['method']} eps={row['eps']} K={row['clients']} "
+            f"{row['partition']}{beta} rep={row['repeat']}: 2-way {row['two_way']:.4f}, "
+            f"F1 {row['f1_gbt']:.3f}, {row['seconds']:.1f} s "
+            f"({sum(r is not None for r in rows)}/{len(rows)})")
+
+    if jobs == 1:
+        for index, (task, arguments) in enumerate(work):
+            done(index, _evaluate(task, *arguments))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn: the parent may hold threads (jax, torch) that fork would copy mid-state.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_single_threaded) as pool:
+            futures = {pool.submit(_evaluate, task, *arguments): index
+                       for index, (task, arguments) in enumerate(work)}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
     write_results(rows, out)
+    partial.unlink(missing_ok=True)
     return rows
+
+
+def _append_row(path: Path, row: dict) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+        fh.flush()
 
 
 def write_results(rows: list[dict], out: Path) -> None:
@@ -130,40 +197,54 @@ def write_results(rows: list[dict], out: Path) -> None:
     plot(rows, out)
 
 
+def _heterogeneity(row: dict) -> str:
+    """The partition as a heterogeneity level (uniform: none; Dirichlet: smaller beta, more)."""
+    if row["partition"] == "dirichlet":
+        return f"Dirichlet {row['beta']:g}"
+    return row["partition"]
+
+
+def _heterogeneity_order(level: str) -> tuple:
+    if level.startswith("Dirichlet "):
+        return (1, -float(level.split()[1]))
+    return (0 if level == "uniform" else 2, level)
+
+
 def plot(rows: list[dict], out: Path, metric: str = "two_way") -> None:
+    """error_vs_eps, error_vs_clients and error_vs_heterogeneity (each when its variable
+    takes at least two values), mean over everything else, log error axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def mean_by(key_fields, x_field):
+    rows = [dict(r, heterogeneity=_heterogeneity(r)) for r in rows]
+    for x_field, name in (("eps", "error_vs_eps"), ("clients", "error_vs_clients"),
+                          ("heterogeneity", "error_vs_heterogeneity")):
+        levels = sorted({r[x_field] for r in rows},
+                        key=_heterogeneity_order if x_field == "heterogeneity" else None)
+        if len(levels) < 2:
+            continue
         series = defaultdict(lambda: defaultdict(list))
         for r in rows:
-            series[tuple(r[f] for f in key_fields)][r[x_field]].append(r[metric])
-        return series
-
-    for x_field, name in (("eps", "error_vs_eps"), ("clients", "error_vs_clients"),
-                          ("beta", "error_vs_heterogeneity")):
-        if len({r[x_field] for r in rows}) < 2 or (x_field == "beta"
-                                                   and "" in {r["beta"] for r in rows}):
-            continue
+            series[r["method"]][r[x_field]].append(r[metric])
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        series = sorted(mean_by(["method"], x_field).items())
         # Fifteen methods need more than the default ten colours: a 20-colour map plus
         # markers keeps every line distinguishable.
         colours = plt.cm.tab20(np.linspace(0, 1, 20))
-        for i, ((method,), points) in enumerate(series):
-            xs = sorted(points)
-            ax.plot(xs, [np.mean(points[x]) for x in xs], marker="osd^v<>P*X"[i % 10],
-                    color=colours[i % 20], label=method)
+        categorical = x_field == "heterogeneity"
+        position = {level: (i if categorical else level) for i, level in enumerate(levels)}
+        for i, (method, points) in enumerate(sorted(series.items())):
+            xs = [x for x in levels if x in points]
+            ax.plot([position[x] for x in xs], [np.mean(points[x]) for x in xs],
+                    marker="osd^v<>P*X"[i % 10], color=colours[i % 20], label=method)
         ax.set_xlabel({"eps": "epsilon", "clients": "clients",
-                       "beta": "Dirichlet beta (smaller: more skew)"}[x_field])
+                       "heterogeneity": "partition (left to right: more label skew)"}[x_field])
         ax.set_ylabel(f"average L1 error, {metric.replace('_', '-')} marginals")
-        if x_field in ("eps", "beta"):
+        if x_field == "eps":
             ax.set_xscale("log")
-        ticks = sorted({r[x_field] for r in rows})
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{t:g}" for t in ticks])
+        ax.set_xticks([position[x] for x in levels])
+        ax.set_xticklabels([x if categorical else f"{x:g}" for x in levels])
         ax.set_yscale("log")  # errors span two orders of magnitude across methods
         ax.minorticks_off()
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)

@@ -359,11 +359,13 @@ def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_d
                   methods: str = typer.Option("central-privsyn,concat,feddpsyn"),
                   eps: str = typer.Option("0.5,1,2"),
                   clients: str = typer.Option("4", help="comma-separated client counts"),
-                  partition: str = typer.Option("uniform",
-                                                help="uniform | dirichlet | feature | natural"),
+                  partition: str = typer.Option(
+                      "uniform", help="comma-separated: uniform | dirichlet | feature | "
+                                      "natural"),
                   beta: str = typer.Option("0.1", help="Dirichlet beta(s), for dirichlet"),
                   repeats: int = 3, out: Path = typer.Option(...), delta: float = 1e-5,
-                  seed: int = 0) -> None:
+                  seed: int = 0,
+                  jobs: int = typer.Option(1, help="worker processes (one core each)")) -> None:
     """Utility of every method against the real union, on the same partitions and seeds."""
     from fedbench.runner import TARGETS, Setting, run_utility
     from feddpsyn.demo import dataset as bundled
@@ -373,11 +375,13 @@ def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_d
         from params.schema import Schema
 
         schema = Schema.load(ds.schema)
-        betas = [float(b) for b in beta.split(",")] if partition == "dirichlet" else [None]
-        settings = [Setting(int(k), partition, b) for k in clients.split(",") for b in betas]
+        settings = []
+        for name in partition.split(","):
+            betas = [float(b) for b in beta.split(",")] if name == "dirichlet" else [None]
+            settings += [Setting(int(k), name, b) for k in clients.split(",") for b in betas]
         run_utility(ds.csv, schema, TARGETS[dataset], methods.split(","),
                     [float(e) for e in eps.split(",")], settings, repeats, out, delta, seed,
-                    natural_column=ds.natural_column)
+                    natural_column=ds.natural_column, jobs=jobs)
     except (ValueError, KeyError) as exc:
         _fail(str(exc))
     typer.echo(f"wrote {out / 'results.csv'}, {out / 'summary.md'} and plots")

@@ -72,3 +72,22 @@ def test_runner_writes_results_summary_and_plots(tmp_path):
     assert "| uniform |" in (out / "summary.md").read_text()
     assert (out / "error_vs_eps.png").stat().st_size > 0
     assert (out / "error_vs_clients.png").stat().st_size > 0
+
+
+def test_runner_in_worker_processes_keeps_row_order_and_plots_heterogeneity(tmp_path):
+    path = tmp_path / "t.csv"
+    rng = np.random.default_rng(3)
+    rows = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
+                            f"{['no', 'yes'][rng.integers(2)]}" for _ in range(400)]
+    path.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "bench"
+    settings = [Setting(2, "uniform", None), Setting(2, "dirichlet", 0.5)]
+    results = run_utility(path, SCHEMA, "label", ["central-privsyn", "concat"], [1.0],
+                          settings, 1, out, delta=1e-6, say=lambda _: None, jobs=2)
+    # Same order as the sequential loop: setting-major, then method.
+    assert [(r["partition"], r["method"]) for r in results] == [
+        ("uniform", "central-privsyn"), ("uniform", "concat"),
+        ("dirichlet", "central-privsyn"), ("dirichlet", "concat")]
+    assert all(r["rho_spent"] <= r["rho_budget"] for r in results)
+    assert (out / "error_vs_heterogeneity.png").stat().st_size > 0
+    assert not (out / "results.partial.csv").exists()  # finished: only results.csv remains
