@@ -232,6 +232,10 @@ def session_create(keyserver: str = typer.Option(...),
                                   "without)"),
                    selection_share: float = typer.Option(
                        0.1, help="share of rho for the selection (em, noisy-greedy)"),
+                   selection_parameters: Optional[str] = typer.Option(
+                       None, help="selection parameter set: precise | lean (default: "
+                                  "params.parameter_sets.DEFAULT_SELECTION_SET; see "
+                                  "`feddpsyn params`)"),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)")) -> None:
     """Create a synthesis session; write one credential file per client."""
@@ -249,7 +253,8 @@ def session_create(keyserver: str = typer.Option(...),
             budget=wire.BudgetSpec(epsilon=epsilon, delta=delta,
                                    split=_split(selection, one_way_share, selection_share)),
             parameter_set=parameter_set, max_rows=max_rows,
-            selection=wire.SelectionRequest(mode=selection, rounds=rounds))
+            selection=wire.SelectionRequest(mode=selection, rounds=rounds,
+                                            parameter_set=selection_parameters))
     except ValueError as exc:
         _fail(f"invalid session request: {exc}")
     response = _operator_call(keyserver, operator_token_file, "POST", "/sessions",
@@ -308,6 +313,56 @@ def synthesize(release: Path = typer.Option(...),
         writer.writerow(release_schema.names)
         writer.writerows(rows_out)
     typer.echo(f"wrote {len(rows_out)} synthetic rows to {out}")
+
+
+@app.command("params")
+def params_command(schema: Optional[Path] = typer.Option(
+                       None, help="schema file (default: the bundled Fed-Heart-Disease)"),
+                   max_rows: int = typer.Option(740, help="public bound on union rows"),
+                   epsilon: float = 1.0, delta: float = 1e-5,
+                   selection: str = typer.Option("em", help="em | noisy-greedy"),
+                   rounds: Optional[int] = typer.Option(
+                       None, help="em rounds (default: half the pairs)"),
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+    """The named selection parameter sets and what each costs for one session: the widths
+    derived from the budget, epsilon per round with its numerical part, rho, fhe_delta."""
+    from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS
+    from params.schema import Schema, SchemaError
+    from params.session_plan import SessionPlan
+
+    try:
+        s = Schema.load(schema or Path(__file__).resolve().parents[1] / "params" / "schemas"
+                        / "fed_heart_disease.schema.json")
+    except SchemaError as exc:
+        _fail(str(exc))
+    rows = []
+    for name in SELECTION_SETS:
+        try:
+            plan = SessionPlan.build(s, None, epsilon, delta, None, "default", max_rows,
+                                     selection=selection, rounds=rounds, selection_set=name)
+        except ValueError as exc:
+            _fail(f"set {name}: {exc}")
+        cells = sum(m.size for m in plan.layout.two_way)
+        report = plan.selection.report(cells)
+        report.update(default=name == DEFAULT_SELECTION_SET,
+                      bootstraps=plan.selection.bootstraps(cells))
+        rows.append(report)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        ps = r["parameter_set"]
+        typer.echo(f"{ps['name']} v{ps['version']}{' (default)' if r['default'] else ''}: "
+                   f"lambda {ps['lam']}, 4 eta <= {ps['relative_loss']} eps, clamp below "
+                   f"e^-{ps['clamp_exponent']}, p_error 2^{math.log2(ps['p_error']):g}, "
+                   f"{ps['chunk_cells']} cells per P2 call")
+        if r["mode"] == "em":
+            typer.echo(f"  {r['rounds']} rounds: n_b {r['nb']}, kappa' {r['kappa_prime']}; "
+                       f"eps/round {r['step_epsilon']:.6f} + numerical "
+                       f"{r['step_epsilon_total'] - r['step_epsilon']:.2e} = "
+                       f"{r['step_epsilon_total']:.6f}")
+        typer.echo(f"  rho charged {r['rho_charged']:.6g} of {r['rho_budget']:.6g}; "
+                   f"fhe_delta {r['fhe_delta']:.2e} ({r['bootstraps']:,} bootstraps x p_error)")
 
 
 @app.command()

@@ -63,6 +63,9 @@ class SelectionRequest(StrictModel):
     rounds: int | None = Field(default=None, ge=1, le=10_000,
                                description="pairs to select (em); default: half the pairs; "
                                            "noisy-greedy chooses how many itself")
+    parameter_set: str | None = Field(
+        default=None, description="selection parameter set (params/parameter_sets.py: "
+                                  "'precise' | 'lean'); default: the project's default set")
 
 
 class SessionCreate(StrictModel):
@@ -102,6 +105,9 @@ class SelectionPublic(StrictModel):
 
     mode: str
     rounds: int
+    parameter_set: dict[str, Any] | None = Field(
+        default=None, description="the named, versioned selection parameter set the widths "
+                                  "below were derived from")
     rho_round: str | None = Field(default=None,
                                   description="em: zCDP charged per round, (eps + 4 eta)^2 / 2")
     epsilon_round: str | None = Field(default=None,

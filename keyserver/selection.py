@@ -60,7 +60,8 @@ def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
     if chosen.mode == "noisy-greedy":
         return noisy_greedy_public(plan)
     return wire.SelectionPublic(
-        mode=chosen.mode, rounds=chosen.rounds, rho_round=str(chosen.step.rho),
+        mode=chosen.mode, rounds=chosen.rounds, parameter_set=chosen.parameters.to_dict(),
+        rho_round=str(chosen.step.rho),
         epsilon_round=str(chosen.step.epsilon), eta=chosen.step.eta,
         indif_bits=chosen.indif_bits, score_bits=chosen.score_bits,
         max_rows=chosen.max_rows, chunk_cells=chosen.chunk_cells, nb=chosen.shape.nb,

@@ -81,7 +81,8 @@ def _build_plan(request: wire.SessionCreate) -> SessionPlan:
                              request.budget.epsilon, request.budget.delta, request.budget.split,
                              request.parameter_set, request.max_rows,
                              selection=request.selection.mode,
-                             rounds=request.selection.rounds)
+                             rounds=request.selection.rounds,
+                             selection_set=request.selection.parameter_set)
 
 
 class KeyServer(SelectionRole):

@@ -20,6 +20,7 @@ has the value it has.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,67 @@ def get_parameter_set(name: str) -> ParameterSet:
         return PARAMETER_SETS[name]
     except KeyError:
         raise ValueError(f"unknown parameter set {name!r}; known: {sorted(PARAMETER_SETS)}") from None
+
+
+@dataclass(frozen=True)
+class SelectionParameterSet:
+    """The rules that fix Primitives 2 and 3's widths for a session (``params.selection_plan``).
+
+    FedDPSyn fixes n_b, kappa and lambda once (n_b = 17, kappa = kappa'_j = 13 in its Table 2);
+    fixed widths cannot serve every budget (at a small epsilon per round a 13-bit kappa'_j
+    rounds the high bits' weights to 0, an unbounded loss), so a set here fixes the *rules*
+    and the session derives the widths from its budget and row bound, deterministically:
+
+    * ``lam`` (lambda): weights exp(-eps 2^(j - lambda)) per bit j of A; lambda = 1 is
+      exp(-eps A / 2), the exponential mechanism for a sensitivity-1 score (InDif against
+      public expected counts, add/remove neighbours, ``crypto.indif``);
+    * ``relative_loss``: kappa'_j is the least width with 4 eta <= relative_loss * eps, eta the
+      exact worst-case |ln W(A) + eps A / 2| of the fixed-point weights (charged in full);
+    * ``clamp_exponent``: n_b is the least width at which A's clamp only touches weights below
+      e^-clamp_exponent (utility only: clamping is 1-Lipschitz, privacy is unaffected);
+    * ``p_error``: every bootstrap of P2 and P3; the union bound bootstraps x p_error is
+      added to the session's delta (``fhe_delta``);
+    * ``chunk_cells``: cells per P2 call (a pair is cut into chunks whose scores are added).
+
+    The stated cost of a set for a given session (epsilon per round with its numerical part,
+    rho charged, fhe_delta, bootstraps) is what ``feddpsyn params`` prints and what every
+    release records, with the set's name and version.
+    """
+
+    name: str
+    version: int
+    lam: int
+    relative_loss: Fraction
+    clamp_exponent: int
+    p_error: float
+    chunk_cells: int
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["relative_loss"] = str(self.relative_loss)
+        return out
+
+
+SELECTION_SETS: dict[str, SelectionParameterSet] = {
+    p.name: p
+    for p in [
+        # The numerical loss at 1% of each round's epsilon and weights cut only below e^-12.
+        SelectionParameterSet(name="precise", version=1, lam=1,
+                              relative_loss=Fraction(1, 100), clamp_exponent=12,
+                              p_error=2.0 ** -40, chunk_cells=16),
+        # 5% and e^-8: about 2 random bits fewer per trial and one bit of A fewer
+        # (bench/bench_selection_sets.py measures both sets' cost and selection quality).
+        SelectionParameterSet(name="lean", version=1, lam=1,
+                              relative_loss=Fraction(5, 100), clamp_exponent=8,
+                              p_error=2.0 ** -40, chunk_cells=16),
+    ]
+}
+DEFAULT_SELECTION_SET = "lean"
+
+
+def get_selection_set(name: str) -> SelectionParameterSet:
+    try:
+        return SELECTION_SETS[name]
+    except KeyError:
+        raise ValueError(f"unknown selection parameter set {name!r}; known: "
+                         f"{sorted(SELECTION_SETS)}") from None

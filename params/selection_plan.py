@@ -30,11 +30,12 @@ bootstraps x p_error, to the session's delta (``fhe_delta``): the guarantee is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
 from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_estimate, plan_step
+from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL", "INDIF_CHUNK_CELLS"]
 
@@ -69,32 +70,44 @@ class SelectionPlan:
     max_rows: int = 0
     pairs: int = 0                          # candidate pairs (noisy-greedy)
     noise_bits: int = 0                     # noisy-greedy: |noise| < 2^noise_bits
+    parameters: SelectionParameterSet = field(
+        default_factory=lambda: get_selection_set(DEFAULT_SELECTION_SET))
 
     @classmethod
     def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
-              p_error: float = 2.0 ** -40) -> SelectionPlan:
+              p_error: float | None = None,
+              parameters: SelectionParameterSet | str | None = None) -> SelectionPlan:
+        """``parameters``: a named set (``params.parameter_sets.SELECTION_SETS``; default
+        ``DEFAULT_SELECTION_SET``); ``p_error`` overrides the set's (tests only)."""
         if mode not in SELECTION_MODES:
             raise ValueError(f"selection is one of {SELECTION_MODES}, not {mode!r}")
+        if not isinstance(parameters, SelectionParameterSet):
+            parameters = get_selection_set(parameters or DEFAULT_SELECTION_SET)
+        if parameters.lam != 1:
+            # Our InDif has sensitivity 1: exp(-eps 2^(j - lambda)) is eps-DP only at lambda 1.
+            raise ValueError("only lambda = 1 matches InDif's sensitivity of 1")
+        p_error = parameters.p_error if p_error is None else p_error
+        common = dict(p_error=p_error, max_rows=max_rows, parameters=parameters,
+                      chunk_cells=parameters.chunk_cells)
         indif_bits = max(2, (max_rows + 1).bit_length() + 1)
         score_bits = (2 * max_rows).bit_length()
         if mode == "none":
-            return cls(mode, 0, Fraction(0), indif_bits, score_bits, p_error=p_error,
-                       max_rows=max_rows)
+            return cls(mode, 0, Fraction(0), indif_bits, score_bits, **common)
         if rho <= 0:
             raise ValueError("the selection needs a positive share of the budget")
         if mode == "noisy-greedy":
             sigma2 = Fraction(pairs) / (2 * rho)
-            return cls(mode, 0, rho, indif_bits, score_bits, noise_sigma2=sigma2,
-                       p_error=p_error, max_rows=max_rows, pairs=pairs,
-                       noise_bits=noise_offset_bits(sigma2))
+            return cls(mode, 0, rho, indif_bits, score_bits, noise_sigma2=sigma2, pairs=pairs,
+                       noise_bits=noise_offset_bits(sigma2), **common)
         rounds = rounds if rounds is not None else max(1, pairs // 2)
         if not 1 <= rounds < pairs:
             raise ValueError(f"em selects between 1 and {pairs - 1} pairs, not {rounds}")
         rho_step = rho / rounds
-        shape = choose_shape(pairs, score_bits, math.sqrt(2 * float(rho_step)))
+        shape = choose_shape(pairs, score_bits, math.sqrt(2 * float(rho_step)),
+                             relative_loss=float(parameters.relative_loss),
+                             clamp_exponent=parameters.clamp_exponent)
         step = plan_step(rho_step, shape)
-        return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape,
-                   p_error=p_error, max_rows=max_rows)
+        return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape, **common)
 
     @property
     def rho_charged(self) -> Fraction:
@@ -131,7 +144,8 @@ class SelectionPlan:
         return self.bootstraps(two_way_cells) * self.p_error
 
     def report(self, two_way_cells: int) -> dict:
-        out = {"mode": self.mode, "rho_budget": float(self.rho),
+        out = {"mode": self.mode, "parameter_set": self.parameters.to_dict(),
+               "rho_budget": float(self.rho),
                "rho_charged": float(self.rho_charged),
                "fhe_delta": self.fhe_delta(two_way_cells), "p_error": self.p_error}
         if self.mode == "em":

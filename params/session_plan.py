@@ -87,7 +87,7 @@ class SessionPlan:
     def build(cls, schema: Schema, pairs: list[tuple[int, int]] | None, epsilon: float,
               delta: float, split: dict[str, float] | None, parameter_set: str,
               max_rows: int, selection: str = "none",
-              rounds: int | None = None) -> SessionPlan:
+              rounds: int | None = None, selection_set: str | None = None) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
@@ -109,7 +109,8 @@ class SessionPlan:
                              "greedy rule); rounds are for em")
         if selection != "none":
             chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
-                                         share("selection"), rounds, params.p_error)
+                                         share("selection"), rounds,
+                                         parameters=selection_set)
         one_way = ReleaseSpec("one_way", tuple(m.key for m in layout.one_way),
                               share("one_way"),
                               gaussian_sigma2(share("one_way"), len(layout.one_way)))

@@ -12,6 +12,7 @@ from concrete import fhe
 
 from clients.agent import ClientAgent
 from crypto.blobs import unpack_blobs
+from params.parameter_sets import DEFAULT_SELECTION_SET
 from synthesis.pair_selection import expected_counts_for_pairs
 from tests.test_servers import (CLIENTS, SCHEMA, create_session, true_counts, wait_released,
                                 write_client_csvs)
@@ -56,6 +57,8 @@ def test_selected_pairs_are_released_and_every_round_is_charged(selected_session
     assert entries == ["one_way"] + [f"select-{t}" for t in range(ROUNDS)] + ["two_way"]
     rho = {e["release"]: Fraction(e["rho"]) for e in document.accounting["entries"]}
     assert rho["select-0"] == Fraction(created.session.selection.rho_round)
+    # The widths were derived from a named, versioned set, and the session says which.
+    assert created.session.selection.parameter_set["name"] == DEFAULT_SELECTION_SET
     total, spent = (Fraction(document.accounting[k]) for k in ("rho_total", "rho_spent"))
     assert spent <= total and spent > total * Fraction(999_999, 1_000_000)
     assert document.accounting["delta_total"] > created.session.delta

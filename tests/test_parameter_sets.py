@@ -1,0 +1,50 @@
+"""Named, versioned parameter sets: the selection's widths follow its set's rules."""
+
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+
+from crypto.accounting import eps_delta_to_rho
+from params.parameter_sets import (DEFAULT_SELECTION_SET, SELECTION_SETS, get_parameter_set,
+                                   get_selection_set)
+from params.selection_plan import SelectionPlan
+
+RHO = eps_delta_to_rho(1.0, 1e-5) / 10
+
+
+@pytest.mark.parametrize("name", sorted(SELECTION_SETS))
+@pytest.mark.parametrize("pairs,max_rows,rounds", [(66, 740, 4), (105, 45_222, 15), (6, 50, 2)])
+def test_every_set_keeps_its_stated_numerical_loss(name, pairs, max_rows, rounds):
+    chosen = get_selection_set(name)
+    plan = SelectionPlan.build("em", pairs, max_rows, RHO, rounds, parameters=name)
+    assert plan.parameters == chosen and plan.chunk_cells == chosen.chunk_cells
+    assert plan.p_error == chosen.p_error
+    # 4 eta within the set's share of each round's epsilon; the whole charge within budget.
+    assert 4 * plan.step.eta <= float(chosen.relative_loss) * float(plan.step.epsilon)
+    assert plan.rho_charged <= RHO
+    # the clamp only cuts weights below e^-clamp_exponent
+    assert float(plan.step.epsilon) / 2 * (2 ** plan.shape.nb - 1) >= chosen.clamp_exponent \
+        or plan.shape.nb == plan.score_bits
+    report = plan.report(1000)
+    assert report["parameter_set"]["name"] == name
+    assert report["parameter_set"]["version"] == chosen.version
+
+
+def test_lean_needs_fewer_random_bits_than_precise():
+    lean = SelectionPlan.build("em", 66, 740, RHO, 4, parameters="lean")
+    precise = SelectionPlan.build("em", 66, 740, RHO, 4, parameters="precise")
+    assert lean.shape.random_bits < precise.shape.random_bits
+    assert lean.bootstraps(1601) < precise.bootstraps(1601)
+
+
+def test_default_and_refusals():
+    assert SelectionPlan.build("em", 66, 740, RHO, 4).parameters.name == DEFAULT_SELECTION_SET
+    with pytest.raises(ValueError, match="unknown selection parameter set"):
+        get_selection_set("fast-and-loose")
+    with pytest.raises(ValueError, match="unknown parameter set"):
+        get_parameter_set("fast-and-loose")
+    # lambda is fixed by InDif's sensitivity: any other value would not be eps-DP.
+    bad = replace(get_selection_set("precise"), name="bad", lam=2)
+    with pytest.raises(ValueError, match="lambda"):
+        SelectionPlan.build("em", 66, 740, Fraction(1, 100), 4, parameters=bad)
