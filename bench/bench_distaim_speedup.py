@@ -3,6 +3,7 @@ grid g = 8 -> g = 0 (the secure |x| per cell works on log2(rows_bound) + g + 2 b
 random bits and a product tree, is linear in that width; the EM's D also loses 8 bits).
 
     .venv/bin/python bench/bench_distaim_speedup.py --repeats 2
+    .venv/bin/python bench/bench_distaim_speedup.py --utility 3     # error with g = 8 vs 0
 
 Three processes of itself on 127.0.0.1 (as ``bench_distaim_primitives.py``); each holds the
 Adult union's all-2-way workload counts (120 candidates, 12,090 cells; the counts enter as
@@ -12,7 +13,9 @@ against a 1-way-fitted model and runs the in-MPC exponential mechanism, exactly
 speed-up (g = 0) alternate in the same run; party 0 prints wall and CPU seconds per select
 and the ratio. Utility: with g = 0 the public model answers are rounded to integers, which
 moves a marginal's L1 term by at most n_q / 2 next to AIM's penalty sqrt(2/pi) sigma n_q
-(sigma >= 10 on Adult at eps = 1), and the sensitivity stays max w_q exactly.
+(sigma >= 10 on Adult at eps = 1), and the sensitivity stays max w_q exactly; ``--utility N``
+checks it: N full AIM runs (Adult, all 2-way, T = 10, eps = 1; one-party in-process runtime,
+as ``bench_distaim_utility.py``) with each g, printing the workload errors.
 """
 
 from __future__ import annotations
@@ -91,12 +94,57 @@ def _party(pid: int, addresses: list[PartyAddress], args) -> None:
               f"{fast[1] / base[1]:.2f} ({args.repeats} repeats each)")
 
 
+def _utility(repeats: int) -> None:
+    from clients.preprocess import encode_csv
+    from crypto.accounting import eps_delta_to_rho
+    from distaim.mpc_runtime import local_runtime
+    from distaim.oracle import MpcOracle
+    from distaim.protocol import Layout, client_vector
+    from feddpsyn.demo import dataset
+    from params.schema import Schema
+    from synthesis.aim import aim
+    from synthesis.evaluate import workload_error
+
+    ds = dataset("adult")
+    schema = Schema.load(ds.schema)
+    records = encode_csv(ds.csv, schema).records
+    sizes = tuple(schema.domain_sizes)
+    d = len(sizes)
+    workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
+    layout = Layout.for_workload(sizes, workload)
+    vector = client_vector(records, layout).astype(object)
+    rho = eps_delta_to_rho(1.0, 1e-5)
+    errors: dict[int, list[dict]] = {8: [], 0: []}
+    for rep in range(repeats):
+        for g in (8, 0):
+            t = time.time()
+            rt = local_runtime()
+            secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
+            oracle = MpcOracle(rt, secint, em, secint.array(secint.field.array(vector)),
+                               layout, 1.0, rows_bound=1 << 20, score_grid_bits=g)
+            run = aim(oracle, sizes, workload, rho, rounds=10, max_rounds=10,
+                      round_iters=100, final_iters=300, rng=np.random.default_rng(rep))
+            errors[g].append(workload_error(records, run.synthesize(len(records)), sizes))
+            print(f"repeat {rep} g={g}: {time.time() - t:.1f} s, {errors[g][-1]}", flush=True)
+    for g, runs in errors.items():
+        parts = []
+        for key in ("one_way", "two_way", "three_way"):
+            v = np.array([e[key] for e in runs])
+            parts.append(f"{key} {v.mean():.4f} +- {v.std(ddof=1):.4f}")
+        print(f"g={g} ({repeats} runs): " + ", ".join(parts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--utility", type=int, default=0,
+                        help="instead: this many full AIM runs per g, workload errors")
     parser.add_argument("--pid", type=int)
     parser.add_argument("--parties")
     args = parser.parse_args()
+    if args.utility:
+        _utility(args.utility)
+        return
     if args.pid is not None:
         exit_after(1800)
         addresses = [PartyAddress(h, int(p)) for h, _, p in

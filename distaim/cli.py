@@ -109,7 +109,10 @@ def session_create(
         session: str = typer.Option(None, help="session id (default: a fresh one)"),
         tokens_dir: Path = typer.Option(Path("distaim-tokens"),
                                         help="where each client's token file is written"),
-        mpc_deadline: float = typer.Option(3600, help="bound on the whole MPC run (s)")):
+        mpc_deadline: float = typer.Option(3600, help="bound on the whole MPC run (s)"),
+        score_grid_bits: int = typer.Option(0, min=0, max=8, help=(
+            "fractional bits of the model answers in the secure scores (0: fastest, same "
+            "error)"))):
     """Create one session at the three servers (same id, same plan, checked digests)."""
     from distaim.operator import OperatorError, create_session
     from distaim.plan import parse_workload
@@ -127,7 +130,8 @@ def session_create(
                "clients": [c.strip() for c in clients.split(",") if c.strip()],
                "epsilon": epsilon, "delta": delta, "workload": cliques,
                "rounds": rounds or None, "participation": participation,
-               "rows_bound": rows_bound, "mpc_deadline": mpc_deadline}
+               "rows_bound": rows_bound, "mpc_deadline": mpc_deadline,
+               "score_grid_bits": score_grid_bits}
     try:
         made = create_session(urls, tokens, request)
     except OperatorError as exc:

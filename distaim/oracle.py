@@ -9,9 +9,11 @@ model's answers) are taken from party 0 by a transfer, so that floating-point di
 between machines can never desynchronise the MPC programs.
 
 Scores. AIM's q_r = w_r (||x_r - m_r||_1 - sqrt(2/pi) sigma n_r) is computed as the integer
-S_r = w_r sum_i |2^g x_ri - round(2^g m_ri)| - round(w_r sqrt(2/pi) sigma n_r 2^g), g = 8,
-with one secure absolute value per cell (its cost is linear in the operands' width,
-log2(rows_bound) + g + 2 bits; g = 0 saves 8 of about 31 bits, see
+S_r = w_r sum_i |2^g x_ri - round(2^g m_ri)| - round(w_r sqrt(2/pi) sigma n_r 2^g), with
+one secure absolute value per cell. Its cost is linear in the operands' width,
+log2(rows_bound) + g + 2 bits: sessions use g = 0 (``distaim.plan``; 0.75x the select time
+of g = 8, the oracle's default, at the same workload error on Adult: rounding a public
+answer moves a cell's term by at most 1/2, next to a penalty of sqrt(2/pi) sigma >= 8;
 ``bench/bench_distaim_speedup.py``). Rounding *public* model answers keeps the
 sensitivity (triangle inequality), so S has sensitivity max_r w_r 2^g exactly and the
 exponential mechanism over S with parameter eps is an exact AIM selection step up to the
