@@ -99,6 +99,7 @@ class ServerInfo(wire.StrictModel):
     party: int = Field(description="this server's x-coordinate (1, 2 or 3)")
     mpc_address: str = Field(description="host:port this server's MPC party listens on")
     modulus: str = Field(description="the prime of the servers' field, decimal")
+    mpc_channel_tls: bool = Field(description="its MPC channels use mutual TLS")
     plan_version: str
 
 
@@ -183,6 +184,10 @@ class DistServer:
         if own != self.mpc_address:
             raise ServiceError(422, f"server {self.x} runs its MPC party at "
                                     f"{self.mpc_address}, the request says {own}")
+        if plan["mpc_channel_tls"] != bool(self.mpc_tls):
+            raise ServiceError(422, f"server {self.x} runs its MPC channels "
+                                    f"{'with' if self.mpc_tls else 'without'} TLS, the "
+                                    "request says otherwise")
         digest = plan_digest(plan)
         tokens = {c: new_token() for c in plan["clients"]}
         with self.db.transaction() as conn:
@@ -444,7 +449,7 @@ def create_app(state_dir: Path, party: int, mpc_address: str, *,
         from distaim.plan import PLAN_VERSION
         return ServerInfo(role=f"distaim-server-{service.x}", party=service.x,
                           mpc_address=service.mpc_address, modulus=str(service.modulus),
-                          plan_version=PLAN_VERSION)
+                          mpc_channel_tls=bool(service.mpc_tls), plan_version=PLAN_VERSION)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, str]:

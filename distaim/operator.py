@@ -3,7 +3,7 @@ digest), read its status, start its MPC run, delete it.
 
 Design concern: **the three servers hold the same session or none of it.** ``create_session``
 first reads each server's public configuration (``GET /server``: party number in the given
-order, MPC address, field), builds one ``SessionRequest``, derives the plan and its digest
+order, MPC address, field, TLS on its MPC channels: the same at all three), builds one ``SessionRequest``, derives the plan and its digest
 locally (``distaim.plan``, the same function the servers run), then creates the session at
 server 1, 2, 3 in turn, checking each returned digest against its own. If a server refuses
 (or answers with another digest, or cannot be reached), the servers where this call created
@@ -78,6 +78,10 @@ def server_infos(http: httpx.Client, servers: Sequence[str]) -> list[dict]:
         infos.append(info)
     if len({i["modulus"] for i in infos}) != 1:
         raise OperatorError("the three servers compute in different fields")
+    if len({i["mpc_channel_tls"] for i in infos}) != 1:
+        raise OperatorError("TLS between the MPC parties is on at server(s) " + str(
+            [x for x, i in enumerate(infos, start=1) if i["mpc_channel_tls"]])
+            + " only: configure all three alike")
     return infos
 
 
@@ -92,6 +96,7 @@ def create_session(servers: Sequence[str], operator_tokens: Sequence[str],
         infos = server_infos(http, servers)
         body = dict(request)
         body.setdefault("mpc_parties", [i["mpc_address"] for i in infos])
+        body.setdefault("mpc_channel_tls", infos[0]["mpc_channel_tls"])
         try:
             parsed = SessionRequest.model_validate(body)
             expected = plan_digest(derive_plan(parsed, int(infos[0]["modulus"])))

@@ -66,6 +66,8 @@ class SessionRequest(wire.StrictModel):
         "fractional bits g of the model answers in AIM's secure scores; each bit costs one "
         "more bit in every secure |x|; g = 0 selects 1.35x faster at the same error "
         "(bench/bench_distaim_speedup.py)"))
+    mpc_channel_tls: bool = Field(default=False, description=(
+        "the servers' MPC channels use mutual TLS (each server must be configured so)"))
     round_iters: int = Field(default=100, ge=1, le=100_000)
     final_iters: int = Field(default=300, ge=1, le=100_000)
     mpc_timeout: float = Field(default=120, gt=0, le=3600)
@@ -204,6 +206,7 @@ def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
         "rows_bound": request.rows_bound,
         "modulus": modulus,
         "mpc_parties": parties,
+        "mpc_channel_tls": request.mpc_channel_tls,
         "mpc_timeout": float(request.mpc_timeout),
         "mpc_deadline": float(request.mpc_deadline),
     }

@@ -1,6 +1,7 @@
 """DistAIM server intake (distaim.app) and the end-to-end demo on loopback."""
 
 import base64
+import json
 
 import numpy as np
 import pytest
@@ -118,3 +119,15 @@ def test_demo_end_to_end(tmp_path):
     rows = (tmp_path / "out" / "synthetic.csv").read_text().splitlines()
     assert len(rows) == report["rows_synthetic"] + 1
     assert np.all(np.array(report["upload_bytes_per_client"]) < 100_000)
+
+
+def test_tls_on_the_mpc_channels_is_part_of_the_plan(tmp_path):
+    tls = {"ca": "ca.pem", "cert": "party{pid}.pem", "key": "party{pid}.key"}
+    with TestClient(create_app(tmp_path / "s1", 1, MPC[0], mpc_tls=tls)) as first:
+        assert first.get("/server").json()["mpc_channel_tls"] is True
+        plain, _ = _create(first, tmp_path, 1)
+        assert plain.status_code == 422 and "with TLS" in plain.json()["detail"]
+        made, _ = _create(first, tmp_path, 1, mpc_channel_tls=True)
+        assert made.status_code == 201 and made.json()["plan"]["mpc_channel_tls"] is True
+    local = json.loads((tmp_path / "s1" / "sessions" / "sx" / "session.json").read_text())
+    assert local["mpc_tls"] == tls and local["pid"] == 0
