@@ -19,6 +19,12 @@ error should match central AIM's). Error = FLAIM's Definition 2.2: mean L1 dista
 normalised workload marginals. Upload bytes per client: raw seed-compressed Shamir shares
 (two vectors of 12-byte field elements + a 32-byte seed) and the JSON/base64 request bytes
 ``distaim.client`` sends; the same for all clients (the layout is public).
+
+Deviation: ``synthesis.aim.aim`` with ``rounds=T`` still anneals (AIM's rule), so a run
+stops after about 4 selections and ~40 of the 100 clients have joined by then; FLAIM's
+fixed-T runs make 10 (~69 clients). Measured (5 repeats, 2 shared cores): DistAIM p = 0.1
+0.694 +- 0.090, DistAIM p = 1 0.332 +- 0.001, central AIM 0.332 +- 0.001 (ratio 2.09 and
+1.00; FLAIM 2.10); 3.39 MB uploaded per client.
 """
 
 from __future__ import annotations
