@@ -81,6 +81,10 @@ class SelectionShape:
     nb: int
     kappa_prime: tuple[int, ...]
     batch: int = 1  # independent selections per run (the tests' frequency checks use many)
+    # Random bits each comparison lookup consumes (the lookup is trial_bits + 1 wide). 3 saves
+    # 17% of the bootstraps but its 4-bit lookups need N = 2048: complexity only -3% (lean
+    # set, Fed-Heart widths, concrete 2.11's optimiser), so 2 stays.
+    trial_bits: int = 2
 
     def __post_init__(self) -> None:
         if self.candidates < 2:
@@ -89,6 +93,8 @@ class SelectionShape:
             raise ValueError("drop_bits must leave at least one score digit")
         if len(self.kappa_prime) != self.nb or self.nb < 1 or min(self.kappa_prime) < 1:
             raise ValueError("need n_b >= 1 and one kappa'_j >= 1 per bit of A")
+        if not 1 <= self.trial_bits <= 3:
+            raise ValueError("a comparison lookup consumes 1 to 3 random bits")
 
     @property
     def quantised_bits(self) -> int:
@@ -250,13 +256,13 @@ _DIFF = _lut(lambda i: ((i & 1) - ((i >> 1) & 1) - (i >> 2)) % 2, 3)   # m + 2b 
 _BORROW = _lut(lambda i: int((i & 1) - ((i >> 1) & 1) - (i >> 2) < 0), 3)
 
 
-def _le_table(d_low: int, d_high: int | None) -> fhe.LookupTable:
-    """R <= d, two bits of R per lookup from the least significant: index r_low + 2 r_high +
-    4 le (le: the lower bits of R are <= those of d); one bit when d_high is None."""
-    if d_high is None:
-        return _lut(lambda i: int((i & 1) < d_low or ((i & 1) == d_low and (i >> 1) & 1)), 2)
-    d = d_low + 2 * d_high
-    return _lut(lambda i: int((i & 3) < d or ((i & 3) == d and (i >> 2) & 1)), 3)
+def _le_table(d_bits: list[int]) -> fhe.LookupTable:
+    """R <= d, ``len(d_bits)`` bits of R per lookup from the least significant: index
+    r + 2^w le (r: those w bits of R; le: the lower bits of R are <= those of d)."""
+    w = len(d_bits)
+    d = sum(b << i for i, b in enumerate(d_bits))
+    return _lut(lambda i: int((i % 2 ** w) < d or ((i % 2 ** w) == d and (i >> w) & 1)), w + 1)
+
 
 _FAIL = _lut(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
 _FIRST = _lut(lambda i: int(i == 1), 2)           # accept + 2 any_before
@@ -329,11 +335,13 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
     fails, pos = [], 0
     for j, kp in enumerate(shape.kappa_prime):
         le = None  # no lower bits yet: "<=" holds
-        for i in range(0, kp, 2):
-            pair = i + 1 < kp
-            table = _le_table(d_bits[pos + i], d_bits[pos + i + 1] if pair else None)
-            low = r[:, :, pos + i] + (2 * r[:, :, pos + i + 1] if pair else 0)
-            le = _tlu(table, low + (4 if pair else 2) * (1 if le is None else le))
+        for i in range(0, kp, shape.trial_bits):
+            w = min(shape.trial_bits, kp - i)
+            low = r[:, :, pos + i]
+            for t in range(1, w):
+                low = low + (2 ** t) * r[:, :, pos + i + t]
+            le = _tlu(_le_table(d_bits[pos + i:pos + i + w]),
+                      low + 2 ** w * (1 if le is None else le))
         pos += kp
         a_j = a_bits[j] if j < width else 0 * r[:, :, 0]
         fails.append(_tlu(_FAIL, a_j + 2 * (0 if saturated is None else saturated) + 4 * le))
@@ -387,5 +395,5 @@ def pbs_estimate(shape: SelectionShape) -> int:
     """Bootstraps of one selection (what the benchmark's cost model and estimates use)."""
     s, width = shape.candidates, shape.quantised_bits
     per_digit = 2 * s + (s + 1) // 2 + 2 * s  # and/alive, OR tree, diff/borrow
-    trials = s * sum((kp + 1) // 2 for kp in shape.kappa_prime) + s * shape.nb
+    trials = s * sum(-(-kp // shape.trial_bits) for kp in shape.kappa_prime) + s * shape.nb
     return width * per_digit + trials + s * (shape.nb // 2 + 2) + 2 * s
