@@ -68,7 +68,7 @@ def upload_bytes(cells: int) -> tuple[int, int]:
 
 
 def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rounds, seed,
-                rows):
+                anneal, rows):
     rt = local_runtime()
     secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
     ids = [f"c{k:03d}" for k in range(len(client_vectors))]
@@ -90,7 +90,7 @@ def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rou
                        rows_bound=1 << max(1, (2 * rows).bit_length()),
                        totals_at_round=totals_at_round)
     run = aim(oracle, sizes, workload, rho, rounds=rounds, max_rounds=rounds,
-              round_iters=100, final_iters=300, rng=np.random.default_rng(seed))
+              round_iters=100, final_iters=300, anneal=anneal, rng=np.random.default_rng(seed))
     selects = [t for t in oracle.timings if t["step"] == "select"]
     return run, oracle, joined_log, selects
 
@@ -106,6 +106,8 @@ def main() -> None:
     parser.add_argument("--triples", type=int, default=64,
                         help="3-way marginals in the workload (0: all of them)")
     parser.add_argument("--skip-p1", action="store_true", help="no DistAIM p=1 reference")
+    parser.add_argument("--anneal", action="store_true",
+                        help="AIM's annealing (default off: FLAIM's runs make exactly T rounds)")
     args = parser.parse_args()
     ds = dataset("adult")
     schema = Schema.load(ds.schema)
@@ -135,7 +137,7 @@ def main() -> None:
         t = time.time()
         run, oracle, joined, selects = run_distaim(vectors, layout, sizes, triples, rho,
                                                    args.epsilon, args.rate, args.rounds, rep,
-                                                   len(records))
+                                                   args.anneal, len(records))
         errors["distaim_p"].append(workload_l1(records, run.synthesize(len(records)), sizes,
                                                triples))
         dist_s = time.time() - t
@@ -147,14 +149,14 @@ def main() -> None:
         if not args.skip_p1:
             t = time.time()
             run1, _, _, _ = run_distaim(vectors, layout, sizes, triples, rho, args.epsilon, 1,
-                                        args.rounds, rep, len(records))
+                                        args.rounds, rep, args.anneal, len(records))
             errors["distaim_p1"].append(workload_l1(records, run1.synthesize(len(records)),
                                                     sizes, triples))
             print(f"  DistAIM p=1 {time.time() - t:.1f} s", flush=True)
         t = time.time()
         central = aim(PlainOracle(records, sizes), sizes, triples, rho, rounds=args.rounds,
                       max_rounds=args.rounds, round_iters=100, final_iters=300,
-                      rng=np.random.default_rng(rep))
+                      anneal=args.anneal, rng=np.random.default_rng(rep))
         errors["central"].append(workload_l1(records, central.synthesize(len(records)), sizes,
                                              triples))
         print(f"  central AIM {time.time() - t:.1f} s; errors so far "

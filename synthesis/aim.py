@@ -48,7 +48,9 @@ PGM's optimum is unchanged; it keeps the model's compiled structure stable acros
 ``rounds`` (T) may be given: then sigma_0^2 = (T + n_1) / (2 alpha rho) and
 eps_0^2 = 8 (1 - alpha) rho / T, i.e. the budget is planned for the n_1 initial 1-ways plus
 T rounds (AIM's own plan, T = 16 d, is the default); ``max_rounds`` caps the loop (the last
-round then spends the remainder).
+round then spends the remainder); ``anneal=False`` turns annealing off, so that the plan for
+T rounds makes exactly T selections (after t - 1 rounds (T - t + 1) rounds' cost remain, and
+the last round starts when under two remain).
 
 Privacy: rho-zCDP (plus ``delta_spent`` = the sum of the oracle's extra deltas) under
 add/remove of one record, by adaptive composition of the oracle's measurements and
@@ -351,11 +353,13 @@ class AimResult:
 def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[Clique],
         rho: Fraction, *, max_model_size_mb: float = 80.0, max_rounds: int = 1000,
         rounds: int | None = None, alpha: Fraction = Fraction(9, 10), round_iters: int = 100,
-        final_iters: int = 1000, backend: str = "numpy",
+        final_iters: int = 1000, backend: str = "numpy", anneal: bool = True,
         rng: np.random.Generator | None = None,
         say: Callable[[str], None] = lambda _: None) -> AimResult:
     """Run AIM; see the module docstring. ``rng`` is the non-private generator kept in the
-    result for sampling records (the oracle owns all private randomness)."""
+    result for sampling records (the oracle owns all private randomness). ``anneal=False``
+    keeps sigma and eps fixed, so that with ``rounds`` = T the loop makes exactly T selections
+    (FLAIM's fixed-T DistAIM runs; AIM itself anneals)."""
     rho = Fraction(rho)
     if rho <= 0:
         raise ValueError("rho must be > 0")
@@ -425,6 +429,8 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
             f"rho used {float(used / rho):.3f}")
         if final:
             break
+        if not anneal:
+            continue
         moved = float(np.abs(model.answer(clique) - before).sum())
         if moved <= SQRT_2_OVER_PI * math.sqrt(sigma2) * cells(clique, sizes):
             sigma2, eps = sigma2 / 4, 2 * eps

@@ -87,6 +87,20 @@ def test_engine_charges_what_the_oracle_says():
     assert all(r.epsilon ** 2 / 2 <= rho for r in result.rounds if r.epsilon)
 
 
+def test_without_annealing_a_plan_for_t_rounds_makes_exactly_t():
+    records = table(seed=5)
+    rho = Fraction(1, 2)
+    workload = list(itertools.combinations(range(4), 2))
+    for rounds in (3, 7):
+        result = aim(PlainOracle(records, SIZES, ExactSampler(random.Random(rounds).randrange)),
+                     SIZES, workload, rho, rounds=rounds, anneal=False)
+        assert len(result.selected) == rounds and result.rho_spent == rho
+        assert not any(r.annealed for r in result.rounds)
+        # every selection round but the last (which spends the exact remainder) is alike
+        steps = [r for r in result.rounds if r.epsilon is not None]
+        assert len({(r.sigma2, r.epsilon) for r in steps[:-1]}) == 1
+
+
 def _mbi_table(model, clique):
     factor = model.mbi_model.project(tuple(model.names[a] for a in clique))
     names = list(factor.domain.attributes)
