@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS noisy_greedy_picks (
 
 def noisy_shape(public: wire.SessionPublic) -> NoisyScoreShape:
     chosen = public.selection
-    return NoisyScoreShape(count_bits=chosen.indif_bits, chunk_cells=chosen.chunk_cells,
+    return NoisyScoreShape(count_bits=chosen.indif_bits, chunk_sizes=tuple(chosen.chunk_sizes),
                            score_bits=chosen.score_bits, noise_bits=chosen.noise_bits)
 
 

@@ -27,6 +27,7 @@ from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.indif import indif_offset
 from crypto.masking import expand_masks
+from crypto.private_selection import indif_name
 from crypto.selection import SelectionShape, random_share
 from feddpsyn import wire
 from feddpsyn.serving import write_private
@@ -94,7 +95,7 @@ class SelectionRole(NoisyGreedyRole):
             return [fhe.Value.deserialize(b) for b in unpack_blobs(path.read_bytes())]
         public = self.public(session_id)
         chosen = public.selection
-        k, k2, size = plan.parameters.count_bits, chosen.indif_bits, chosen.chunk_cells
+        k, k2 = plan.parameters.count_bits, chosen.indif_bits
         total = plan.layout.total_cells
         mask_sum = np.zeros(total, dtype=np.int64)
         for client_id in public.clients:
@@ -102,7 +103,7 @@ class SelectionRole(NoisyGreedyRole):
         pairs = [slot.attrs for slot in plan.layout.two_way]
         expected = expected_counts_for_pairs(self._one_way_release(session_id, plan), pairs,
                                              chosen.max_rows)
-        chunks = indif_chunks(plan.layout, size)
+        chunks = indif_chunks(plan.layout, tuple(chosen.parameter_set["chunk_sizes"]))
         response = self._http.get(f"/peer/sessions/{session_id}/selection/inputs")
         if response.status_code != 200:
             raise RuntimeError(f"key server refused the selection inputs: "
@@ -110,7 +111,7 @@ class SelectionRole(NoisyGreedyRole):
         inputs = unpack_blobs(response.content, expected=len(chunks))
         server, keys = self._selection_server(session_id)
         scores: list = [None] * len(pairs)
-        for done, ((index, cells), blob) in enumerate(zip(chunks, inputs)):
+        for done, ((index, cells, size), blob) in enumerate(zip(chunks, inputs)):
             self._progress[session_id] = (f"dependency scores under encryption: chunk {done} "
                                           f"of {len(chunks)}")
             slot = plan.layout.two_way[index]
@@ -118,7 +119,7 @@ class SelectionRole(NoisyGreedyRole):
             offset[:len(cells)] = indif_offset(mask_sum[cells],
                                                expected[slot.attrs][cells - slot.offset], k2)
             score = server.run(fhe.Value.deserialize(blob), offset, evaluation_keys=keys,
-                               function_name="indif")
+                               function_name=indif_name(size))
             scores[index] = score if scores[index] is None else server.run(
                 scores[index], score, evaluation_keys=keys, function_name="add")
         write_private(path, pack_blobs([s.serialize() for s in scores]))

@@ -46,7 +46,29 @@ from concrete import fhe
 from crypto.aggregation import fhe_tag
 
 __all__ = ["compile_indif_chunk", "indif_offset", "indif_plaintext", "indif_exact",
-           "indif_from_planes", "indif_from_bits", "expected_counts"]
+           "indif_from_planes", "indif_from_bits", "expected_counts", "chunk_bootstraps",
+           "CHUNK_COMPLEXITY", "ADD_COMPLEXITY"]
+
+# Cost of one P2 call with ``output="bits"`` by its chunk size, and of one ``add``: concrete
+# 2.11's optimiser complexity at k = 11, p_error 2^-40, in units of 1e9 (measured with
+# ``circuit.statistics["complexity"]``, machine-independent). The per-cell cost falls with the
+# chunk size (the planes' digit conversion is paid once a chunk: 16.0 / 8 = 2.0 per cell at
+# 8 cells, 1.53 at 32, 1.24 with no conversion at all) while padding grows, so pairs are cut
+# into chunks of mixed sizes (``params.session_plan.indif_chunks``): -23% on
+# Fed-Heart-Disease's 66 pairs against 16-cell chunks alone.
+CHUNK_COMPLEXITY = {8: 16.0, 16: 29.8, 32: 49.0, 64: 94.0}
+ADD_COMPLEXITY = 1.3
+
+
+def chunk_bootstraps(cells: int, count_bits: int) -> int:
+    """An upper bound on the lookups of one ``output="bits"`` call, counted from the circuit:
+    per cell k bit extractions and k - 1 XORs; per plane (k of them) its bits; per digit
+    column of the carry-save at most two (digit and carry). Tested against concrete's count
+    (``tests/test_indif.py``); it feeds the session's union bound on bootstrap failures."""
+    k = count_bits
+    plane_bits = max(1, int(np.ceil(np.log2(cells + 1))))
+    columns = k + plane_bits + 2
+    return cells * (2 * k - 1) + k * plane_bits + 2 * columns
 
 
 def expected_counts(one_way_j: np.ndarray, one_way_k: np.ndarray, total: float) -> np.ndarray:

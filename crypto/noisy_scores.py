@@ -6,7 +6,7 @@ scores. Here the compute server holds every pair's InDif as encrypted binary dig
 Gaussian noise z under encryption, so that the key server, which decrypts, only ever sees
 InDif + z. One concrete module, one key set, three functions:
 
-* ``indif(masked_sum, offset)`` and ``add(x, y)``: exactly those of
+* ``indif_<s>(masked_sum, offset)`` (one per chunk size) and ``add(x, y)``: exactly those of
   ``crypto.private_selection`` (same code, ``score_functions``), without ``select``, so the
   ``em`` module and its keys stay as they are;
 * ``noise(x, c)``: a ripple-carry adder with a *clear* operand: x is a score's n encrypted
@@ -43,7 +43,8 @@ import numpy as np
 from concrete import fhe
 
 from crypto.aggregation import fhe_tag
-from crypto.private_selection import score_functions, score_inputsets
+from crypto.private_selection import (check_chunk_sizes, indif_definitions, score_functions,
+                                      score_inputsets)
 
 __all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "noise_offset_bits",
            "noise_operand", "noisy_score_plaintext", "decode_noisy_score",
@@ -62,9 +63,12 @@ class NoiseOutOfRange(RuntimeError):
 @dataclass(frozen=True)
 class NoisyScoreShape:
     count_bits: int    # P2's k
-    chunk_cells: int   # cells per ``indif`` call
+    chunk_sizes: tuple[int, ...]  # one ``indif_<s>`` function per chunk size
     score_bits: int    # n: digits of a pair's InDif
     noise_bits: int    # B: |z| < 2^B, the clear operand is z + 2^B
+
+    def __post_init__(self) -> None:
+        check_chunk_sizes(self.chunk_sizes)
 
     @property
     def out_bits(self) -> int:
@@ -145,31 +149,33 @@ def _noise_function(shape: NoisyScoreShape):
 
 
 def compile_noisy_scores(shape: NoisyScoreShape, p_error: float):
-    """Compile the module (``module.indif``, ``module.add``, ``module.noise``)."""
+    """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``,
+    ``module.noise``)."""
     if not hasattr(fhe_tag.tag_context, "stack"):
         fhe_tag.tag_context.stack = []
     n, out_bits = shape.score_bits, shape.out_bits
-    indif, add = score_functions(shape.count_bits, shape.chunk_cells, n)
-    indif_def = fhe.function({"masked_sum": "encrypted", "offset": "clear"})(indif)
+    indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
+    indif_defs = indif_definitions(indifs)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
     noise_def = fhe.function({"x": "encrypted", "c": "clear"})(_noise_function(shape))
     wires = set()
-    for source in (fhe.Output(indif_def, 0), fhe.Output(add_def, 0)):
+    sources = [fhe.Output(d, 0) for d in indif_defs.values()] + [fhe.Output(add_def, 0)]
+    for source in sources:
         for target in (fhe.Input(add_def, 0), fhe.Input(add_def, 1), fhe.Input(noise_def, 0)):
             wires.add(fhe.Wire(source, target))
-    module_class = type("NoisyScores", (), {"indif": indif_def, "add": add_def,
+    module_class = type("NoisyScores", (), {**indif_defs, "add": add_def,
                                              "noise": noise_def,
                                              "composition": fhe.Wired(wires)})
     compiler = fhe.module()(module_class)
 
     rng = np.random.default_rng(0)
     indif_inputs, add_inputs, digit_inputs = score_inputsets(
-        shape.count_bits, shape.chunk_cells, n, rng)
+        shape.count_bits, shape.chunk_sizes, n, rng)
     ones = np.ones(out_bits, dtype=np.int64)
     noise_inputs = [(x, rng.integers(0, 2, out_bits)) for x in digit_inputs] + [
         (np.ones(n, dtype=np.int64), ones), (np.zeros(n, dtype=np.int64), ones)]
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
-    return compiler.compile({"indif": indif_inputs, "add": add_inputs,
-                             "noise": noise_inputs}, configuration)
+    return compiler.compile({**indif_inputs, "add": add_inputs, "noise": noise_inputs},
+                            configuration)

@@ -4,8 +4,11 @@ The compute server must feed Primitive 2's encrypted outputs into Primitive 3, s
 cannot be separate circuits (each would have its own keys): they are functions of one concrete
 module, wired so that an output of one is a valid input of another:
 
-* ``indif(masked_sum, offset)``: InDif of one chunk of one pair's cells (``crypto.indif``,
-  ``output="bits"``), as exactly ``score_bits`` binary digits;
+* ``indif_<s>(masked_sum, offset)``, one function per chunk size s: InDif of one chunk of
+  one pair's cells (``crypto.indif``, ``output="bits"``), as exactly ``score_bits`` binary
+  digits. Several sizes, because a chunk's digit conversion costs the same whatever its
+  padding: a pair is cut into the chunks of least total cost (``params.session_plan``);
+  only the sizes a session's pairs use are compiled;
 * ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
   sum of its chunks' scores; two 2-bit lookups per digit);
 * ``select(score_0, ..., score_{S-1}, active, r_ks, xor_twice, xor_shift)``:
@@ -34,7 +37,8 @@ from crypto.indif import _indif_bits_function
 from crypto.selection import SelectionShape, clear_arguments, select_core
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
-           "score_functions", "score_inputsets"]
+           "score_functions", "score_inputsets", "indif_name", "indif_definitions",
+           "check_chunk_sizes"]
 
 _SUM_DIGIT = fhe.LookupTable([0, 1, 0, 1])
 _SUM_CARRY = fhe.LookupTable([0, 0, 1, 1])
@@ -43,12 +47,23 @@ _SUM_CARRY = fhe.LookupTable([0, 0, 1, 1])
 @dataclass(frozen=True)
 class PrivateSelectionShape:
     count_bits: int      # P2's k
-    chunk_cells: int     # cells per ``indif`` call
+    chunk_sizes: tuple[int, ...]  # one ``indif_<s>`` function per size
     selection: SelectionShape  # its score_bits is every score's digit count
 
     def __post_init__(self) -> None:
         if self.selection.batch != 1:
             raise ValueError("the service selects one pair per call (batch = 1)")
+        check_chunk_sizes(self.chunk_sizes)
+
+
+def check_chunk_sizes(sizes: tuple[int, ...]) -> None:
+    if not sizes or len(set(sizes)) != len(sizes) or min(sizes) < 1:
+        raise ValueError("chunk sizes: one or more distinct positive cell counts")
+
+
+def indif_name(size: int) -> str:
+    """The module function that runs P2 on a chunk of ``size`` cells."""
+    return f"indif_{size}"
 
 
 def add_plaintext(x: list[int], y: list[int]) -> list[int]:
@@ -58,16 +73,24 @@ def add_plaintext(x: list[int], y: list[int]) -> list[int]:
     return [(total >> i) & 1 for i in range(n)]
 
 
-def score_functions(count_bits: int, chunk_cells: int, score_bits: int):
-    """``indif`` and ``add`` (module docstring) for digit vectors of ``score_bits`` digits;
-    shared with ``crypto.noisy_scores``."""
+def _indif_function(count_bits: int, cells: int, score_bits: int):
     n = score_bits
-    chunk_bits = _indif_bits_function(count_bits, chunk_cells)
+    chunk_bits = _indif_bits_function(count_bits, cells)
 
     def indif(masked_sum, offset):
         digits = list(chunk_bits(masked_sum=masked_sum, offset=offset))[:n]
         digits += [digits[0] * 0] * (n - len(digits))
         return fhe.array(digits)
+
+    indif.__name__ = indif_name(cells)  # concrete names a module's functions by __name__
+    return indif
+
+
+def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int):
+    """``{indif_<s>: function}`` and ``add`` (module docstring) for digit vectors of
+    ``score_bits`` digits; shared with ``crypto.noisy_scores``."""
+    n = score_bits
+    indifs = {indif_name(size): _indif_function(count_bits, size, n) for size in chunk_sizes}
 
     def add(x, y):
         out, carry = [], None
@@ -78,18 +101,22 @@ def score_functions(count_bits: int, chunk_cells: int, score_bits: int):
                 carry = _SUM_CARRY[total]
         return fhe.array(out)
 
-    return indif, add
+    return indifs, add
 
 
-def score_inputsets(count_bits: int, chunk_cells: int, score_bits: int,
-                    rng: np.random.Generator) -> tuple[list, list, list]:
-    """Input sets of ``indif`` and ``add`` (and the digit vectors they use), drawn from
-    ``rng`` in a fixed order so that a module compiled from them is reproducible."""
-    k, cells, n = count_bits, chunk_cells, score_bits
-    zero, top = np.zeros(cells, dtype=np.int64), np.full(cells, (1 << k) - 1, dtype=np.int64)
-    centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
-    indif_inputs = [(zero, zero), (top, top), (zero, centre)] + [
-        (rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells)) for _ in range(8)]
+def score_inputsets(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int,
+                    rng: np.random.Generator) -> tuple[dict, list, list]:
+    """Input sets of every ``indif_<s>`` and of ``add`` (and the digit vectors they use),
+    drawn from ``rng`` in a fixed order so that a module compiled from them is reproducible."""
+    k, n = count_bits, score_bits
+    indif_inputs = {}
+    for cells in chunk_sizes:
+        zero = np.zeros(cells, dtype=np.int64)
+        top = np.full(cells, (1 << k) - 1, dtype=np.int64)
+        centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
+        indif_inputs[indif_name(cells)] = [(zero, zero), (top, top), (zero, centre)] + [
+            (rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells))
+            for _ in range(8)]
     digit_inputs = [rng.integers(0, 2, n) for _ in range(8)] + [np.ones(n, dtype=np.int64)]
     add_inputs = [(a, b) for a, b in zip(digit_inputs, digit_inputs[1:] + digit_inputs[:1])]
     return indif_inputs, add_inputs, digit_inputs
@@ -97,7 +124,7 @@ def score_inputsets(count_bits: int, chunk_cells: int, score_bits: int,
 
 def _functions(shape: PrivateSelectionShape, c: list[int]):
     n, s = shape.selection.score_bits, shape.selection.candidates
-    indif, add = score_functions(shape.count_bits, shape.chunk_cells, n)
+    indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
 
     def select(**kwargs):
         scores = [kwargs[f"score_{r}"] for r in range(s)]
@@ -110,25 +137,31 @@ def _functions(shape: PrivateSelectionShape, c: list[int]):
         [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names])
     statuses = {f"score_{r}": "encrypted" for r in range(s)}
     statuses.update(active="clear", r_ks="encrypted", xor_twice="clear", xor_shift="clear")
-    return indif, add, select, statuses
+    return indifs, add, select, statuses
+
+
+def indif_definitions(indifs: dict) -> dict:
+    return {name: fhe.function({"masked_sum": "encrypted", "offset": "clear"})(fn)
+            for name, fn in indifs.items()}
 
 
 def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_error: float):
-    """Compile the module (``module.indif``, ``module.add``, ``module.select``) for the
-    selection thresholds ``c`` (``crypto.selection.thresholds``)."""
+    """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``,
+    ``module.select``) for the selection thresholds ``c`` (``crypto.selection.thresholds``)."""
     if not hasattr(fhe_tag.tag_context, "stack"):
         fhe_tag.tag_context.stack = []
-    indif, add, select, select_statuses = _functions(shape, c)
-    indif_def = fhe.function({"masked_sum": "encrypted", "offset": "clear"})(indif)
+    indifs, add, select, select_statuses = _functions(shape, c)
+    indif_defs = indif_definitions(indifs)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
     select_def = fhe.function(select_statuses)(select)
     s = shape.selection.candidates
     wires = set()
-    for source in (fhe.Output(indif_def, 0), fhe.Output(add_def, 0)):
+    sources = [fhe.Output(d, 0) for d in indif_defs.values()] + [fhe.Output(add_def, 0)]
+    for source in sources:
         for target in [fhe.Input(add_def, 0), fhe.Input(add_def, 1)] + [
                 fhe.Input(select_def, r) for r in range(s)]:
             wires.add(fhe.Wire(source, target))
-    module_class = type("PrivateSelection", (), {"indif": indif_def, "add": add_def,
+    module_class = type("PrivateSelection", (), {**indif_defs, "add": add_def,
                                                   "select": select_def,
                                                   "composition": fhe.Wired(wires)})
     compiler = fhe.module()(module_class)
@@ -136,7 +169,7 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
     n = shape.selection.score_bits
     w = shape.selection.random_bits
     rng = np.random.default_rng(0)
-    indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_cells, n, rng)
+    indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_sizes, n, rng)
     select_inputs = []
     for i in range(10):
         digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
@@ -147,5 +180,5 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
-    return compiler.compile({"indif": indif_inputs, "add": add_inputs,
-                             "select": select_inputs}, configuration)
+    return compiler.compile({**indif_inputs, "add": add_inputs, "select": select_inputs},
+                            configuration)

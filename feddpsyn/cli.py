@@ -342,10 +342,10 @@ def params_command(schema: Optional[Path] = typer.Option(
                                      selection=selection, rounds=rounds, selection_set=name)
         except ValueError as exc:
             _fail(f"set {name}: {exc}")
-        cells = sum(m.size for m in plan.layout.two_way)
-        report = plan.selection.report(cells)
+        report = plan.selection.report(plan.pair_cells())
         report.update(default=name == DEFAULT_SELECTION_SET,
-                      bootstraps=plan.selection.bootstraps(cells))
+                      bootstraps=plan.selection.bootstraps(plan.pair_cells()),
+                      chunk_sizes_used=list(plan.used_chunk_sizes()))
         rows.append(report)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -355,7 +355,8 @@ def params_command(schema: Optional[Path] = typer.Option(
         typer.echo(f"{ps['name']} v{ps['version']}{' (default)' if r['default'] else ''}: "
                    f"lambda {ps['lam']}, 4 eta <= {ps['relative_loss']} eps, clamp below "
                    f"e^-{ps['clamp_exponent']}, p_error 2^{math.log2(ps['p_error']):g}, "
-                   f"{ps['chunk_cells']} cells per P2 call")
+                   f"P2 chunks of {ps['chunk_sizes']} cells "
+                   f"(this schema uses {r['chunk_sizes_used']})")
         if r["mode"] == "em":
             typer.echo(f"  {r['rounds']} rounds: n_b {r['nb']}, kappa' {r['kappa_prime']}; "
                        f"eps/round {r['step_epsilon']:.6f} + numerical "

@@ -185,7 +185,7 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
         plan = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
                                  selection=selection, rounds=rounds)
         if plan.selection is not None:
-            cells = sum(m.size for m in plan.layout.two_way)
+            cells = plan.pair_cells()
             estimate = plan.selection.bootstraps(cells) * SECONDS_PER_BOOTSTRAP
             rounds_text = (f"{plan.selection.rounds} rounds" if plan.selection.mode == "em"
                            else "noisy scores and greedy choice")

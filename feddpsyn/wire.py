@@ -118,7 +118,8 @@ class SelectionPublic(StrictModel):
     indif_bits: int
     score_bits: int
     max_rows: int
-    chunk_cells: int
+    chunk_sizes: list[int] = Field(description="the P2 chunk sizes this session's pairs are "
+                                               "cut into (one module function each)")
     nb: int | None = None
     kappa_prime: list[int] | None = None
     thresholds: list[int] | None = None

@@ -16,7 +16,8 @@ import numpy as np
 from concrete import fhe
 
 from crypto.aggregation import compile_aggregation
-from crypto.private_selection import PrivateSelectionShape, compile_private_selection
+from crypto.private_selection import (PrivateSelectionShape, compile_private_selection,
+                                      indif_name)
 from feddpsyn.serving import write_private
 from params.session_plan import SessionPlan
 
@@ -106,8 +107,9 @@ class SelectionKeys:
     parse = staticmethod(SessionKeys.parse)
 
     def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
+        """One chunk's M, for the ``indif_<s>`` function of its size."""
         encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
-                                         function_name="indif")
+                                         function_name=indif_name(len(masked_sum)))
         return encrypted[0].serialize()
 
     def encrypt_randomness(self, r_ks: np.ndarray) -> bytes:

@@ -34,6 +34,7 @@ from concrete import fhe
 
 from crypto.blobs import unpack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
+from crypto.private_selection import indif_name
 from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_noisy_score,
                                  noise_tail_delta)
 from feddpsyn import wire
@@ -77,8 +78,9 @@ class NoisyScoreKeys:
     parse = staticmethod(SessionKeys.parse)
 
     def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
+        """One chunk's M, for the ``indif_<s>`` function of its size."""
         encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
-                                         function_name="indif")
+                                         function_name=indif_name(len(masked_sum)))
         return encrypted[0].serialize()
 
     def decrypt_noisy_score(self, value: fhe.Value) -> int:
@@ -91,9 +93,10 @@ class NoisyScoreKeys:
 def noisy_greedy_public(plan: SessionPlan) -> wire.SelectionPublic:
     chosen = plan.selection
     return wire.SelectionPublic(
-        mode=chosen.mode, rounds=0, indif_bits=chosen.indif_bits, score_bits=chosen.score_bits,
-        max_rows=chosen.max_rows, chunk_cells=chosen.chunk_cells, p_error=chosen.p_error,
-        fhe_delta=chosen.fhe_delta(sum(m.size for m in plan.layout.two_way)),
+        mode=chosen.mode, rounds=0, parameter_set=chosen.parameters.to_dict(),
+        indif_bits=chosen.indif_bits, score_bits=chosen.score_bits, max_rows=chosen.max_rows,
+        chunk_sizes=list(plan.used_chunk_sizes()), p_error=chosen.p_error,
+        fhe_delta=chosen.fhe_delta(plan.pair_cells()),
         rho=str(chosen.rho_charged), noise_sigma2=str(chosen.noise_sigma2),
         noise_bits=chosen.noise_bits, noise_tail_probability=chosen.noise_tail_probability())
 
@@ -103,7 +106,8 @@ class NoisyGreedyRole:
 
     def _create_noisy_greedy(self, plan: SessionPlan, directory: Path) -> None:
         _, server_zip, evaluation_keys = NoisyScoreKeys.create(
-            plan.selection.noisy_shape, plan.selection.p_error, directory)
+            plan.selection.noisy_shape(plan.used_chunk_sizes()), plan.selection.p_error,
+            directory)
         write_private(directory / "selection_server.zip", server_zip)
         write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
 

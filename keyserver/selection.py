@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS selection_rounds (
 
 def module_shape(plan: SessionPlan) -> PrivateSelectionShape:
     return PrivateSelectionShape(count_bits=plan.selection.indif_bits,
-                                 chunk_cells=plan.selection.chunk_cells,
+                                 chunk_sizes=plan.used_chunk_sizes(),
                                  selection=plan.selection.shape)
 
 
@@ -64,10 +64,10 @@ def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
         rho_round=str(chosen.step.rho),
         epsilon_round=str(chosen.step.epsilon), eta=chosen.step.eta,
         indif_bits=chosen.indif_bits, score_bits=chosen.score_bits,
-        max_rows=chosen.max_rows, chunk_cells=chosen.chunk_cells, nb=chosen.shape.nb,
+        max_rows=chosen.max_rows, chunk_sizes=list(plan.used_chunk_sizes()), nb=chosen.shape.nb,
         kappa_prime=list(chosen.shape.kappa_prime),
         thresholds=thresholds(chosen.shape, chosen.step.epsilon), p_error=chosen.p_error,
-        fhe_delta=chosen.fhe_delta(sum(m.size for m in plan.layout.two_way)))
+        fhe_delta=chosen.fhe_delta(plan.pair_cells()))
 
 
 class SelectionRole(NoisyGreedyRole):
@@ -92,7 +92,8 @@ class SelectionRole(NoisyGreedyRole):
                 return self._keys[cache_key]
         plan = self._selection_plan(session_id)
         if plan.selection.mode == "noisy-greedy":
-            keys = NoisyScoreKeys.load(self.session_dir(session_id), plan.selection.noisy_shape)
+            keys = NoisyScoreKeys.load(self.session_dir(session_id),
+                                       plan.selection.noisy_shape(plan.used_chunk_sizes()))
         else:
             keys = SelectionKeys.load(self.session_dir(session_id), module_shape(plan))
         with self._lock:
@@ -133,8 +134,8 @@ class SelectionRole(NoisyGreedyRole):
         k2 = plan.selection.indif_bits
         keys = self.selection_keys(session_id)
         blobs = []
-        for _, cells in plan.indif_chunks():
-            padded = np.zeros(plan.selection.chunk_cells, dtype=np.int64)
+        for _, cells, size in plan.indif_chunks():
+            padded = np.zeros(size, dtype=np.int64)
             padded[:len(cells)] = total[cells] % (1 << k2)
             blobs.append(keys.encrypt_indif_input(padded))
         data = pack_blobs(blobs)

@@ -72,7 +72,8 @@ class SelectionParameterSet:
       e^-clamp_exponent (utility only: clamping is 1-Lipschitz, privacy is unaffected);
     * ``p_error``: every bootstrap of P2 and P3; the union bound bootstraps x p_error is
       added to the session's delta (``fhe_delta``);
-    * ``chunk_cells``: cells per P2 call (a pair is cut into chunks whose scores are added).
+    * ``chunk_sizes``: the P2 chunk sizes a pair may be cut into (the cut of least measured
+      cost, ``params.selection_plan.chunk_sizes_for``; chunk scores are added encrypted).
 
     The stated cost of a set for a given session (epsilon per round with its numerical part,
     rho charged, fhe_delta, bootstraps) is what ``feddpsyn params`` prints and what every
@@ -85,11 +86,12 @@ class SelectionParameterSet:
     relative_loss: Fraction
     clamp_exponent: int
     p_error: float
-    chunk_cells: int
+    chunk_sizes: tuple[int, ...]
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["relative_loss"] = str(self.relative_loss)
+        out["chunk_sizes"] = list(self.chunk_sizes)
         return out
 
 
@@ -99,11 +101,11 @@ SELECTION_SETS: dict[str, SelectionParameterSet] = {
         # The numerical loss at 1% of each round's epsilon and weights cut only below e^-12.
         SelectionParameterSet(name="precise", version=1, lam=1,
                               relative_loss=Fraction(1, 100), clamp_exponent=12,
-                              p_error=2.0 ** -40, chunk_cells=16),
+                              p_error=2.0 ** -40, chunk_sizes=(8, 16, 32)),
         # 5% and e^-8: about 2 random bits fewer per trial and one bit of A fewer.
         SelectionParameterSet(name="lean", version=1, lam=1,
                               relative_loss=Fraction(5, 100), clamp_exponent=8,
-                              p_error=2.0 ** -40, chunk_cells=16),
+                              p_error=2.0 ** -40, chunk_sizes=(8, 16, 32)),
     ]
 }
 # Chosen by measurement (bench/bench_selection_sets.py, eps = 1, PrivSyn's 10% for the

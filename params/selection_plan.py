@@ -33,11 +33,12 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
 from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_estimate, plan_step
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
-__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "BOOTSTRAPS_PER_CELL", "INDIF_CHUNK_CELLS"]
+__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for"]
 
 SELECTION_MODES = ("em", "noisy-greedy", "none")
 DEFAULT_SPLITS = {
@@ -45,14 +46,30 @@ DEFAULT_SPLITS = {
     "noisy-greedy": {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
     "none": {"one_way": 0.2, "two_way": 0.8},
 }
-# Primitive 2's bootstraps per cell at P2 width k (bit extraction, XORs, column sums):
-# measured 34 at k = 16 (crypto/indif.py); about 2k + 2 in general.
-BOOTSTRAPS_PER_CELL = 2
-# Cells per P2 call. Pairs are cut into chunks of this size and the chunks' scores added
-# under encryption (2 lookups per score digit); a short last chunk is padded with zero cells.
-# 16 keeps the padding under 16 cells a pair (Fed-Heart's pairs average 24 cells) while an
-# addition costs about one cell's bootstraps.
-INDIF_CHUNK_CELLS = 16
+
+
+def chunk_sizes_for(cells: int, sizes: tuple[int, ...]) -> list[int]:
+    """The chunk sizes one pair of ``cells`` cells is cut into: least total P2 cost
+    (``crypto.indif.CHUNK_COMPLEXITY`` per chunk, ``ADD_COMPLEXITY`` per encrypted sum),
+    largest chunks first; ties go to the larger chunk (the loop tries sizes largest first).
+
+    >>> chunk_sizes_for(81, (8, 16, 32)), chunk_sizes_for(5, (8, 16, 32))
+    ([32, 32, 16, 8], [8])
+    """
+    unknown = [s for s in sizes if s not in CHUNK_COMPLEXITY]
+    if unknown:
+        raise ValueError(f"no measured P2 cost for chunk sizes {unknown} "
+                         f"(crypto.indif.CHUNK_COMPLEXITY has {sorted(CHUNK_COMPLEXITY)})")
+    best: list[tuple[float, list[int]]] = [(0.0, [])]
+    for n in range(1, cells + 1):  # bounded: one step per cell
+        choice = None
+        for size in sorted(sizes, reverse=True):
+            rest_cost, rest = best[max(0, n - size)]
+            cost = CHUNK_COMPLEXITY[size] + (ADD_COMPLEXITY + rest_cost if n > size else 0.0)
+            if choice is None or cost < choice[0]:
+                choice = (cost, [size] + (rest if n > size else []))
+        best.append(choice)
+    return sorted(best[cells][1], reverse=True)
 
 
 @dataclass(frozen=True)
@@ -66,7 +83,7 @@ class SelectionPlan:
     shape: SelectionShape | None = None
     noise_sigma2: Fraction | None = None   # noisy-greedy: per-score variance
     p_error: float = 2.0 ** -40
-    chunk_cells: int = INDIF_CHUNK_CELLS
+    chunk_sizes: tuple[int, ...] = (16,)
     max_rows: int = 0
     pairs: int = 0                          # candidate pairs (noisy-greedy)
     noise_bits: int = 0                     # noisy-greedy: |noise| < 2^noise_bits
@@ -88,7 +105,7 @@ class SelectionPlan:
             raise ValueError("only lambda = 1 matches InDif's sensitivity of 1")
         p_error = parameters.p_error if p_error is None else p_error
         common = dict(p_error=p_error, max_rows=max_rows, parameters=parameters,
-                      chunk_cells=parameters.chunk_cells)
+                      chunk_sizes=parameters.chunk_sizes)
         indif_bits = max(2, (max_rows + 1).bit_length() + 1)
         score_bits = (2 * max_rows).bit_length()
         if mode == "none":
@@ -116,22 +133,26 @@ class SelectionPlan:
             return self.step.rho * self.rounds
         return self.rho if self.mode == "noisy-greedy" else Fraction(0)
 
-    def bootstraps(self, two_way_cells: int) -> int:
-        """P2 over every 2-way cell (padding and chunk sums: about one cell's worth each per
-        pair), plus P3's rounds, each over every compiled candidate (masked ones too)."""
+    def bootstraps(self, pair_cells: list[int]) -> int:
+        """An upper bound on the session's bootstraps, from the pairs' cell counts: P2 on
+        every chunk (``crypto.indif.chunk_bootstraps``) and 2n - 1 per chunk sum, then P3's
+        rounds over every compiled candidate (masked ones too), or one noise addition a pair."""
         if self.mode == "none":
             return 0
-        per_cell = BOOTSTRAPS_PER_CELL * self.indif_bits + 2
-        pairs = self.shape.candidates if self.shape is not None else self.pairs
-        p2 = (two_way_cells + pairs * self.chunk_cells) * per_cell
+        p2 = 0
+        for cells in pair_cells:
+            chunks = chunk_sizes_for(cells, self.chunk_sizes)
+            p2 += sum(chunk_bootstraps(c, self.indif_bits) for c in chunks)
+            p2 += (len(chunks) - 1) * (2 * self.score_bits - 1)
         if self.mode == "noisy-greedy":
-            return p2 + pairs * self.noisy_shape.noise_bootstraps
+            return p2 + len(pair_cells) * self.noisy_shape().noise_bootstraps
         return p2 + pbs_estimate(self.shape) * self.rounds
 
-    @property
-    def noisy_shape(self) -> NoisyScoreShape:
-        """The noisy-greedy module's widths (``crypto.noisy_scores``)."""
-        return NoisyScoreShape(count_bits=self.indif_bits, chunk_cells=self.chunk_cells,
+    def noisy_shape(self, chunk_sizes: tuple[int, ...] | None = None) -> NoisyScoreShape:
+        """The noisy-greedy module's widths (``crypto.noisy_scores``), for the chunk sizes a
+        session uses (default: every size of the set)."""
+        return NoisyScoreShape(count_bits=self.indif_bits,
+                               chunk_sizes=tuple(chunk_sizes or self.chunk_sizes),
                                score_bits=self.score_bits, noise_bits=self.noise_bits)
 
     def noise_tail_probability(self) -> float:
@@ -139,15 +160,15 @@ class SelectionPlan:
         (``crypto.noisy_scores``; the session adds e^eps times it to delta)."""
         return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
 
-    def fhe_delta(self, two_way_cells: int) -> float:
+    def fhe_delta(self, pair_cells: list[int]) -> float:
         """Union bound on any bootstrap failing in this session's selection."""
-        return self.bootstraps(two_way_cells) * self.p_error
+        return self.bootstraps(pair_cells) * self.p_error
 
-    def report(self, two_way_cells: int) -> dict:
+    def report(self, pair_cells: list[int]) -> dict:
         out = {"mode": self.mode, "parameter_set": self.parameters.to_dict(),
                "rho_budget": float(self.rho),
                "rho_charged": float(self.rho_charged),
-               "fhe_delta": self.fhe_delta(two_way_cells), "p_error": self.p_error}
+               "fhe_delta": self.fhe_delta(pair_cells), "p_error": self.p_error}
         if self.mode == "em":
             out.update(rounds=self.rounds, step_epsilon=float(self.step.epsilon),
                        step_eta=self.step.eta, step_epsilon_total=float(self.step.epsilon_total),

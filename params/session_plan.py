@@ -35,7 +35,7 @@ from crypto.accounting import eps_delta_to_rho, gaussian_sigma2
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.schema import Schema
-from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
+from params.selection_plan import DEFAULT_SPLITS, SelectionPlan, chunk_sizes_for
 
 __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
            "selected_release"]
@@ -45,13 +45,19 @@ __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
 NOISE_TAIL_SIGMAS = 40
 
 
-def indif_chunks(layout: MarginalLayout, size: int) -> list[tuple[int, np.ndarray]]:
-    """Primitive 2's inputs: (candidate index, cell positions) per chunk, each pair's cells
-    cut into chunks of ``size`` (the last one short; callers pad it with |C - K| = 0 cells)."""
+def indif_chunks(layout: MarginalLayout,
+                 sizes: tuple[int, ...]) -> list[tuple[int, np.ndarray, int]]:
+    """Primitive 2's inputs: (candidate index, cell positions, chunk size) per chunk, each
+    pair's cells cut by :func:`params.selection_plan.chunk_sizes_for` (a chunk may be short:
+    callers pad it to its size with |C - K| = 0 cells). Public and deterministic: both servers
+    derive the same chunks from the layout and the parameter set's sizes."""
     out = []
     for index, slot in enumerate(layout.two_way):
         cells = np.arange(slot.offset, slot.offset + slot.size)
-        out += [(index, cells[i:i + size]) for i in range(0, slot.size, size)]
+        start = 0
+        for size in chunk_sizes_for(slot.size, sizes):
+            out.append((index, cells[start:start + size], size))
+            start += size
     return out
 
 
@@ -148,8 +154,16 @@ class SessionPlan:
         keys = {self.layout.slot(tuple(p)).key for p in pairs}
         return tuple(m.key for m in self.layout.two_way if m.key in keys)
 
-    def indif_chunks(self) -> list[tuple[int, np.ndarray]]:
-        return indif_chunks(self.layout, self.selection.chunk_cells)
+    def indif_chunks(self) -> list[tuple[int, np.ndarray, int]]:
+        return indif_chunks(self.layout, self.selection.chunk_sizes)
+
+    def used_chunk_sizes(self) -> tuple[int, ...]:
+        """The chunk sizes this session's pairs are cut into: the module compiles only
+        these ``indif_<s>`` functions."""
+        return tuple(sorted({size for _, _, size in self.indif_chunks()}))
+
+    def pair_cells(self) -> list[int]:
+        return [slot.size for slot in self.layout.two_way]
 
     def check_capacity(self, max_rows: int) -> None:
         room = 2 ** (self.parameters.count_bits - 1)

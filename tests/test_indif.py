@@ -6,8 +6,10 @@ import secrets
 import numpy as np
 import pytest
 
-from crypto.indif import (compile_indif_chunk, expected_counts, indif_exact, indif_from_bits,
+from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps,
+                          compile_indif_chunk, expected_counts, indif_exact, indif_from_bits,
                           indif_from_planes, indif_offset, indif_plaintext)
+from params.selection_plan import chunk_sizes_for
 from crypto.masking import expand_masks, new_seed
 
 K, CELLS = 6, 6  # counts of a 2x3 pair, |d| < 2^5
@@ -86,3 +88,26 @@ def test_bits_output_gives_the_binary_digits_of_indif():
         digits = circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset)))
         assert all(int(d) in (0, 1) for d in digits)
         assert indif_from_bits(digits) == indif_exact(counts, expected)
+    # The session's union bound on bootstrap failures counts P2 with chunk_bootstraps: it must
+    # never undercount what concrete compiled.
+    assert chunk_bootstraps(CELLS, K) >= circuit.statistics["programmable_bootstrap_count"]
+
+
+@pytest.mark.parametrize("cells,k", [(3, 5), (8, 6), (16, 7)])
+def test_chunk_bootstraps_bounds_the_compiled_count(cells, k):
+    circuit = compile_indif_chunk(cells, k, 2.0 ** -40, output="bits")  # compile only: no keys
+    compiled = circuit.statistics["programmable_bootstrap_count"]
+    assert compiled <= chunk_bootstraps(cells, k) <= compiled + 16
+
+
+def test_pairs_are_cut_into_the_cheapest_chunks():
+    sizes = (8, 16, 32)
+    for cells in range(1, 130):
+        chunks = chunk_sizes_for(cells, sizes)
+        assert sum(chunks) >= cells and sum(chunks) - min(chunks) < cells  # no idle chunk
+        assert chunks == sorted(chunks, reverse=True)
+        cost = sum(CHUNK_COMPLEXITY[c] for c in chunks) + ADD_COMPLEXITY * (len(chunks) - 1)
+        only16 = -(-cells // 16)
+        assert cost <= only16 * CHUNK_COMPLEXITY[16] + ADD_COMPLEXITY * (only16 - 1)
+    with pytest.raises(ValueError, match="no measured P2 cost"):
+        chunk_sizes_for(10, (8, 12))

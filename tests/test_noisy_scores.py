@@ -14,10 +14,10 @@ from crypto.noisy_scores import (NoiseOutOfRange, NoisyScoreShape, compile_noisy
                                  decode_noisy_score, noise_offset_bits, noise_operand,
                                  noise_tail_delta, noise_tail_probability,
                                  noisy_score_plaintext)
-from crypto.private_selection import add_plaintext
+from crypto.private_selection import add_plaintext, indif_name
 
 K, CELLS, N, B = 6, 6, 6, 4
-SHAPE = NoisyScoreShape(count_bits=K, chunk_cells=CELLS, score_bits=N, noise_bits=B)
+SHAPE = NoisyScoreShape(count_bits=K, chunk_sizes=(CELLS,), score_bits=N, noise_bits=B)
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,10 @@ def test_indif_add_noise_compose_and_match_their_models(module):
     for _ in range(2):
         counts, expected = rng.integers(0, 6, CELLS), rng.integers(0, 6, CELLS)
         mask = rng.integers(0, 2 ** K, CELLS)
-        masked, _ = module.indif.encrypt((counts + mask) % 2 ** K, None)
-        out = module.indif.run(masked, indif_offset(mask, expected, K))
-        assert module.indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
+        indif = getattr(module, indif_name(CELLS))
+        masked, _ = indif.encrypt((counts + mask) % 2 ** K, None)
+        out = indif.run(masked, indif_offset(mask, expected, K))
+        assert indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
         chunks.append(out)
         clear.append(indif_exact(counts, expected))
     pair = module.add.run(chunks[0], chunks[1])
@@ -99,9 +100,9 @@ def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
     assert one.rho == two_way.rho
     none = plan.resolve(two_way, [])
     assert none.marginal_keys == () and none.rho == 0
-    cells = sum(m.size for m in plan.layout.two_way)
-    shape = chosen.noisy_shape
-    assert chosen.bootstraps(cells) >= pairs * shape.noise_bootstraps + cells
+    cells = plan.pair_cells()
+    shape = chosen.noisy_shape(plan.used_chunk_sizes())
+    assert chosen.bootstraps(cells) >= pairs * shape.noise_bootstraps + sum(cells)
     assert Fraction(4 ** shape.noise_bits) >= 1600 * chosen.noise_sigma2
     with pytest.raises(ValueError, match="waits"):
         plan.resolve(two_way, None)

@@ -17,7 +17,7 @@ def test_plan_charges_at_most_its_budget_and_counts_the_numerical_loss():
     plan = SelectionPlan.build("em", pairs=66, max_rows=740, rho=rho, rounds=12)
     assert plan.rho_charged <= rho
     assert plan.rho_charged > Fraction(99, 100) * rho
-    report = plan.report(two_way_cells=1601)
+    report = plan.report([24] * 66)
     assert report["numerical_extra_epsilon"] == pytest.approx(4 * plan.step.eta * 12)
     assert 0 < report["fhe_delta"] < 1e-6
     assert plan.score_bits == (2 * 740).bit_length() and 2 ** (plan.indif_bits - 1) > 740

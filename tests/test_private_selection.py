@@ -9,13 +9,14 @@ import pytest
 
 from crypto.indif import indif_exact, indif_offset
 from crypto.private_selection import (PrivateSelectionShape, add_plaintext,
-                                      compile_private_selection)
+                                      compile_private_selection, indif_name)
 from crypto.selection import (SelectionShape, clear_arguments, random_share, select_plaintext,
                               thresholds)
 
 K, CELLS = 6, 6
 SELECTION = SelectionShape(candidates=3, score_bits=6, drop_bits=0, nb=3, kappa_prime=(3, 3, 4))
-SHAPE = PrivateSelectionShape(count_bits=K, chunk_cells=CELLS, selection=SELECTION)
+# Two chunk sizes: a pair may be cut into chunks of different sizes (one function each).
+SHAPE = PrivateSelectionShape(count_bits=K, chunk_sizes=(3, CELLS), selection=SELECTION)
 EPS = Fraction(1, 2)
 
 
@@ -32,14 +33,17 @@ def digits(value: int) -> list[int]:
 
 def test_indif_add_select_compose_and_match_their_models(module):
     rng = np.random.default_rng(11)
-    # Four chunks: candidate 0 spans chunks 0 and 1 (a pair wider than one chunk).
+    # Four chunks: candidate 0 spans chunks 0 (6 cells) and 1 (3 cells): a pair wider than
+    # one chunk, cut into two sizes.
     encrypted, clear = [], []
-    for _ in range(4):
-        counts, expected = rng.integers(0, 6, CELLS), rng.integers(0, 6, CELLS)
-        mask = rng.integers(0, 2 ** K, CELLS)
-        masked, _ = module.indif.encrypt((counts + mask) % 2 ** K, None)
-        out = module.indif.run(masked, indif_offset(mask, expected, K))
-        assert module.indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
+    for i in range(4):
+        cells = 3 if i == 1 else CELLS
+        indif = getattr(module, indif_name(cells))
+        counts, expected = rng.integers(0, 6, cells), rng.integers(0, 6, cells)
+        mask = rng.integers(0, 2 ** K, cells)
+        masked, _ = indif.encrypt((counts + mask) % 2 ** K, None)
+        out = indif.run(masked, indif_offset(mask, expected, K))
+        assert indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
         encrypted.append(out)
         clear.append(indif_exact(counts, expected))
     pair = module.add.run(encrypted[0], encrypted[1])

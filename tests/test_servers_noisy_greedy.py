@@ -87,7 +87,7 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
     _, state, created, csvs, document = greedy_session
     sid = created.session.session_id
     plan = _plan()
-    shape = plan.selection.noisy_shape
+    shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
     sigma = float(plan.selection.noise_sigma2) ** 0.5
     one_way = next(r for r in document.releases if r.release == "one_way")
     pairs = [tuple(p) for p in created.session.pairs]

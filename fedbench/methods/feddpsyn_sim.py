@@ -141,7 +141,7 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
             spent = (plan.release("one_way").rho + selection.rho_charged
                      + final.release("two_way").rho)
         notes.update(selected_pairs=chosen,
-                     selection_report=selection.report(len(plan.layout.two_way)))
+                     selection_report=selection.report(plan.pair_cells()))
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
     return MethodResult(synth, spent, budget_rho(epsilon, delta), bytes_per_client=upload,
                         notes=notes)
