@@ -79,12 +79,31 @@ class SessionKeys:
         return np.asarray(self._client.decrypt(value), dtype=np.int64)
 
 
-class SelectionKeys:
-    """The key server's handle on a session's selection module (P2 + chunk sums + P3)."""
+class ScoreModuleKeys:
+    """The key server's handle on a session's selection module (P2 per chunk size, chunk
+    sums, and P3 or the noise addition): the parts every such module shares."""
 
-    def __init__(self, client: fhe.Client, shape: PrivateSelectionShape):
+    def __init__(self, client: fhe.Client, shape):
         self._client = client
         self.shape = shape
+
+    @classmethod
+    def load(cls, directory: Path, shape):
+        client = fhe.Client.load(directory / "selection_client.zip")
+        client.keys.load_from_bytes((directory / "selection_keys.bin").read_bytes())
+        return cls(client, shape)
+
+    parse = staticmethod(SessionKeys.parse)
+
+    def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
+        """One chunk's M, for the ``indif_<s>`` function of its size."""
+        encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
+                                         function_name=indif_name(len(masked_sum)))
+        return encrypted[0].serialize()
+
+
+class SelectionKeys(ScoreModuleKeys):
+    """The em module: P2 + chunk sums + P3."""
 
     def __repr__(self) -> str:  # never print key material, even by accident
         return f"SelectionKeys(candidates={self.shape.selection.candidates})"
@@ -97,20 +116,6 @@ class SelectionKeys:
         module = compile_private_selection(shape, thresholds, p_error)
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
         return SelectionKeys(client, shape), server_zip, evaluation_keys
-
-    @staticmethod
-    def load(directory: Path, shape: PrivateSelectionShape) -> SelectionKeys:
-        client = fhe.Client.load(directory / "selection_client.zip")
-        client.keys.load_from_bytes((directory / "selection_keys.bin").read_bytes())
-        return SelectionKeys(client, shape)
-
-    parse = staticmethod(SessionKeys.parse)
-
-    def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
-        """One chunk's M, for the ``indif_<s>`` function of its size."""
-        encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
-                                         function_name=indif_name(len(masked_sum)))
-        return encrypted[0].serialize()
 
     def encrypt_randomness(self, r_ks: np.ndarray) -> bytes:
         s = self.shape.selection.candidates

@@ -34,12 +34,11 @@ from concrete import fhe
 
 from crypto.blobs import unpack_blobs
 from crypto.discrete_gaussian import discrete_gaussian_vector
-from crypto.private_selection import indif_name
 from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_noisy_score,
                                  noise_tail_delta)
 from feddpsyn import wire
 from feddpsyn.serving import ServiceError, write_private
-from keyserver.keys import SessionKeys, _keys_for
+from keyserver.keys import ScoreModuleKeys, _keys_for
 from params.session_plan import ReleaseSpec, SessionPlan
 from synthesis.pair_selection import greedy_select
 
@@ -52,12 +51,8 @@ CREATE TABLE IF NOT EXISTS noisy_greedy (
 LEDGER_NAME = "selection"
 
 
-class NoisyScoreKeys:
+class NoisyScoreKeys(ScoreModuleKeys):
     """The key server's handle on a session's noisy-score module (P2 + chunk sums + noise)."""
-
-    def __init__(self, client: fhe.Client, shape: NoisyScoreShape):
-        self._client = client
-        self.shape = shape
 
     def __repr__(self) -> str:  # never print key material, even by accident
         return f"NoisyScoreKeys(score_bits={self.shape.score_bits})"
@@ -68,20 +63,6 @@ class NoisyScoreKeys:
         module = compile_noisy_scores(shape, p_error)
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
         return NoisyScoreKeys(client, shape), server_zip, evaluation_keys
-
-    @staticmethod
-    def load(directory: Path, shape: NoisyScoreShape) -> NoisyScoreKeys:
-        client = fhe.Client.load(directory / "selection_client.zip")
-        client.keys.load_from_bytes((directory / "selection_keys.bin").read_bytes())
-        return NoisyScoreKeys(client, shape)
-
-    parse = staticmethod(SessionKeys.parse)
-
-    def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
-        """One chunk's M, for the ``indif_<s>`` function of its size."""
-        encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
-                                         function_name=indif_name(len(masked_sum)))
-        return encrypted[0].serialize()
 
     def decrypt_noisy_score(self, value: fhe.Value) -> int:
         digits = np.asarray(self._client.decrypt(value, function_name="noise")).ravel()

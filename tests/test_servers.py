@@ -1,6 +1,7 @@
 """Both servers as real processes over HTTP on 127.0.0.1: a whole session, bad requests,
 the ledger's refusals, and a kill -9 of both servers in the middle of a session."""
 
+import contextlib
 import csv
 import os
 import signal
@@ -90,6 +91,30 @@ def released_session(servers, tmp_path_factory):
                      created.client_tokens[CLIENTS[0]], agent_state) as agent:
         document = wait_released(agent)
     return created, csvs, agent_state, document, operator
+
+
+@contextlib.contextmanager
+def served_session(tmp_path_factory, *, seed: int, timeout: float, **create):
+    """Fresh servers, one session created with ``create``, every client's upload, and the
+    release document: yields (ks, state, created, csvs, document); stops the servers."""
+    state = tmp_path_factory.mktemp("state")
+    ks, cs = start_servers(state)
+    try:
+        operator = (state / "keyserver" / "operator.token").read_text().strip()
+        created = create_session(ks.url, operator, **create)
+        csvs = write_client_csvs(tmp_path_factory.mktemp("csv"), seed=seed)
+        agents = tmp_path_factory.mktemp("agents")
+        for client in CLIENTS:
+            with ClientAgent(ks.url, cs.url, created.session.session_id, client,
+                             created.client_tokens[client], agents) as agent:
+                agent.upload(csvs[client])
+        with ClientAgent(ks.url, cs.url, created.session.session_id, CLIENTS[0],
+                         created.client_tokens[CLIENTS[0]], agents) as agent:
+            document = wait_released(agent, timeout=timeout)
+        yield ks, state, created, csvs, document
+    finally:
+        ks.stop()
+        cs.stop()
 
 
 def true_counts(csvs) -> np.ndarray:

@@ -13,40 +13,20 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from clients.agent import ClientAgent
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.noisy_scores import decode_noisy_score
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis.pair_selection import expected_counts_for_pairs, greedy_select
-from tests.test_servers import (CLIENTS, SCHEMA, create_session, true_counts, wait_released,
-                                write_client_csvs)
+from tests.test_servers import SCHEMA, served_session, true_counts
 
 EPSILON = 50.0
 
 
 @pytest.fixture(scope="module")
 def greedy_session(tmp_path_factory):
-    from feddpsyn.demo import start_servers
-
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    try:
-        operator = (state / "keyserver" / "operator.token").read_text().strip()
-        created = create_session(ks.url, operator, epsilon=EPSILON, selection="noisy-greedy")
-        csvs = write_client_csvs(tmp_path_factory.mktemp("csv"), seed=7)
-        agents = tmp_path_factory.mktemp("agents")
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, created.session.session_id, client,
-                             created.client_tokens[client], agents) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, created.session.session_id, CLIENTS[0],
-                         created.client_tokens[CLIENTS[0]], agents) as agent:
-            document = wait_released(agent, timeout=240)
-        yield ks, state, created, csvs, document
-    finally:
-        ks.stop()
-        cs.stop()
+    with served_session(tmp_path_factory, seed=7, timeout=240, epsilon=EPSILON, selection="noisy-greedy") as session:
+        yield session
 
 
 def _plan() -> SessionPlan:

@@ -10,38 +10,18 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from clients.agent import ClientAgent
 from crypto.blobs import unpack_blobs
 from params.parameter_sets import DEFAULT_SELECTION_SET
 from synthesis.pair_selection import expected_counts_for_pairs
-from tests.test_servers import (CLIENTS, SCHEMA, create_session, true_counts, wait_released,
-                                write_client_csvs)
+from tests.test_servers import SCHEMA, served_session, true_counts
 
 ROUNDS = 2
 
 
 @pytest.fixture(scope="module")
 def selected_session(tmp_path_factory):
-    from feddpsyn.demo import start_servers
-
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    try:
-        operator = (state / "keyserver" / "operator.token").read_text().strip()
-        created = create_session(ks.url, operator, selection="em", rounds=ROUNDS)
-        csvs = write_client_csvs(tmp_path_factory.mktemp("csv"), seed=4)
-        agents = tmp_path_factory.mktemp("agents")
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, created.session.session_id, client,
-                             created.client_tokens[client], agents) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, created.session.session_id, CLIENTS[0],
-                         created.client_tokens[CLIENTS[0]], agents) as agent:
-            document = wait_released(agent, timeout=300)
-        yield ks, state, created, csvs, document
-    finally:
-        ks.stop()
-        cs.stop()
+    with served_session(tmp_path_factory, seed=4, timeout=300, selection="em", rounds=ROUNDS) as session:
+        yield session
 
 
 def test_selected_pairs_are_released_and_every_round_is_charged(selected_session):
