@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -24,18 +23,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clients.preprocess import encode_csv  # noqa: E402
+from bench.distaim_common import adult, all_pairs, free_port  # noqa: E402
 from crypto.accounting import eps_delta_to_rho  # noqa: E402
 from distaim.party import session_modulus, write_client_upload  # noqa: E402
 from distaim.protocol import Layout, client_vector  # noqa: E402
-from feddpsyn.demo import dataset  # noqa: E402
-from params.schema import Schema  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -46,12 +37,9 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--out", type=Path, default=Path("/tmp/distaim-bench"))
     args = parser.parse_args()
-    ds = dataset("adult")
-    schema = Schema.load(ds.schema)
-    records = encode_csv(ds.csv, schema).records
-    sizes = list(schema.domain_sizes)
-    d = len(sizes)
-    workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
+    records, domain = adult()
+    sizes = list(domain)
+    workload = all_pairs(len(sizes))
     layout = Layout.for_workload(sizes, workload)
     modulus = session_modulus()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -69,12 +57,12 @@ def main() -> None:
         vec = client_vector(records[assignment == i], layout)
         upload.append(write_client_upload(args.out, "bench", f"c{i}", vec, modulus))
     share_seconds = (time.time() - t) / args.clients
-    print(f"Adult: {len(records)} rows, {d} attributes, {len(layout.cliques)} marginals, "
+    print(f"Adult: {len(records)} rows, {len(sizes)} attributes, {len(layout.cliques)} marginals, "
           f"{layout.length} cells per client vector")
     print(f"upload per client: {upload[0]} bytes ({upload[0] / 1e6:.2f} MB; explicit 3-share "
           f"form would be {3 * layout.length * ((modulus.bit_length() + 7) // 8)} bytes); "
           f"sharing {share_seconds:.2f} s per client")
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)
     t = time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),

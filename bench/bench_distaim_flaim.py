@@ -42,14 +42,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clients.preprocess import encode_csv  # noqa: E402
+from bench.distaim_common import adult  # noqa: E402
 from crypto.accounting import eps_delta_to_rho  # noqa: E402
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
 from distaim.protocol import Layout, Participation, client_vector  # noqa: E402
 from fedbench.partitions import feature_skew  # noqa: E402
-from feddpsyn.demo import dataset  # noqa: E402
-from params.schema import Schema  # noqa: E402
 from synthesis.aim import PlainOracle, aim  # noqa: E402
 from synthesis.evaluate import marginal  # noqa: E402
 
@@ -109,10 +107,7 @@ def main() -> None:
     parser.add_argument("--anneal", action="store_true",
                         help="AIM's annealing (default off: FLAIM's runs make exactly T rounds)")
     args = parser.parse_args()
-    ds = dataset("adult")
-    schema = Schema.load(ds.schema)
-    records = encode_csv(ds.csv, schema).records
-    sizes = tuple(schema.domain_sizes)
+    records, sizes = adult()
     d = len(sizes)
     triples = list(itertools.combinations(range(d), 3))
     if args.triples:

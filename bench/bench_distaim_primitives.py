@@ -10,7 +10,6 @@ Starts three processes of itself (host-bound, deadline-bounded runtimes from
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import time
@@ -22,16 +21,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.distaim_common import free_port  # noqa: E402
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # noqa: E402
                                  exit_after, party_runtime)
 from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian  # noqa: E402
 from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:
@@ -81,7 +75,7 @@ def main() -> None:
                      (a.rpartition(":") for a in args.parties.split(","))]
         _party(args.pid, addresses, args)
         return
-    parties = ",".join(f"127.0.0.1:{_free_port()}" for _ in range(3))
+    parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
     rest = [a for a in sys.argv[1:]]
     procs = [subprocess.Popen([sys.executable, __file__, *rest, "--pid", str(pid),
                                "--parties", parties], cwd=ROOT) for pid in range(3)]

@@ -21,7 +21,6 @@ as ``bench_distaim_utility.py``) with each g, printing the workload errors.
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import time
@@ -33,31 +32,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.distaim_common import (adult, all_pairs, free_port, local_oracle,  # noqa: E402
+                                   summary)
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # noqa: E402
                                  exit_after, party_runtime)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:
-    from clients.preprocess import encode_csv
     from distaim.oracle import MpcOracle
     from distaim.protocol import Layout, client_vector
-    from feddpsyn.demo import dataset
-    from params.schema import Schema
     from synthesis.aim import GraphicalModel, completion, workload_weights
     from synthesis.marginals import NoisyMarginal
 
-    ds = dataset("adult")
-    schema = Schema.load(ds.schema)
-    records = encode_csv(ds.csv, schema).records
-    sizes = tuple(schema.domain_sizes)
+    records, sizes = adult()
     d = len(sizes)
-    workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
+    workload = all_pairs(d)
     layout = Layout.for_workload(sizes, workload)
     totals = client_vector(records, layout).astype(object)
     candidates = completion(workload)
@@ -95,22 +84,14 @@ def _party(pid: int, addresses: list[PartyAddress], args) -> None:
 
 
 def _utility(repeats: int) -> None:
-    from clients.preprocess import encode_csv
     from crypto.accounting import eps_delta_to_rho
-    from distaim.mpc_runtime import local_runtime
-    from distaim.oracle import MpcOracle
     from distaim.protocol import Layout, client_vector
-    from feddpsyn.demo import dataset
-    from params.schema import Schema
     from synthesis.aim import aim
     from synthesis.evaluate import workload_error
 
-    ds = dataset("adult")
-    schema = Schema.load(ds.schema)
-    records = encode_csv(ds.csv, schema).records
-    sizes = tuple(schema.domain_sizes)
+    records, sizes = adult()
     d = len(sizes)
-    workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
+    workload = all_pairs(d)
     layout = Layout.for_workload(sizes, workload)
     vector = client_vector(records, layout).astype(object)
     rho = eps_delta_to_rho(1.0, 1e-5)
@@ -118,20 +99,14 @@ def _utility(repeats: int) -> None:
     for rep in range(repeats):
         for g in (8, 0):
             t = time.time()
-            rt = local_runtime()
-            secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
-            oracle = MpcOracle(rt, secint, em, secint.array(secint.field.array(vector)),
-                               layout, 1.0, rows_bound=1 << 20, score_grid_bits=g)
+            oracle = local_oracle(vector, layout, 1.0, rows_bound=1 << 20,
+                                  score_grid_bits=g)
             run = aim(oracle, sizes, workload, rho, rounds=10, max_rounds=10,
                       round_iters=100, final_iters=300, rng=np.random.default_rng(rep))
             errors[g].append(workload_error(records, run.synthesize(len(records)), sizes))
             print(f"repeat {rep} g={g}: {time.time() - t:.1f} s, {errors[g][-1]}", flush=True)
     for g, runs in errors.items():
-        parts = []
-        for key in ("one_way", "two_way", "three_way"):
-            v = np.array([e[key] for e in runs])
-            parts.append(f"{key} {v.mean():.4f} +- {v.std(ddof=1):.4f}")
-        print(f"g={g} ({repeats} runs): " + ", ".join(parts))
+        print(summary(f"g={g}", runs))
 
 
 def main() -> None:
@@ -151,7 +126,7 @@ def main() -> None:
                      (a.rpartition(":") for a in args.parties.split(","))]
         _party(args.pid, addresses, args)
         return
-    parties = ",".join(f"127.0.0.1:{_free_port()}" for _ in range(3))
+    parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
     procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--pid", str(pid),
                                "--parties", parties], cwd=ROOT) for pid in range(3)]
     for proc in procs:

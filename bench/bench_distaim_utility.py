@@ -22,13 +22,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clients.preprocess import encode_csv  # noqa: E402
+from bench.distaim_common import adult, all_pairs, local_oracle, summary  # noqa: E402
 from crypto.accounting import eps_delta_to_rho  # noqa: E402
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
-from distaim.oracle import MpcOracle  # noqa: E402
 from distaim.protocol import Layout, client_vector  # noqa: E402
-from feddpsyn.demo import dataset  # noqa: E402
-from params.schema import Schema  # noqa: E402
 from synthesis.aim import PlainOracle, aim  # noqa: E402
 from synthesis.evaluate import workload_error  # noqa: E402
 
@@ -40,33 +36,22 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-5)
     args = parser.parse_args()
-    ds = dataset("adult")
-    schema = Schema.load(ds.schema)
-    records = encode_csv(ds.csv, schema).records
-    sizes = tuple(schema.domain_sizes)
-    d = len(sizes)
-    workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
+    records, sizes = adult()
+    workload = all_pairs(len(sizes))
     layout = Layout.for_workload(sizes, workload)
     vector = client_vector(records, layout).astype(object)
     rho = eps_delta_to_rho(args.epsilon, args.delta)
     results: dict[str, list[dict]] = {"distaim": [], "central": []}
     for rep in range(args.repeats):
         t = time.time()
-        rt = local_runtime()
-        secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
-        oracle = MpcOracle(rt, secint, em, secint.array(secint.field.array(vector)), layout,
-                           args.epsilon, rows_bound=1 << 17)
+        oracle = local_oracle(vector, layout, args.epsilon, rows_bound=1 << 17)
         for name, orc in (("distaim", oracle), ("central", PlainOracle(records, sizes))):
             run = aim(orc, sizes, workload, rho, rounds=args.rounds, max_rounds=args.rounds,
                       round_iters=100, final_iters=300, rng=np.random.default_rng(rep))
             results[name].append(workload_error(records, run.synthesize(len(records)), sizes))
         print(f"repeat {rep}: {time.time() - t:.1f} s", flush=True)
     for name, errors in results.items():
-        parts = []
-        for key in ("one_way", "two_way", "three_way"):
-            values = np.array([e[key] for e in errors])
-            parts.append(f"{key} {values.mean():.4f} +- {values.std(ddof=1):.4f}")
-        print(f"{name:8s} ({args.repeats} runs): " + ", ".join(parts))
+        print(summary(f"{name:8s}", errors))
 
 
 if __name__ == "__main__":

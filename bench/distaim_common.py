@@ -1,0 +1,56 @@
+"""What the DistAIM benchmarks share: Adult encoded with its schema, the all-pairs workload,
+a loopback port, an MPC oracle in the one-party runtime, and the mean +- sd summary line."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from clients.preprocess import encode_csv  # noqa: E402
+from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
+from distaim.oracle import MpcOracle  # noqa: E402
+from feddpsyn.demo import dataset  # noqa: E402
+from params.schema import Schema  # noqa: E402
+
+
+def adult() -> tuple[np.ndarray, tuple[int, ...]]:
+    """Adult's records, encoded with the bundled schema, and its domain sizes."""
+    ds = dataset("adult")
+    schema = Schema.load(ds.schema)
+    return encode_csv(ds.csv, schema).records, tuple(schema.domain_sizes)
+
+
+def all_pairs(d: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(d) for j in range(i + 1, d)]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (loopback only)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_oracle(vector, layout, epsilon: float, **options) -> MpcOracle:
+    """The servers' MPC oracle in a one-party in-process runtime, over the union ``vector``."""
+    rt = local_runtime()
+    secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
+    shared = None if vector is None else secint.array(secint.field.array(vector))
+    return MpcOracle(rt, secint, em, shared, layout, epsilon, **options)
+
+
+def summary(name: str, runs: list[dict], keys=("one_way", "two_way", "three_way")) -> str:
+    """``name (n runs): key mean +- sd, ...`` over a list of metric dicts."""
+    parts = []
+    for key in keys:
+        values = np.array([r[key] for r in runs])
+        sd = values.std(ddof=1) if len(values) > 1 else float("nan")
+        parts.append(f"{key} {values.mean():.4f} +- {sd:.4f}")
+    return f"{name} ({len(runs)} runs): " + ", ".join(parts)
