@@ -187,14 +187,71 @@ def write_results(rows: list[dict], out: Path) -> None:
              "Mean (standard deviation) over repeats. Errors: lower is better; F1: higher.", "",
              "| partition | beta | clients | eps | method | " + " | ".join(METRICS) + " |",
              "|" + "---|" * (5 + len(METRICS))]
-    for key in sorted(groups, key=str):
+    for key in sorted(groups, key=_setting_order):
         cells = []
         for m in METRICS:
             values = np.array([g[m] for g in groups[key]], dtype=float)
             cells.append(f"{values.mean():.4g} ({values.std():.2g})")
         lines.append("| " + " | ".join(map(str, key)) + " | " + " | ".join(cells) + " |")
+    lines += [""] + winners(rows)
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     plot(rows, out)
+
+
+CENTRAL = ("central-privsyn", "central-aim", "central-mst")
+
+
+def _setting_order(key: tuple) -> tuple:
+    """(partition, beta, clients, eps, ...) in reading order: numbers as numbers."""
+    return (key[0], str(key[1]), *key[2:])
+
+
+def winners(rows: list[dict], metric: str = "two_way") -> list[str]:
+    """Markdown: per setting, the DP method with the lowest mean ``metric``, overall and among
+    federated methods (the central-* references excluded), with the runner-up's mean so a
+    reader sees whether the win is within the spread over repeats."""
+    cells = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r["privacy"] == "DP":  # a method that is not DP cannot win
+            cells[(r["partition"], r["beta"], r["clients"], r["eps"])][r["method"]].append(
+                r[metric])
+    lines = [f"## Lowest {metric.replace('_', '-')} error per setting (DP methods only)", "",
+             "| partition | beta | clients | eps | best | best federated | runner-up federated |",
+             "|---|---|---|---|---|---|---|"]
+
+    def cell(name: str, values: list) -> str:
+        spread = f" +- {np.std(values):.3f}" if len(values) > 1 else ""
+        return f"{name} {np.mean(values):.3f}{spread}"
+
+    for key in sorted(cells, key=_setting_order):
+        ranked = sorted(cells[key].items(), key=lambda item: np.mean(item[1]))
+        federated = [item for item in ranked if item[0] not in CENTRAL]
+        runner_up = cell(*federated[1]) if len(federated) > 1 else "-"
+        best_fed = cell(*federated[0]) if federated else "-"
+        lines.append("| " + " | ".join(map(str, key)) + f" | {cell(*ranked[0])} | {best_fed} | "
+                     f"{runner_up} |")
+    return lines
+
+
+def read_results(path: Path) -> list[dict]:
+    """``results.csv`` back into rows with their types (to re-summarise or re-plot a run)."""
+    integer = {"clients", "repeat", "selected_pairs"}
+    text = {"method", "partition", "privacy"}
+    rows = []
+    with path.open(newline="") as fh:
+        for raw in csv.DictReader(fh):
+            row: dict = {}
+            for key, value in raw.items():
+                if key in text or (key == "beta" and value == ""):
+                    row[key] = value
+                elif key in integer:
+                    row[key] = int(value)
+                else:
+                    row[key] = float(value)
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} has no rows")
+    return rows
 
 
 def _heterogeneity(row: dict) -> str:

@@ -443,6 +443,26 @@ def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_d
     typer.echo(f"wrote {out / 'results.csv'}, {out / 'summary.md'} and plots")
 
 
+@bench_app.command("summary")
+def bench_summary(results: Path = typer.Option(..., help="a run's results.csv"),
+                  out: Optional[Path] = typer.Option(
+                      None, help="where summary.md and the plots go (default: beside it)")) -> None:
+    """Re-write summary.md (means, spreads, the winners per setting) and the plots from a
+    run's results.csv, e.g. after merging runs or for a run made by an older version."""
+    from fedbench.runner import read_results, write_results
+
+    if not results.is_file():
+        _fail(f"{results} is not a file")
+    try:
+        rows = read_results(results)
+    except (ValueError, KeyError) as exc:
+        _fail(f"{results}: {exc}")
+    target = out or results.parent
+    target.mkdir(parents=True, exist_ok=True)
+    write_results(rows, target)
+    typer.echo(f"wrote {target / 'summary.md'} and plots from {len(rows)} rows")
+
+
 @app.command()
 def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_disease | adult"),
          clients: int = typer.Option(4, help="uniform split size (adult); "

@@ -19,7 +19,9 @@ def feddpsyn(*args, check=False):
 @pytest.fixture(scope="module")
 def demo_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "out"
-    result = feddpsyn("demo", "--out", str(out))
+    # Every pair, no encrypted selection: the selection's own server tests cover it, and the
+    # default demo's selection takes minutes.
+    result = feddpsyn("demo", "--selection", "none", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 

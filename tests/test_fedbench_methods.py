@@ -11,7 +11,7 @@ from crypto.aggregation import compile_aggregation
 from crypto.masking import expand_masks, mask_counts, new_seed
 from fedbench.methods import METHODS
 from fedbench.methods.feddpsyn_sim import p1_release_model
-from fedbench.runner import Setting, run_utility
+from fedbench.runner import Setting, read_results, run_utility
 from params.schema import Schema
 
 SCHEMA = Schema.from_dict({"columns": [
@@ -69,7 +69,12 @@ def test_runner_writes_results_summary_and_plots(tmp_path):
     assert len(results) == len(methods) * 2 * 2
     with (out / "results.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == len(results)
-    assert "| uniform |" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "| uniform |" in summary and "Lowest two-way error per setting" in summary
+    # results.csv reads back into the same rows (what `feddpsyn bench summary` re-plots from)
+    again = read_results(out / "results.csv")
+    assert [(r["method"], r["eps"], r["clients"], r["two_way"]) for r in again] == [
+        (r["method"], r["eps"], r["clients"], r["two_way"]) for r in results]
     assert (out / "error_vs_eps.png").stat().st_size > 0
     assert (out / "error_vs_clients.png").stat().st_size > 0
 
