@@ -1,7 +1,8 @@
 """P2 with mixed chunk sizes against 16-cell chunks only, in the same run.
 
 Both configurations are the service's own module (``crypto.noisy_scores``: ``indif_<s>`` per
-chunk size and ``add``), compiled for Fed-Heart-Disease's widths (k = 11, 11 score digits).
+chunk size and ``add``), compiled for the data set's widths (Fed-Heart-Disease: k = 11, 11
+score digits; Adult: 16, 16).
 A deterministic sample of the data set's pairs is scored under encryption with each: every
 pair cut by ``params.selection_plan.chunk_sizes_for`` (sizes 8/16/32) or into 16-cell
 chunks, every chunk's P2 run and the chunk scores added, and every decrypted score checked
@@ -9,7 +10,7 @@ against the plaintext model. Printed: the optimiser's complexity over all pairs 
 independent), the measured seconds on the sample (ratio to the baseline of the same run) and
 the full pass extrapolated from seconds per modelled complexity.
 
-Run: .venv/bin/python bench/bench_indif_chunks.py [--every 6]
+Run: .venv/bin/python bench/bench_indif_chunks.py [--every 6] [--dataset adult]
 
 Measured (2026-11-22, 2 cores shared with a two-process benchmark): 11 of the 66 pairs, 234
 cells; 16-cell chunks 142.7 s, mixed 95.5 s: x0.669 measured, x0.766 modelled; every score
@@ -32,12 +33,15 @@ from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, indif_exact,  # noqa
                           indif_offset)
 from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores  # noqa: E402
 from crypto.private_selection import indif_name  # noqa: E402
-from feddpsyn.demo import ROOT  # noqa: E402
+from feddpsyn.demo import dataset  # noqa: E402
 from params.layout import MarginalLayout  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.selection_plan import chunk_sizes_for  # noqa: E402
 
-K, DIGITS = 11, 11  # Fed-Heart-Disease: max_rows 740
+WIDTHS = {  # (k, score digits) as the session plan derives them from the union's rows
+    "fed_heart_disease": (11, 11),   # 740 rows
+    "adult": (16, 16),               # 32,561 rows
+}
 
 
 def modelled(pair_cells: list[int], sizes: tuple[int, ...]) -> float:
@@ -48,22 +52,22 @@ def modelled(pair_cells: list[int], sizes: tuple[int, ...]) -> float:
     return total
 
 
-def score_pairs(module, pair_cells: list[int], sizes: tuple[int, ...],
+def score_pairs(module, pair_cells: list[int], sizes: tuple[int, ...], k: int,
                 rng: np.random.Generator) -> float:
     """Seconds of encrypted work to score every pair; asserts every decrypted score."""
     seconds = 0.0
     for cells in pair_cells:
         counts = rng.integers(0, 60, cells)
         expected = np.clip(counts + rng.integers(-20, 21, cells), 0, None)
-        mask = rng.integers(0, 2 ** K, cells)
+        mask = rng.integers(0, 2 ** k, cells)
         total, start = None, 0
         for size in chunk_sizes_for(cells, sizes):
             part = slice(start, min(start + size, cells))
             used = part.stop - part.start
             masked = np.zeros(size, dtype=np.int64)
-            offset = np.full(size, 1 << (K - 1), dtype=np.int64)  # padding: |C - K| = 0
-            masked[:used] = (counts[part] + mask[part]) % 2 ** K
-            offset[:used] = indif_offset(mask[part], expected[part], K)
+            offset = np.full(size, 1 << (k - 1), dtype=np.int64)  # padding: |C - K| = 0
+            masked[:used] = (counts[part] + mask[part]) % 2 ** k
+            offset[:used] = indif_offset(mask[part], expected[part], k)
             function = getattr(module, indif_name(size))
             encrypted, _ = function.encrypt(masked, None)
             started = time.perf_counter()
@@ -81,21 +85,23 @@ def score_pairs(module, pair_cells: list[int], sizes: tuple[int, ...],
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--every", type=int, default=6, help="score every n-th pair")
+    parser.add_argument("--dataset", default="fed_heart_disease", choices=sorted(WIDTHS))
     args = parser.parse_args()
-    schema = Schema.load(ROOT / "params" / "schemas" / "fed_heart_disease.schema.json")
+    k, digits = WIDTHS[args.dataset]
+    schema = Schema.load(dataset(args.dataset).schema)
     pair_cells = [s.size for s in MarginalLayout.build(schema.domain_sizes).two_way]
     sample = pair_cells[::args.every]
     configs = {"16 only": (16,), "8/16/32": (8, 16, 32)}
-    print(f"Fed-Heart-Disease: {len(pair_cells)} pairs, {sum(pair_cells)} cells; sample of "
-          f"{len(sample)} pairs, {sum(sample)} cells; k = {K}")
+    print(f"{args.dataset}: {len(pair_cells)} pairs, {sum(pair_cells)} cells; sample of "
+          f"{len(sample)} pairs, {sum(sample)} cells; k = {k}")
     results = {}
     for name, sizes in configs.items():
         used = tuple(sorted({c for cells in pair_cells for c in chunk_sizes_for(cells, sizes)}))
         started = time.perf_counter()
-        module = compile_noisy_scores(NoisyScoreShape(K, used, DIGITS, 4), 2.0 ** -40)
+        module = compile_noisy_scores(NoisyScoreShape(k, used, digits, 4), 2.0 ** -40)
         module.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
         setup = time.perf_counter() - started
-        seconds = score_pairs(module, sample, sizes, np.random.default_rng(1))
+        seconds = score_pairs(module, sample, sizes, k, np.random.default_rng(1))
         results[name] = (modelled(pair_cells, sizes), modelled(sample, sizes), seconds)
         print(f"{name:8s}: compile+keygen {setup:.0f} s; sample {seconds:.1f} s "
               f"({seconds / sum(sample):.3f} s/cell); all scores exact", flush=True)
