@@ -149,9 +149,10 @@ def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
 # Default selection rounds of the demo with --selection em: Fed-Heart-Disease's 66 candidate
 # pairs cost over a minute a round on 2 cores, so it selects 4 pairs; --rounds changes it.
 DEMO_ROUNDS = {"fed_heart_disease": 4}
-# Seconds per bootstrap on this project's 2-core machines (bench/bench_selection.py: one
-# 3-bit lookup per element, p_error 2^-40), for the estimates printed before long steps.
-SECONDS_PER_BOOTSTRAP = 0.012
+# Seconds per bootstrap of each selection phase on this project's 2-core machines, from the
+# demo's own measured run (P2's mix of widths and P3's 3-bit lookups differ), for the
+# estimate printed before the encrypted selection.
+SECONDS_PER_BOOTSTRAP = {"p2": 0.0098, "p3": 0.0069, "noise": 0.0069}
 
 
 def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: float,
@@ -186,7 +187,8 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
                                  selection=selection, rounds=rounds)
         if plan.selection is not None:
             cells = plan.pair_cells()
-            estimate = plan.selection.bootstraps(cells) * SECONDS_PER_BOOTSTRAP
+            phases = plan.selection.bootstraps_by_phase(cells)
+            estimate = sum(SECONDS_PER_BOOTSTRAP[k] * n for k, n in phases.items())
             rounds_text = (f"{plan.selection.rounds} rounds" if plan.selection.mode == "em"
                            else "noisy scores and greedy choice")
             say(f"[demo] private selection ({plan.selection.mode}): {rounds_text} over "

@@ -133,20 +133,26 @@ class SelectionPlan:
             return self.step.rho * self.rounds
         return self.rho if self.mode == "noisy-greedy" else Fraction(0)
 
-    def bootstraps(self, pair_cells: list[int]) -> int:
-        """An upper bound on the session's bootstraps, from the pairs' cell counts: P2 on
-        every chunk (``crypto.indif.chunk_bootstraps``) and 2n - 1 per chunk sum, then P3's
-        rounds over every compiled candidate (masked ones too), or one noise addition a pair."""
+    def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
+        """Upper bounds on the session's bootstraps per phase, from the pairs' cell counts:
+        ``p2``: P2 on every chunk (``crypto.indif.chunk_bootstraps``) and 2n - 1 per chunk
+        sum; ``p3``: the em rounds over every compiled candidate (masked ones too);
+        ``noise``: noisy-greedy's one noise addition a pair."""
         if self.mode == "none":
-            return 0
+            return {"p2": 0, "p3": 0, "noise": 0}
         p2 = 0
         for cells in pair_cells:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
             p2 += sum(chunk_bootstraps(c, self.indif_bits) for c in chunks)
             p2 += (len(chunks) - 1) * (2 * self.score_bits - 1)
         if self.mode == "noisy-greedy":
-            return p2 + len(pair_cells) * self.noisy_shape().noise_bootstraps
-        return p2 + pbs_estimate(self.shape) * self.rounds
+            return {"p2": p2, "p3": 0,
+                    "noise": len(pair_cells) * self.noisy_shape().noise_bootstraps}
+        return {"p2": p2, "p3": pbs_estimate(self.shape) * self.rounds, "noise": 0}
+
+    def bootstraps(self, pair_cells: list[int]) -> int:
+        """An upper bound on all of the session's bootstraps (:meth:`bootstraps_by_phase`)."""
+        return sum(self.bootstraps_by_phase(pair_cells).values())
 
     def noisy_shape(self, chunk_sizes: tuple[int, ...] | None = None) -> NoisyScoreShape:
         """The noisy-greedy module's widths (``crypto.noisy_scores``), for the chunk sizes a
