@@ -476,10 +476,13 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
          seed: int = 0,
          path: str = typer.Option("tfhe", help="tfhe (two servers) | distaim (three MPyC "
                                                "servers)"),
-         selection: str = typer.Option(
-             "none", help="tfhe path: none (every pair; ~15 s) | em (private selection under "
-                          "encryption; ~20+ min on 2 cores, an estimate is printed first) | "
-                          "noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost only)"),
+         selection: Optional[str] = typer.Option(
+             None, help="tfhe path: em (private selection under encryption, FedDPSyn's P2 "
+                        "and P3; the default on fed_heart_disease: about 11.5 min on 2 "
+                        "cores) | noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost "
+                        "only) | none (every pair; about 15 s; the default on adult, whose "
+                        "encrypted selection takes over an hour). An estimate is printed "
+                        "first."),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
                         "half the pairs otherwise)")) -> None:
@@ -493,8 +496,10 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
 
         report = run_distaim_demo(out, dataset, clients, epsilon, delta, seed=seed, rows=rows)
     elif path == "tfhe":
-        from feddpsyn.demo import DEMO_ROUNDS, run_demo
+        from feddpsyn.demo import DEMO_ROUNDS, DEMO_SELECTION, run_demo
 
+        if selection is None:
+            selection = DEMO_SELECTION.get(dataset, "none")
         if rounds is None and selection == "em":
             rounds = DEMO_ROUNDS.get(dataset)
         try:

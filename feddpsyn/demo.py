@@ -146,13 +146,20 @@ def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
     return ks, cs
 
 
-# Default selection rounds of the demo with --selection em: Fed-Heart-Disease's 66 candidate
-# pairs cost over a minute a round on 2 cores, so it selects 4 pairs; --rounds changes it.
+# Default selection rounds of the demo (--selection em, its default): each round over
+# Fed-Heart-Disease's 66 candidate pairs costs about a minute on 2 cores, so it selects 4
+# pairs and the whole demo stays near 11.5 min; --rounds changes it.
 DEMO_ROUNDS = {"fed_heart_disease": 4}
-# Seconds per bootstrap of each selection phase on this project's 2-core machines, from the
-# demo's own measured run (P2's mix of widths and P3's 3-bit lookups differ), for the
-# estimate printed before the encrypted selection.
-SECONDS_PER_BOOTSTRAP = {"p2": 0.0098, "p3": 0.0069, "noise": 0.0069}
+# The demo's selection by data set: em on the bundled default; Adult's 11,926 two-way cells
+# at k = 16 make its encrypted selection take over an hour on 2 cores, so its demo releases every
+# pair unless --selection says otherwise.
+DEMO_SELECTION = {"fed_heart_disease": "em", "adult": "none"}
+# Seconds per bootstrap of each selection phase on this project's 2-core machines, for the
+# estimate printed before the encrypted selection. Measured by the default demo itself
+# (2026-11-22, quiet machine): P2 385 s for its 48,324 bootstraps, P3 54 s a round for
+# 10,923 (P2's mix of widths and its digit conversion cost more per bootstrap than P3's
+# 3-bit lookups).
+SECONDS_PER_BOOTSTRAP = {"p2": 0.0080, "p3": 0.0050, "noise": 0.0050}
 
 
 def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: float,
@@ -187,8 +194,8 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
                                  selection=selection, rounds=rounds)
         if plan.selection is not None:
             cells = plan.pair_cells()
-            phases = plan.selection.bootstraps_by_phase(cells)
-            estimate = sum(SECONDS_PER_BOOTSTRAP[k] * n for k, n in phases.items())
+            bootstraps = plan.selection.bootstraps_by_phase(cells)
+            estimate = sum(SECONDS_PER_BOOTSTRAP[k] * n for k, n in bootstraps.items())
             rounds_text = (f"{plan.selection.rounds} rounds" if plan.selection.mode == "em"
                            else "noisy scores and greedy choice")
             say(f"[demo] private selection ({plan.selection.mode}): {rounds_text} over "
