@@ -95,7 +95,13 @@ def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
     def add(x, y):
         out, carry = [], None
         for j in range(n):
-            total = x[j] + y[j] + (0 if carry is None else carry)
+            # Declared widths (as everywhere in these circuits): each input digit is a bit and
+            # the column total at most 3. Without them concrete sized add's inputs from the
+            # input set alone, and at k = 16 an add fed with an add's output lost carries
+            # (Adult-width chained sums off by 2-6; bench/bench_indif_chunks.py caught it).
+            xj = fhe.hint(x[j], can_store=1)
+            yj = fhe.hint(y[j], can_store=1)
+            total = fhe.hint(xj + yj + (0 if carry is None else carry), can_store=3)
             out.append(_SUM_DIGIT[total])
             if j + 1 < n:
                 carry = _SUM_CARRY[total]

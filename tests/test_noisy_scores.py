@@ -109,3 +109,24 @@ def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
     with pytest.raises(ValueError, match="rounds are for em"):
         SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
                           1000, selection="noisy-greedy", rounds=2)
+
+
+def test_chained_chunk_sums_at_adult_width():
+    """Regression: at k = 16 an ``add`` fed with an ``add``'s output lost carries until its
+    widths were declared. A pair of 4 chunks, summed as the compute server does."""
+    k, n, cells = 16, 16, 16  # the failing configuration: Adult's widths, 16-cell chunks
+    module = compile_noisy_scores(NoisyScoreShape(count_bits=k, chunk_sizes=(cells,),
+                                                  score_bits=n, noise_bits=4), 2.0 ** -40)
+    module.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    indif = getattr(module, indif_name(cells))
+    rng = np.random.default_rng(9)
+    total, running = None, 0
+    for _ in range(4):
+        counts = rng.integers(0, 500, cells)
+        expected = np.clip(counts + rng.integers(-300, 301, cells), 0, None)
+        mask = rng.integers(0, 2 ** k, cells)
+        masked, _ = indif.encrypt((counts + mask) % 2 ** k, None)
+        score = indif.run(masked, indif_offset(mask, expected, k))
+        running += indif_exact(counts, expected)
+        total = score if total is None else module.add.run(total, score)
+        assert module.add.decrypt(total).tolist() == digits(running, n)
