@@ -20,11 +20,12 @@ normalised workload marginals. Upload bytes per client: raw seed-compressed Sham
 (two vectors of 12-byte field elements + a 32-byte seed) and the JSON/base64 request bytes
 ``distaim.client`` sends; the same for all clients (the layout is public).
 
-Deviation: ``synthesis.aim.aim`` with ``rounds=T`` still anneals (AIM's rule), so a run
-stops after about 4 selections and ~40 of the 100 clients have joined by then; FLAIM's
-fixed-T runs make 10 (~69 clients). Measured (5 repeats, 2 shared cores): DistAIM p = 0.1
-0.694 +- 0.090, DistAIM p = 1 0.332 +- 0.001, central AIM 0.332 +- 0.001 (ratio 2.09 and
-1.00; FLAIM 2.10); 3.39 MB uploaded per client.
+AIM's annealing is off by default here (``aim(..., anneal=False)``, ``--anneal`` turns it
+on): FLAIM's runs make exactly T rounds. Measured (2026-11-22, 2 cores, `--repeats 3
+--skip-p1`): 10 selects a run, 71-75 of the 100 clients joined by the last round; DistAIM
+p = 0.1 0.743 +- 0.037 vs central AIM 0.275 +- 0.001 (ratio 2.70; FLAIM 0.42 vs 0.20, 2.10);
+3.39 MB uploaded per client. With annealing (AIM's rule; 4 selects, ~40 clients joined;
+5 repeats): DistAIM p = 0.1 0.694 +- 0.090, p = 1 0.332 +- 0.001, central 0.332 +- 0.001.
 """
 
 from __future__ import annotations
