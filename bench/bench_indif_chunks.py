@@ -15,6 +15,10 @@ Run: .venv/bin/python bench/bench_indif_chunks.py [--every 6] [--dataset adult]
 Measured (2026-11-22, 2 cores shared with a two-process benchmark): 11 of the 66 pairs, 234
 cells; 16-cell chunks 142.7 s, mixed 95.5 s: x0.669 measured, x0.766 modelled; every score
 exact. Full P2 extrapolated 15.3 -> 10.1 min under that load.
+Adult (`--dataset adult --every 15`: 7 pairs, 1,299 cells, k = 16): mixed chunks 0.279
+s/cell on a quiet machine, every score exact (after the add-width fix), full P2 extrapolated
+56.4 min; the 16-cell baseline of that run shared the machine with the test suite, so its
+ratio (x0.462) overstates the gain (modelled: x0.799).
 """
 
 from __future__ import annotations
