@@ -10,7 +10,6 @@ Starts three processes of itself (host-bound, deadline-bounded runtimes from
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from fractions import Fraction
@@ -21,9 +20,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.distaim_common import free_port  # noqa: E402
+from bench.distaim_common import run_as_three_parties  # noqa: E402
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # noqa: E402
-                                 exit_after, party_runtime)
+                                 party_runtime)
 from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian  # noqa: E402
 from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism  # noqa: E402
 
@@ -69,18 +68,7 @@ def main() -> None:
     parser.add_argument("--pid", type=int)
     parser.add_argument("--parties")
     args = parser.parse_args()
-    if args.pid is not None:
-        exit_after(1800)
-        addresses = [PartyAddress(h, int(p)) for h, _, p in
-                     (a.rpartition(":") for a in args.parties.split(","))]
-        _party(args.pid, addresses, args)
-        return
-    parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
-    rest = [a for a in sys.argv[1:]]
-    procs = [subprocess.Popen([sys.executable, __file__, *rest, "--pid", str(pid),
-                               "--parties", parties], cwd=ROOT) for pid in range(3)]
-    for proc in procs:
-        proc.wait(timeout=3600)
+    run_as_three_parties(__file__, args, _party)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ as ``bench_distaim_utility.py``) with each g, printing the workload errors.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from fractions import Fraction
@@ -32,10 +31,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.distaim_common import (adult, all_pairs, free_port, local_oracle,  # noqa: E402
-                                   summary)
+from bench.distaim_common import (adult, all_pairs, local_oracle,  # noqa: E402
+                                   run_as_three_parties, summary)
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # noqa: E402
-                                 exit_after, party_runtime)
+                                 party_runtime)
 
 
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:
@@ -120,17 +119,7 @@ def main() -> None:
     if args.utility:
         _utility(args.utility)
         return
-    if args.pid is not None:
-        exit_after(1800)
-        addresses = [PartyAddress(h, int(p)) for h, _, p in
-                     (a.rpartition(":") for a in args.parties.split(","))]
-        _party(args.pid, addresses, args)
-        return
-    parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
-    procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--pid", str(pid),
-                               "--parties", parties], cwd=ROOT) for pid in range(3)]
-    for proc in procs:
-        proc.wait(timeout=3600)
+    run_as_three_parties(__file__, args, _party)
 
 
 if __name__ == "__main__":

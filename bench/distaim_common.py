@@ -54,3 +54,24 @@ def summary(name: str, runs: list[dict], keys=("one_way", "two_way", "three_way"
         sd = values.std(ddof=1) if len(values) > 1 else float("nan")
         parts.append(f"{key} {values.mean():.4f} +- {sd:.4f}")
     return f"{name} ({len(runs)} runs): " + ", ".join(parts)
+
+
+def run_as_three_parties(script: str, args, party) -> None:
+    """A benchmark that is its own MPC party: with ``--pid`` (and ``--parties``) set, run
+    ``party(pid, addresses, args)`` under a 30 min deadline; otherwise start the three parties
+    as subprocesses of ``script`` on free loopback ports and wait (bounded) for them."""
+    import subprocess
+
+    from distaim.mpc_runtime import PartyAddress, exit_after
+
+    if args.pid is not None:
+        exit_after(1800)
+        addresses = [PartyAddress(h, int(p)) for h, _, p in
+                     (a.rpartition(":") for a in args.parties.split(","))]
+        party(args.pid, addresses, args)
+        return
+    parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
+    procs = [subprocess.Popen([sys.executable, script, *sys.argv[1:], "--pid", str(pid),
+                               "--parties", parties], cwd=ROOT) for pid in range(3)]
+    for proc in procs:
+        proc.wait(timeout=3600)
