@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from concrete import fhe  # noqa: E402
 
 from crypto.selection import (choose_shape, clear_arguments, compile_selection,  # noqa: E402
-                              pbs_estimate, plan_step, random_share, select_plaintext,
+                              pbs_estimate, plan_step, random_priorities, random_share,
+                              select_plaintext,
                               thresholds)
 
 
@@ -63,13 +64,14 @@ def main() -> None:
     scores = rng.integers(0, 2 * args.rows, args.candidates)
     digits = np.array([[[(int(v) >> j) & 1 for j in range(score_bits)] for v in scores]])
     active = np.ones(args.candidates, dtype=np.int64)
-    r_ks, r_cs = random_share(shape), random_share(shape)
-    encrypted = circuit.encrypt(*clear_arguments(digits, active, r_ks, r_cs))
+    r_ks, r_cs, priority = random_share(shape), random_share(shape), random_priorities(shape)
+    encrypted = circuit.encrypt(*clear_arguments(digits, active, r_ks, r_cs, priority))
     started = time.perf_counter()
     outputs = circuit.run(*encrypted)
     seconds = time.perf_counter() - started
     one_hot = [int(np.asarray(o).ravel()[0]) for o in circuit.decrypt(*outputs)]
-    exact = one_hot == select_plaintext(digits[0], active, r_ks[0], r_cs[0], shape, c).tolist()
+    exact = one_hot == select_plaintext(digits[0], active, r_ks[0], r_cs[0], shape, c,
+                                        priority[0]).tolist()
 
     # Baseline: one 3-bit lookup per candidate, same run, same p_error.
     table = fhe.LookupTable([(7 * i + 3) % 8 for i in range(8)])

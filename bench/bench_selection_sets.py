@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clients.preprocess import encode_csv  # noqa: E402
 from crypto.selection import (SelectionShape, acceptance_weights,  # noqa: E402
-                              clear_arguments, compile_selection, random_share, thresholds)
+                              clear_arguments, compile_selection, random_priorities,
+                              random_share, thresholds)
 from feddpsyn.demo import DEMO_ROUNDS, dataset  # noqa: E402
 from params.layout import MarginalLayout  # noqa: E402
 from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS  # noqa: E402
@@ -87,7 +88,7 @@ def encrypted_cost(plan: SelectionPlan, candidates: int) -> tuple[float, float, 
     rng = np.random.default_rng(0)
     digits = rng.integers(0, 2, (1, candidates, shape.score_bits))
     args = clear_arguments(digits, np.ones(candidates, dtype=np.int64), random_share(shape),
-                           random_share(shape))
+                           random_share(shape), random_priorities(shape))
     encrypted = circuit.encrypt(*args)
     started = time.perf_counter()
     circuit.run(encrypted)

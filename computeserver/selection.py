@@ -7,7 +7,10 @@ Design concerns:
   expands from the clients' seeds; K: expected counts from the published 1-ways); chunk
   scores are added under encryption; P3 runs on the digits. Only one-hot outputs are sent.
 * **Its share of the coins and the order, used once.** Each round draws a fresh uniform order
-  and fresh R^CS bits from ``secrets``; the outputs, put back in candidate order, are stored
+  and fresh R^CS bits from ``secrets``; the key server's encrypted priorities per position
+  hide which candidates were tried first (``crypto.selection``: the output is the accepted
+  candidate of least priority, so this server's order tells it nothing about the rejections);
+  the outputs, put back in candidate order, are stored
   durably before they are sent, so a retry re-sends the same ciphertexts (which the key server
   recognises) instead of drawing the round again.
 * **Bounded and resumable.** Candidates and every round's outputs are files; a restarted job
@@ -31,11 +34,11 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.indif import indif_offset
 from crypto.masking import expand_masks
 from crypto.private_selection import indif_name
-from crypto.selection import SelectionShape, random_share
+from crypto.selection import SelectionShape, random_share, secure_order
 from feddpsyn import wire
 from feddpsyn.serving import write_private
 from params.session_plan import SessionPlan, indif_chunks
-from synthesis.pair_selection import expected_counts_for_pairs, secure_order
+from synthesis.pair_selection import expected_counts_for_pairs
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -173,12 +176,14 @@ class SelectionRole(NoisyGreedyRole):
                 if response.status_code != 200:
                     raise RuntimeError(f"key server refused round {round_}'s randomness: "
                                        f"{response.status_code} {response.text[:300]}")
-                r_ks = fhe.Value.deserialize(response.content)
+                r_ks, priority = (fhe.Value.deserialize(b)
+                                  for b in unpack_blobs(response.content, expected=2))
                 order = secure_order(len(pairs))
                 active = np.array([0 if pairs[i] in picks else 1 for i in order])
                 r_cs = random_share(shape)
-                outputs = server.run(*[candidates[i] for i in order], active, r_ks, 2 * r_cs,
-                                     r_cs, evaluation_keys=keys, function_name="select")
+                outputs = server.run(*[candidates[i] for i in order], active, r_ks, priority,
+                                     2 * r_cs, r_cs, evaluation_keys=keys,
+                                     function_name="select")
                 back: list = [None] * len(pairs)
                 for position, candidate in enumerate(order):
                     back[candidate] = outputs[position]

@@ -11,9 +11,10 @@ module, wired so that an output of one is a valid input of another:
   only the sizes a session's pairs use are compiled;
 * ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
   sum of its chunks' scores; two 2-bit lookups per digit);
-* ``select(score_0, ..., score_{S-1}, active, r_ks, xor_twice, xor_shift)``:
+* ``select(score_0, ..., score_{S-1}, active, r_ks, priority, xor_twice, xor_shift)``:
   Primitive 3 (``crypto.selection``), one argument per candidate so that the compute server
-  can pass them in its secret random order, one output per position so it can put them back.
+  can pass them in its secret random order, one output per position so it can put them back;
+  ``r_ks`` and ``priority`` are the key server's encrypted shares of the coins and the order.
 
 Widths. ``count_bits`` here is P2's k (|C - K| < 2^(k-1)), not P1's: the key server encrypts
 M mod 2^k. ``score_bits`` must hold every pair's InDif: with K clipped so that sum K <= rows,
@@ -136,13 +137,15 @@ def _functions(shape: PrivateSelectionShape, c: list[int]):
         scores = [kwargs[f"score_{r}"] for r in range(s)]
         columns = [fhe.array([[score[j] for score in scores]]) for j in range(n)]
         return select_core(shape.selection, c, columns, kwargs["active"], kwargs["r_ks"],
-                           kwargs["xor_twice"], kwargs["xor_shift"])
+                           kwargs["priority"], kwargs["xor_twice"], kwargs["xor_shift"])
 
-    names = [f"score_{r}" for r in range(s)] + ["active", "r_ks", "xor_twice", "xor_shift"]
+    names = [f"score_{r}" for r in range(s)] + ["active", "r_ks", "priority", "xor_twice",
+                                                "xor_shift"]
     select.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names])
     statuses = {f"score_{r}": "encrypted" for r in range(s)}
-    statuses.update(active="clear", r_ks="encrypted", xor_twice="clear", xor_shift="clear")
+    statuses.update(active="clear", r_ks="encrypted", priority="encrypted", xor_twice="clear",
+                    xor_shift="clear")
     return indifs, add, select, statuses
 
 
@@ -174,6 +177,7 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
 
     n = shape.selection.score_bits
     w = shape.selection.random_bits
+    pw = shape.selection.priority_bits
     rng = np.random.default_rng(0)
     indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_sizes, n, rng)
     select_inputs = []
@@ -181,7 +185,8 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
         digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
                   else rng.integers(0, 2, (1, s, n)))
         args = clear_arguments(digits, rng.integers(0, 2, s) | (i % 2),
-                               rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)))
+                               rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)),
+                               rng.integers(0, 2, (1, s, pw)) if i else np.ones((1, s, pw)))
         select_inputs.append(tuple(args[0][0, r] for r in range(s)) + tuple(args[1:]))
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,

@@ -20,17 +20,31 @@ The arithmetic, per selection (S candidates, scores quantised to q = floor(InDif
    (SubRoutine 1's intermediate rounding to kappa bits disappears) and costs no wide lookup:
    the comparison R < c with a clear c is a chain of 3-bit lookups. The clamp: if A has a bit
    at or above n_b, every one of the n_b trials must pass (A = 2^n_b - 1).
-4. **Permute-and-flip's first acceptance**: the compute server feeds the candidates in a
-   secret uniformly random order; ``out_r = accept_r AND NOT (any earlier accept)``; the best
-   candidate (A = 0) always accepts, so exactly one output is 1. The compute server puts the
-   outputs back in candidate order before the key server decrypts them (the position in the
-   random order would tell how many candidates were rejected).
+4. **Permute-and-flip's first acceptance in a hidden order.** Permute-and-flip outputs the
+   first accepted candidate in a uniformly random order; since the order is independent of
+   the coins, that is a uniformly random member of the accepted set. Here every position i
+   carries an encrypted priority pi_KS(i), a fresh uniform permutation of 0..S-1 drawn by the
+   key server, and the compute server places candidate tau(i) at position i in its own secret
+   uniform order tau. The output is the accepted candidate of least priority (an encrypted
+   minimum, most significant priority bit first, like the maximum of step 1). Candidate r's
+   priority is pi_KS(tau^-1(r)): a uniform permutation given pi_KS (tau is unknown to the key
+   server) and given tau (pi_KS is unknown to the compute server). Priorities are distinct,
+   so exactly one output is 1 (the best candidate, A = 0, always accepts): no ties, no
+   statistical slack. The compute server puts the outputs back in candidate order before the
+   key server decrypts them.
 
-**Whose randomness.** Both servers learn the chosen pair, so neither may know the coins: a
-server that knew R_rj and the order could tell which candidates were rejected from the output,
-far more than the mechanism's output. Every R_rj is R^KS_rj XOR R^CS_rj: the key server
-encrypts fresh uniform bits R^KS (it never sees the order or the result of a comparison), the
-compute server XORs its own clear bits in (a leveled operation) and chooses the order.
+**Whose randomness, and each server's view.** Both servers learn the chosen pair, so neither
+may know the coins or the order: a server that knows the order learns from the output that
+every candidate ahead of it rejected, and the best candidate never rejects, so some
+(order, output) pairs have probability 0 on one table and not on a neighbour (the first
+version of this circuit had that defect: the compute server chose the order in clear).
+Every R_rj is R^KS_rj XOR R^CS_rj: the key server encrypts fresh uniform bits R^KS, the
+compute server XORs its own clear bits in (a leveled operation). A server's view is its own
+randomness (R^CS and tau, or R^KS and pi_KS), ciphertexts (computationally hidden) and the
+output. Given its own randomness, the trials' bits R are uniform and the priorities a uniform
+permutation, so the output is distributed exactly as permute-and-flip with weights W: the
+view is (its own data-independent randomness, a PF sample), and the bound below holds for
+it. ``tests/test_selection_views.py`` enumerates both views exactly on tiny instances.
 
 **Privacy** (our derivation, in the style of McKenna and Sheldon's proof). With acceptance
 probabilities p_r = h(A_r), PF outputs r with probability p_r * integral_0^1
@@ -45,8 +59,8 @@ worst case over every A (``crypto.exp_privacy.bernoulli_product_eta``): Theorem 
 bound. Quantising InDif (sensitivity 1, add/remove) by floor(. / 2^t) keeps sensitivity 1.
 
 >>> shape = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=3, kappa_prime=(4, 4, 4))
->>> thresholds(shape, Fraction(1))
-[10, 6, 2]
+>>> thresholds(shape, Fraction(1)), shape.priority_bits
+([10, 6, 2], 2)
 """
 
 from __future__ import annotations
@@ -63,7 +77,8 @@ from concrete import fhe
 from crypto.aggregation import fhe_tag
 
 __all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext",
-           "compile_selection", "random_share", "pbs_estimate"]
+           "compile_selection", "random_share", "random_priorities", "secure_order",
+           "pbs_estimate"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,11 @@ class SelectionShape:
     @property
     def random_bits(self) -> int:
         return sum(self.kappa_prime)
+
+    @property
+    def priority_bits(self) -> int:
+        """Digits of a position's priority, a value in 0..S-1."""
+        return max(1, (self.candidates - 1).bit_length())
 
 
 def thresholds(shape: SelectionShape, epsilon: Fraction) -> list[int]:
@@ -219,8 +239,10 @@ def threshold_bits(shape: SelectionShape, c: list[int]) -> np.ndarray:
 
 
 def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
-                     r_cs: np.ndarray, shape: SelectionShape, c: list[int]) -> np.ndarray:
-    """The circuit's exact integer model: the one-hot output, in the input (random) order."""
+                     r_cs: np.ndarray, shape: SelectionShape, c: list[int],
+                     priority: np.ndarray) -> np.ndarray:
+    """The circuit's exact integer model: the one-hot output, in the input (position) order.
+    ``priority``: each position's priority (a permutation of 0..S-1, or its bits (S, w))."""
     digits = np.asarray(digits, dtype=np.int64)  # (S, n): one selection
     q = sum(digits[:, j] << (j - shape.drop_bits)
             for j in range(shape.drop_bits, shape.score_bits)) * np.asarray(active)
@@ -233,16 +255,22 @@ def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
         trial = sum(r[:, pos + i] << i for i in range(kp))
         pos += kp
         accept &= ~(((clamped >> j) & 1).astype(bool) & (trial >= c[j]))
+    priority = np.asarray(priority, dtype=np.int64)
+    if priority.ndim == 2:
+        priority = sum(priority[:, i] << i for i in range(priority.shape[1]))
     out = np.zeros(len(q), dtype=np.int64)
-    out[np.argmax(accept)] = 1  # the first acceptance in the given order
+    # the accepted position of least priority (rejected ones rank after every accepted one)
+    out[np.argmin(np.where(accept, priority, len(q) + priority))] = 1
     return out
 
 
-def clear_arguments(digits, active, r_ks, r_cs) -> tuple:
-    """The circuit's argument tuple from the natural inputs (see ``select_core``)."""
+def clear_arguments(digits, active, r_ks, r_cs, priority) -> tuple:
+    """The circuit's argument tuple from the natural inputs (see ``select_core``);
+    ``priority``: the key server's priority bits, (batch, S, priority_bits)."""
     r_cs = np.asarray(r_cs, dtype=np.int64)
     return (np.asarray(digits, dtype=np.int64), np.asarray(active, dtype=np.int64),
-            np.asarray(r_ks, dtype=np.int64), 2 * r_cs, r_cs)
+            np.asarray(r_ks, dtype=np.int64), np.asarray(priority, dtype=np.int64),
+            2 * r_cs, r_cs)
 
 
 def _lut(fn, width: int) -> fhe.LookupTable:
@@ -265,7 +293,6 @@ def _le_table(d_bits: list[int]) -> fhe.LookupTable:
 
 
 _FAIL = _lut(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
-_FIRST = _lut(lambda i: int(i == 1), 2)           # accept + 2 any_before
 
 
 def _tlu(table: fhe.LookupTable, index):
@@ -296,16 +323,17 @@ def _or_elements(matrix, length: int):
 
 
 def _selection_function(shape: SelectionShape, c: list[int]):
-    def select(digits, active, r_ks, xor_twice, xor_shift):
+    def select(digits, active, r_ks, priority, xor_twice, xor_shift):
         columns = [digits[:, :, j] for j in range(shape.score_bits)]
-        return select_core(shape, c, columns, active, r_ks, xor_twice, xor_shift)
+        return select_core(shape, c, columns, active, r_ks, priority, xor_twice, xor_shift)
 
     return select
 
 
-def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks, xor_twice,
-                xor_shift) -> tuple:
-    """The traced arithmetic; ``columns[j]`` is digit j of every candidate, (batch, S).
+def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks, priority,
+                xor_twice, xor_shift) -> tuple:
+    """The traced arithmetic; ``columns[j]`` is digit j of every candidate, (batch, S);
+    ``priority`` the key server's encrypted priority bits, (batch, S, priority_bits).
 
     concrete multiplies only when one side is encrypted, so the compute server passes its clear
     inputs pre-scaled (:func:`clear_arguments`): xor_twice = 2 R_cs, xor_shift = R_cs. The
@@ -347,15 +375,17 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
         fails.append(_tlu(_FAIL, a_j + 2 * (0 if saturated is None else saturated) + 4 * le))
     fails.append(fails[0] * 0 + 1 - active)
     accept = 1 - _or_columns(fails)
-    # 4. first acceptance in the given order
-    # The first output goes through a lookup too, so that every output has the same encoding
-    # and the compute server may put them back in candidate order before decryption.
-    outs, before = [_tlu(_FIRST, accept[:, 0])], accept[:, 0]
-    for i in range(1, s):
-        outs.append(_tlu(_FIRST, accept[:, i] + 2 * before))
-        if i + 1 < s:
-            before = _tlu(_NONZERO, accept[:, i] + before)
-    return tuple(outs)  # one (batch,) output per position: the caller may reorder them
+    # 4. the accepted position of least priority, most significant priority bit first: a
+    # position stays alive while its prefix is 0 wherever some alive position's prefix is 0.
+    # Every output is a _KEEP_ALIVE lookup, so all share one encoding and the compute server
+    # may put them back in candidate order before decryption.
+    alive = accept
+    for j in reversed(range(shape.priority_bits)):
+        low = 1 - priority[:, :, j]  # 1 where this priority bit is 0
+        hits = _tlu(_AND, alive + 2 * low)
+        any_low = _or_elements(hits, s).reshape((shape.batch, 1))
+        alive = _tlu(_KEEP_ALIVE, alive + 2 * low + 4 * any_low)
+    return tuple(alive[:, i] for i in range(s))  # one (batch,) output per position
 
 
 def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fhe.Circuit:
@@ -364,18 +394,20 @@ def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fh
         fhe_tag.tag_context.stack = []
     compiler = fhe.Compiler(_selection_function(shape, c),
                             {"digits": "encrypted", "active": "clear", "r_ks": "encrypted",
-                             "xor_twice": "clear", "xor_shift": "clear"})
+                             "priority": "encrypted", "xor_twice": "clear", "xor_shift": "clear"})
     b, s, n, w = shape.batch, shape.candidates, shape.score_bits, shape.random_bits
+    pw = shape.priority_bits
     rng = np.random.default_rng(0)
     inputset = []
     for i in range(12):
         inputset.append(clear_arguments(rng.integers(0, 2, (b, s, n)),
                                         rng.integers(0, 2, s) | (i % 2),
                                         rng.integers(0, 2, (b, s, w)),
-                                        rng.integers(0, 2, (b, s, w))))
+                                        rng.integers(0, 2, (b, s, w)),
+                                        rng.integers(0, 2, (b, s, pw))))
     ones = np.ones((b, s, w), dtype=np.int64)
     inputset.append(clear_arguments(np.ones((b, s, n), dtype=np.int64), ones[0, :, 0], ones,
-                                    0 * ones))
+                                    0 * ones, np.ones((b, s, pw), dtype=np.int64)))
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
@@ -391,9 +423,54 @@ def random_share(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray
     return bits.reshape(shape.batch, shape.candidates, shape.random_bits)
 
 
+def random_priorities(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray:
+    """The key server's share of the hidden order: per selection a uniform permutation of
+    0..S-1 (one priority per position), as bits, (batch, S, priority_bits), least
+    significant first."""
+    out = np.zeros((shape.batch, shape.candidates, shape.priority_bits), dtype=np.int64)
+    for b in range(shape.batch):
+        ranks = np.array(secure_order(shape.candidates, randbits), dtype=np.int64)
+        for i in range(shape.priority_bits):
+            out[b, :, i] = (ranks >> i) & 1
+    return out
+
+
+def secure_order(n: int, randbits=secrets.randbits) -> list[int]:
+    """A uniformly random order of range(n) from a cryptographic source; fails closed."""
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):  # Fisher-Yates; rejection keeps every swap uniform
+        bound = i + 1
+        width = bound.bit_length()
+        for _ in range(128):
+            j = randbits(width)
+            if j < bound:
+                break
+        else:
+            raise RuntimeError("random source failed to give a value below the bound")
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def _or_tree_lookups(count: int) -> int:
+    """Lookups of :func:`_or_columns` over ``count`` columns."""
+    total = 0
+    while count > 1:
+        total += count // 3 + (1 if count % 3 > 1 else 0)
+        count = -(-count // 3)
+    return total
+
+
 def pbs_estimate(shape: SelectionShape) -> int:
-    """Bootstraps of one selection (what the benchmark's cost model and estimates use)."""
+    """Bootstraps of one selection, counted from the circuit's structure (an upper bound on
+    concrete's count: ``tests/test_selection.py`` compares it with the compile statistics).
+    The session's fhe_delta uses the compiled count itself; this count is for plans made
+    before anything is compiled (``feddpsyn params``, the demo's estimate)."""
     s, width = shape.candidates, shape.quantised_bits
-    per_digit = 2 * s + (s + 1) // 2 + 2 * s  # and/alive, OR tree, diff/borrow
-    trials = s * sum(-(-kp // shape.trial_bits) for kp in shape.kappa_prime) + s * shape.nb
-    return width * per_digit + trials + s * (shape.nb // 2 + 2) + 2 * s
+    or_s = _or_tree_lookups(s)
+    maximum = width * or_s + (width - 1) * s + width * s  # OR trees, AND hits, keep alive
+    difference = width + (width - 1)  # per candidate: digit and borrow lookups
+    saturated = _or_tree_lookups(width - shape.nb) if width > shape.nb else 0
+    trials = sum(-(-kp // shape.trial_bits) for kp in shape.kappa_prime) + shape.nb
+    accept = _or_tree_lookups(shape.nb + 1)
+    order = shape.priority_bits * (2 * s + or_s)
+    return maximum + s * (difference + saturated + trials + accept) + order

@@ -1,7 +1,8 @@
 """Session keys: compile the session's circuit, generate keys from the CSPRNG, keep them here.
 
 Design concern: **the secret key never leaves this module's files.** Keys are generated with
-128-bit seeds from ``secrets`` (concrete's own default seed is 0, i.e. predictable keys),
+128-bit seeds from ``secrets`` (concrete's seed 0 would also mean fresh OS entropy, not a
+fixed key; an explicit seed from ``secrets`` makes the source ours and visible here),
 written with mode 0600 inside the key server's state directory, and only the compiled
 server artefact and the evaluation keys (which decrypt nothing) are ever handed out.
 """
@@ -117,11 +118,15 @@ class SelectionKeys(ScoreModuleKeys):
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
         return SelectionKeys(client, shape), server_zip, evaluation_keys
 
-    def encrypt_randomness(self, r_ks: np.ndarray) -> bytes:
+    def encrypt_randomness(self, r_ks: np.ndarray, priority: np.ndarray) -> list[bytes]:
+        """This server's encrypted shares of one round: the trials' bits R^KS and the
+        positions' priorities (``crypto.selection``), as the ``select`` arguments they are."""
         s = self.shape.selection.candidates
-        args: list = [None] * (s + 4)
+        args: list = [None] * (s + 5)
         args[s + 1] = np.asarray(r_ks, dtype=np.int64)
-        return self._client.encrypt(*args, function_name="select")[s + 1].serialize()
+        args[s + 2] = np.asarray(priority, dtype=np.int64)
+        encrypted = self._client.encrypt(*args, function_name="select")
+        return [encrypted[s + 1].serialize(), encrypted[s + 2].serialize()]
 
     def decrypt_one_hot(self, outputs: list[fhe.Value]) -> list[int]:
         values = self._client.decrypt(*outputs, function_name="select")

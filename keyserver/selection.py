@@ -8,9 +8,11 @@ Design concerns:
   accepts them only if exactly one output is 1, at a candidate not chosen before. A retry
   with the same outputs returns the recorded pair; different outputs for a decided round are
   refused (a second decryption would be a second sample).
-* **Its share of the coins, never the order.** Each round's R^KS bits come from ``secrets``,
-  are encrypted and stored (a retry gets the same ciphertext); this server never sees the
-  compute server's order or its share, nor any score.
+* **Its share of the coins and of the order.** Each round's R^KS bits and its positions'
+  priorities (a uniform permutation) come from ``secrets``, are encrypted and stored (a retry
+  gets the same ciphertexts); this server never sees the compute server's order or its share,
+  nor any score. The chosen candidate is the accepted one of least priority, so neither
+  server alone knows the order in which candidates were tried (``crypto.selection``).
 * **Inputs are fresh encryptions of sums it already holds.** P2's inputs are
   M = (sum of the clients' masked vectors) mod 2^k per 2-way cell: uniformly distributed
   given the masks, which the compute server holds and this server never sees.
@@ -29,7 +31,7 @@ import numpy as np
 
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
-from crypto.selection import random_share, thresholds
+from crypto.selection import random_priorities, random_share, thresholds
 from feddpsyn import wire
 from feddpsyn.serving import ServiceError, write_private
 from keyserver.keys import SelectionKeys
@@ -171,7 +173,8 @@ class SelectionRole(NoisyGreedyRole):
                                     f"{len(self._decided(session_id))}")
 
     def selection_randomness(self, session_id: str, round_: int) -> bytes:
-        """This server's encrypted share of round ``round_``'s coins (the same on a retry)."""
+        """This server's encrypted shares of round ``round_``'s coins and order, packed
+        (R^KS, priorities); the same on a retry."""
         plan = self._selection_plan(session_id)
         self._check_round(plan, session_id, round_)
         with self.db.connect() as conn:
@@ -179,8 +182,8 @@ class SelectionRole(NoisyGreedyRole):
                                "AND round = ?", (session_id, round_)).fetchone()
         if row is not None:
             return bytes(row["value"])
-        value = self.selection_keys(session_id).encrypt_randomness(
-            random_share(plan.selection.shape)[0][None])
+        value = pack_blobs(self.selection_keys(session_id).encrypt_randomness(
+            random_share(plan.selection.shape), random_priorities(plan.selection.shape)))
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO selection_randomness VALUES (?, ?, ?)",
                          (session_id, round_, value))

@@ -12,8 +12,9 @@ encrypted rounds.
   no pair lowers it. (PrivSyn splits rho by cells^(2/3); we split evenly, as our release
   does.)
 * :func:`em_rounds_model`: the rounds of ``crypto.selection`` exactly as the servers run them
-  (random order from the compute server, joint random bits, first acceptance), in clear,
-  for the benchmark's simulation; tests prove each stage bit-identical to the circuits.
+  (the compute server's order, joint random bits, the key server's priorities, the accepted
+  candidate of least priority), in clear, for the benchmark's simulation; tests prove each
+  stage bit-identical to the circuits.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from fractions import Fraction
 import numpy as np
 
 from crypto.indif import expected_counts
-from crypto.selection import SelectionShape, random_share, select_plaintext
+from crypto.selection import (SelectionShape, random_priorities, random_share,
+                              secure_order, select_plaintext)
 
-__all__ = ["expected_counts_for_pairs", "indif_scores", "greedy_select", "em_rounds_model",
-           "secure_order"]
+__all__ = ["expected_counts_for_pairs", "indif_scores", "greedy_select", "em_rounds_model"]
 
 
 def expected_counts_for_pairs(one_way: list[np.ndarray], pairs: list[tuple[int, int]],
@@ -86,24 +87,9 @@ def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], roun
     for _ in range(rounds):
         order = secure_order(s, randbits)
         r_ks, r_cs = random_share(shape, randbits)[0], random_share(shape, randbits)[0]
-        one_hot = select_plaintext(digits[order], active[order], r_ks, r_cs, shape, c)
+        priority = random_priorities(shape, randbits)[0]
+        one_hot = select_plaintext(digits[order], active[order], r_ks, r_cs, shape, c, priority)
         pick = order[int(np.argmax(one_hot))]
         chosen.append(pick)
         active[pick] = 0
     return chosen
-
-
-def secure_order(n: int, randbits=secrets.randbits) -> list[int]:
-    """A uniformly random order of range(n) from a cryptographic source."""
-    order = list(range(n))
-    for i in range(n - 1, 0, -1):  # Fisher-Yates; rejection keeps every swap uniform
-        bound = i + 1
-        width = bound.bit_length()
-        for _ in range(128):
-            j = randbits(width)
-            if j < bound:
-                break
-        else:
-            raise RuntimeError("random source failed to give a value below the bound")
-        order[i], order[j] = order[j], order[i]
-    return order

@@ -10,8 +10,8 @@ import pytest
 from crypto.indif import indif_exact, indif_offset
 from crypto.private_selection import (PrivateSelectionShape, add_plaintext,
                                       compile_private_selection, indif_name)
-from crypto.selection import (SelectionShape, clear_arguments, random_share, select_plaintext,
-                              thresholds)
+from crypto.selection import (SelectionShape, clear_arguments, random_priorities, random_share,
+                              select_plaintext, thresholds)
 
 K, CELLS = 6, 6
 SELECTION = SelectionShape(candidates=3, score_bits=6, drop_bits=0, nb=3, kappa_prime=(3, 3, 4))
@@ -56,13 +56,15 @@ def test_indif_add_select_compose_and_match_their_models(module):
     for order in ([0, 1, 2], [2, 0, 1]):  # the compute server's secret order
         active = np.array([1, 1, 1])
         r_ks, r_cs = random_share(SELECTION), random_share(SELECTION)
+        priority = random_priorities(SELECTION)
         args = clear_arguments(np.zeros((1, 3, SELECTION.score_bits), dtype=np.int64), active,
-                               r_ks, r_cs)
-        r_ks_encrypted = module.select.encrypt(None, None, None, None, args[2], None, None)[4]
-        out = module.select.run(*[candidates[i] for i in order], args[1], r_ks_encrypted,
-                                *args[3:])
+                               r_ks, r_cs, priority)
+        encrypted_shares = module.select.encrypt(None, None, None, None, args[2], args[3],
+                                                 None, None)
+        out = module.select.run(*[candidates[i] for i in order], args[1], *encrypted_shares[4:6],
+                                *args[4:])
         model = select_plaintext(np.array([digits(scores[i]) for i in order]), active,
-                                 r_ks[0], r_cs[0], SELECTION, c)
+                                 r_ks[0], r_cs[0], SELECTION, c, priority[0])
         # The compute server puts the outputs back in candidate order before the key server
         # decrypts them: every output position must decrypt any output.
         back = [None] * 3

@@ -13,8 +13,9 @@ from scipy import stats
 
 from crypto.permute_and_flip import pf_probabilities_exact
 from crypto.selection import (SelectionShape, acceptance_weights, choose_shape, clear_arguments,
-                              compile_selection, pbs_estimate, plan_step, random_share,
-                              select_plaintext, step_eta, threshold_bits, thresholds)
+                              compile_selection, pbs_estimate, plan_step, random_priorities,
+                              random_share, select_plaintext, step_eta, threshold_bits,
+                              thresholds)
 
 BATCH = 40
 SHAPE = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 4),
@@ -40,8 +41,8 @@ def circuit():
     return c
 
 
-def run_circuit(circuit, digits, active, r_ks, r_cs):
-    args = clear_arguments(digits, active, r_ks, r_cs)
+def run_circuit(circuit, digits, active, r_ks, r_cs, priority):
+    args = clear_arguments(digits, active, r_ks, r_cs, priority)
     outputs = circuit.decrypt(*circuit.run(*circuit.encrypt(*args)))
     return np.array([np.asarray(o).ravel() for o in outputs]).T  # (batch, S)
 
@@ -61,10 +62,11 @@ def test_circuit_is_bit_identical_to_the_model_and_samples_the_fixed_point_pf(ci
                            for order in orders])
         r_ks, r_cs = (random_share(SHAPE, source.getrandbits),
                       random_share(SHAPE, source.getrandbits))
-        out = run_circuit(circuit, digits, active, r_ks, r_cs)
+        priority = random_priorities(SHAPE, source.getrandbits)
+        out = run_circuit(circuit, digits, active, r_ks, r_cs, priority)
         for b in range(BATCH):
             assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b],
-                                                       SHAPE, c).tolist()
+                                                       SHAPE, c, priority[b]).tolist()
             assert out[b].sum() == 1
             picks[orders[b][int(np.argmax(out[b]))]] += 1
     expected = np.array([float(p) for p in model_probabilities(scores, SHAPE, EPS)])
@@ -76,12 +78,12 @@ def test_inactive_candidates_are_never_chosen_and_random_scores_agree(circuit):
     c = thresholds(SHAPE, EPS)
     digits = rng.integers(0, 2, (BATCH, 3, SHAPE.score_bits))
     active = np.array([1, 0, 1])
-    r_ks, r_cs = random_share(SHAPE), random_share(SHAPE)
-    out = run_circuit(circuit, digits, active, r_ks, r_cs)
+    r_ks, r_cs, priority = random_share(SHAPE), random_share(SHAPE), random_priorities(SHAPE)
+    out = run_circuit(circuit, digits, active, r_ks, r_cs, priority)
     assert out[:, 1].sum() == 0 and (out.sum(axis=1) == 1).all()
     for b in range(BATCH):
         assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b], SHAPE,
-                                                   c).tolist()
+                                                   c, priority[b]).tolist()
 
 
 @pytest.mark.parametrize("scores, eps", [([9, 7, 8, 2], Fraction(1)),
@@ -101,7 +103,8 @@ def test_model_frequencies_match_the_exact_distribution(scores, eps):
         order = source.sample(range(len(scores)), len(scores))
         r_ks = random_share(shape, source.getrandbits)[0]
         r_cs = random_share(shape, source.getrandbits)[0]
-        out = select_plaintext(digits[order], active, r_ks, r_cs, shape, c)
+        priority = random_priorities(shape, source.getrandbits)[0]
+        out = select_plaintext(digits[order], active, r_ks, r_cs, shape, c, priority)
         picks[order[int(np.argmax(out))]] += 1
     expected = np.array([float(p) for p in model_probabilities(scores, shape, eps)]) * n
     assert stats.chisquare(picks, expected).pvalue > 1e-6
@@ -150,3 +153,25 @@ def test_step_plan_fits_its_budget_and_charges_the_numerical_loss():
     assert 4 * step.eta <= 0.01 * float(step.epsilon)  # choose_shape's target
     assert float(step.rho) > 0.99 * float(rho)        # and the budget is not wasted
     assert pbs_estimate(shape) > 0
+
+
+def test_bootstrap_count_bounds_the_compiled_count(circuit):
+    """The structural count used before anything is compiled is what concrete compiles
+    (per selection of the batch)."""
+    compiled = circuit.statistics["programmable_bootstrap_count"]
+    assert pbs_estimate(SHAPE) * BATCH >= compiled
+    assert pbs_estimate(SHAPE) * BATCH <= compiled * 1.05
+
+
+def test_priorities_are_uniform_permutations():
+    source = random.Random(5)
+    shape = SelectionShape(candidates=3, score_bits=2, drop_bits=0, nb=1, kappa_prime=(2,),
+                           batch=6000)
+    bits = random_priorities(shape, source.getrandbits)
+    ranks = sum(bits[:, :, i] << i for i in range(shape.priority_bits))
+    assert all(sorted(row) == [0, 1, 2] for row in ranks.tolist())
+    counts = {}
+    for row in ranks.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    assert len(counts) == 6
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-6
