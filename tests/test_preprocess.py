@@ -32,11 +32,17 @@ def test_column_order_in_the_file_does_not_matter(tmp_path):
     ("age,sex\n10,X\n", r"row 1 \(line 2\), column 'sex': unknown category 'X'"),
     ("age,sex\n,F\n", r"row 1 \(line 2\), column 'age': missing value"),
     ("age,sex\nold,F\n", r"column 'age': non-numeric value 'old'"),
-    ("age,sex\nnan,F\n", r"column 'age': non-numeric value 'nan'"),
+    ("age,sex\nnan,F\n", r"column 'age': missing value \('nan'\)"),
+    ("age,sex\ninf,F\n", r"column 'age': non-numeric value 'inf'"),
+    ("age,sex\n1/3,F\n", r"column 'age': non-numeric value '1/3'"),
+    ("age,sex\n\"5,5\",F\n", r"non-numeric value '5,5' in a continuous column \(decimal comma\? "
+                            r"write 5.5\)"),
     ("age,sex\n10,F,extra\n", r"row 1 \(line 2\): has 3 fields"),
     ("age,gender\n10,F\n", r"missing columns \['sex'\]; unexpected columns \['gender'\]"),
     ("age\n10\n", r"missing columns \['sex'\]"),
-    ("age,sex,sex\n10,F,F\n", r"unexpected|duplicate"),
+    ("age,sex,sex\n10,F,F\n", r"header \(line 1\): duplicate column names: column 'sex' at "
+                               r"positions 2 and 3"),
+    ("age;sex\n10;F\n", r"is it separated by ';'\?"),
 ])
 def test_every_bad_value_is_named_by_file_row_and_column(tmp_path, body, message):
     path = write(tmp_path, body)
