@@ -20,8 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("feddpsyn")
 
@@ -77,6 +79,19 @@ def service_app(title: str, description: str, worker: "BackgroundWorker",
         detail = "invalid request: " + "; ".join(problems) + (f"; and {more} more" if more > 0
                                                               else "")
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        # FastAPI answers a JSON body it cannot decode at all (bytes that are not UTF-8,
+        # nesting too deep for the parser) with an undocumented 400; it is the same client
+        # mistake as malformed JSON, which is a documented 422.
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            reason = {UnicodeDecodeError: "not UTF-8 text",
+                      RecursionError: "nested too deeply"}.get(type(exc.__cause__),
+                                                               type(exc.__cause__).__name__)
+            return JSONResponse(status_code=422, content={
+                "detail": f"invalid request: body: not readable as JSON ({reason})"})
+        return await http_exception_handler(request, exc)
 
     app.state.max_body_bytes = max_body_bytes
     return app

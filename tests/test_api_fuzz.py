@@ -13,7 +13,11 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error, response_schema_conformance
+from schemathesis.checks import (
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from computeserver.app import create_app as create_compute_app
 from feddpsyn import wire
@@ -37,7 +41,8 @@ CLIENT = SESSION.client_tokens["c1"]
 
 CREDENTIALS = {"operator": OPERATOR, "client": CLIENT, "peer": PEER, "none": None,
                "peer-client": None}
-CHECKS = [not_a_server_error, response_schema_conformance]
+# status_code_conformance: every status a server returns is declared in its OpenAPI document.
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 # Bounded in the suite; bench/fuzz_api.py raises it for the long run.
 FUZZ = settings(max_examples=int(os.environ.get("FEDDPSYN_FUZZ_EXAMPLES", "12")), deadline=None,
                 derandomize=True, suppress_health_check=list(HealthCheck))
@@ -89,3 +94,55 @@ def test_compute_server_never_fails_and_keeps_its_contract(case, who, peer_key_s
     if "session_id" in (case.path_parameters or {}) and who == "peer-client":
         case.path_parameters["session_id"] = peer_key_server
     case.call_and_validate(headers=headers(who), checks=CHECKS)
+
+
+# Bodies no generator is sure to try: bytes that are not UTF-8, a BOM, truncated JSON,
+# nesting deeper than the parser's recursion limit, JSON's forbidden constants, nothing.
+MALFORMED_BODIES = [b"\xff\xfe\x00{", b"\xc3(", "\ufeff{}".encode(), b'{"schema": ',
+                    b"[" * 100_000 + b"]" * 100_000, b'{"epsilon": NaN}', b"", b"null"]
+
+
+def _json_body_operations(app) -> list[tuple[str, str, dict]]:
+    document = app.openapi()
+    found = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/json" in content:
+                found.append((method.upper(), path, operation))
+    return found
+
+
+def _concrete_path(path: str, session_id: str) -> str:
+    return path.replace("{session_id}", session_id).replace("{client_id}", "c1")
+
+
+@pytest.mark.parametrize("app_name", ["key", "compute"])
+def test_malformed_bytes_get_a_documented_status_and_the_one_error_shape(app_name,
+                                                                          peer_key_server):
+    from starlette.testclient import TestClient
+
+    app = KEY_APP if app_name == "key" else COMPUTE_APP
+    session_id = SESSION.session.session_id if app_name == "key" else peer_key_server
+    operations = _json_body_operations(app)
+    # POST /sessions and PUT .../masked at the key server, PUT .../seed at the compute server.
+    assert {p for _, p, _ in operations} >= (
+        {"/sessions", "/sessions/{session_id}/clients/{client_id}/masked"}
+        if app_name == "key" else {"/sessions/{session_id}/clients/{client_id}/seed"})
+    client = TestClient(app)
+    who_list = ["operator", "client", "peer", "none"] if app_name == "key" else [
+        "peer-client", "none"]
+    for method, path, operation in operations:
+        documented = {int(code) for code in operation["responses"] if code.isdigit()}
+        for who in who_list:
+            for body in MALFORMED_BODIES:
+                response = client.request(method, _concrete_path(path, session_id),
+                                          content=body, headers={
+                                              **headers(who),
+                                              "Content-Type": "application/json"})
+                assert response.status_code in documented, (method, path, who, body[:20],
+                                                             response.status_code,
+                                                             response.text)
+                if response.status_code >= 400:
+                    assert set(response.json()) == {"detail"}
+                    assert isinstance(response.json()["detail"], str)
