@@ -4,7 +4,8 @@ Design concerns:
 
 * **Its noise before anything leaves.** Every pair's encrypted InDif (P2 and chunk sums,
   shared with ``em``: ``computeserver.selection``) gets z_CS ~ N_Z(0, sigma2) from
-  ``crypto.discrete_gaussian`` (CSPRNG) under encryption (``crypto.noisy_scores``'s ``noise``),
+  ``crypto.discrete_gaussian`` (CSPRNG, drawn when the session is learned:
+  ``crypto.noise_pool``) under encryption (``crypto.noisy_scores``'s ``noise``),
   so the key server, which decrypts, sees InDif + z_CS only. A draw outside the circuit's
   offset fails closed (the session is blocked, nothing is sent; probability below
   2 exp(-800) a draw, counted in the session's delta).
@@ -19,14 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
-from fractions import Fraction
+
+import numpy as np
 
 from crypto.blobs import pack_blobs
-from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
 from feddpsyn import wire
 from feddpsyn.serving import write_private
-from params.session_plan import SessionPlan
+from params.session_plan import SCORE_NOISE, SessionPlan
 
 __all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL", "noisy_shape"]
 
@@ -64,8 +65,7 @@ class NoisyGreedyRole:
         if not path.exists():
             shape = noisy_shape(public)
             scores = self._candidate_scores(session_id, plan, seeds)
-            noise = discrete_gaussian_vector(Fraction(public.selection.noise_sigma2),
-                                             len(scores))
+            noise = self.pool_noise(session_id, SCORE_NOISE, np.arange(len(scores)))
             try:
                 operands = [noise_operand(int(z), shape) for z in noise]
             except NoiseOutOfRange as exc:

@@ -37,6 +37,7 @@ from crypto.private_selection import indif_name
 from crypto.selection import SelectionShape, random_share, secure_order
 from feddpsyn import wire
 from feddpsyn.serving import write_private
+from params.selection_plan import row_bound
 from params.session_plan import SessionPlan, indif_chunks
 from synthesis.pair_selection import expected_counts_for_pairs
 
@@ -96,12 +97,27 @@ class SelectionRole(NoisyGreedyRole):
         return [np.asarray(result.marginals[slot.key].counts, dtype=float)
                 for slot in plan.layout.one_way]
 
+    def _check_row_bound(self, session_id: str, plan: SessionPlan) -> None:
+        """Refuse the selection when the union may exceed max_rows (a score could wrap):
+        checked on the published 1-ways (``params.selection_plan.row_bound``); the session
+        is blocked with the reason, and nothing is sent to the key server."""
+        public = self.public(session_id)
+        check = row_bound(self._one_way_release(session_id, plan),
+                          plan.release("one_way").sigma2, 2, public.selection.max_rows,
+                          public.selection.row_bound_delta)
+        if not check.holds:
+            with self.db.transaction() as conn:
+                conn.execute("UPDATE sessions SET blocked = ? WHERE id = ?",
+                             (f"selection refused: {check.message()}", session_id))
+            raise RuntimeError(check.message())
+
     def _candidate_scores(self, session_id: str, plan: SessionPlan,
                           seeds: dict[str, bytes]) -> list[fhe.Value]:
         """Every pair's encrypted InDif digits (P2 per chunk, then chunk sums)."""
         path = self.session_dir(session_id) / "outputs" / "selection_candidates.bin"
         if path.exists():
             return [fhe.Value.deserialize(b) for b in unpack_blobs(path.read_bytes())]
+        self._check_row_bound(session_id, plan)
         public = self.public(session_id)
         chosen = public.selection
         k, k2 = plan.parameters.count_bits, chosen.indif_bits

@@ -34,7 +34,7 @@ from concrete import fhe
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from crypto.noise_pool import draw_pool, pool_noise
 from crypto.masking import expand_masks, seed_commitment
 from feddpsyn import wire
 from feddpsyn.serving import (
@@ -47,7 +47,8 @@ from feddpsyn.serving import (
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.schema import Schema
-from params.session_plan import ReleaseSpec, SessionPlan, selected_release
+from params.session_plan import (ReleaseSpec, SessionPlan, noise_draws, noise_label,
+                                 selected_release)
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -125,6 +126,9 @@ class ComputeServer(SelectionRole):
         write_private(directory / "evaluation_keys.bin",
                       base64.b64decode(peer.evaluation_keys_b64))
         self._store_selection_artefacts(peer, directory)
+        # Every noise this server may add, drawn now, before any client uploads
+        # (crypto.noise_pool): no run time later depends on a noise value.
+        write_private(directory / "noise_pool.npz", draw_pool(_noise_draws(peer.session)))
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, NULL)",
                          (session_id, peer.session.model_dump_json(by_alias=True),
@@ -275,6 +279,11 @@ class ComputeServer(SelectionRole):
             raise RuntimeError(detail)
         return seeds
 
+    def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
+        """This server's noise drawn when it learned the session (``crypto.noise_pool``)."""
+        blob = (self.session_dir(session_id) / "noise_pool.npz").read_bytes()
+        return pool_noise(blob, label, positions)
+
     def _circuit(self, session_id: str) -> tuple[fhe.Server, fhe.EvaluationKeys]:
         with self._lock:
             if session_id in self._servers:
@@ -368,18 +377,28 @@ class ComputeServer(SelectionRole):
         cells = plan.layout.cells_of(plan.slots_of(spec))
         select_full = np.zeros_like(mask_sum)
         select_full[cells] = 1
+        selection = public.selection
+        noise_full = np.zeros_like(mask_sum)
+        noise_full[cells] = self.pool_noise(session_id, noise_label(
+            spec, None if selection is None else selection.mode), cells)
         server, keys = self._circuit(session_id)
         outputs = []
         for c in sorted(set((cells // chunk).tolist())):
             window = slice(c * chunk, (c + 1) * chunk)
             select = select_full[window]
-            noise = np.zeros(chunk, dtype=np.int64)
-            noise[select == 1] = discrete_gaussian_vector(spec.sigma2, int(select.sum()))
-            offset = release_offset(mask_sum[window], noise, select, k)
+            offset = release_offset(mask_sum[window], noise_full[window], select, k)
             args = [fhe.Value.deserialize(blobs[cid][c]) for cid in public.clients]
             out = server.run(*args, select, offset, evaluation_keys=keys)
             outputs.append(out.serialize())
         return pack_blobs(outputs)
+
+
+def _noise_draws(public: wire.SessionPublic):
+    selection = public.selection
+    return noise_draws(_layout(public), tuple(_release_spec(r) for r in public.releases),
+                       None if selection is None else selection.mode,
+                       None if selection is None or selection.noise_sigma2 is None
+                       else Fraction(selection.noise_sigma2))
 
 
 def _layout(public: wire.SessionPublic) -> MarginalLayout:

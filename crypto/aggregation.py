@@ -37,7 +37,7 @@ from concrete import fhe
 # The module, not the same-named function that concrete.fhe.extensions re-exports.
 fhe_tag = importlib.import_module("concrete.fhe.extensions.tag")
 
-__all__ = ["compile_aggregation", "release_offset", "decode_release", "aggregate_plaintext",
+__all__ = ["compile_aggregation", "release_offset", "decode_release", "publish_counts", "aggregate_plaintext",
            "chunk_ranges"]
 
 
@@ -112,6 +112,24 @@ def decode_release(decrypted: np.ndarray, count_bits: int) -> np.ndarray:
     modulus = 1 << count_bits
     low = np.asarray(decrypted, dtype=np.int64) % modulus
     return np.where(low >= modulus // 2, low - modulus, low)
+
+
+def publish_counts(decrypted: np.ndarray, noise: np.ndarray, count_bits: int) -> np.ndarray:
+    """The key server's published counts: its own noise added to the decrypted residues
+    *modulo 2^k*, then read as centred integers.
+
+    The order matters for the compute server's view. It knows its own noise z_CS, so it sees
+    the release as a function of count + z_CS + z_KS. Centring first and adding z_KS after
+    would publish centre(count + z_CS) + z_KS, and centre() jumps by 2^k where count + z_CS
+    crosses 2^(k-1): a neighbouring count could move the published value by 2^k, which
+    z_KS cannot hide. Adding mod 2^k first makes the release a post-processing of
+    count + z_CS + z_KS (``tests/test_release_views.py``).
+
+    >>> publish_counts(np.array([7]), np.array([1]), 4).tolist()  # 7 + 1 = 8 = -8 mod 16
+    [-8]
+    """
+    total = np.asarray(decrypted, dtype=np.int64) + np.asarray(noise, dtype=np.int64)
+    return decode_release(total, count_bits)
 
 
 def aggregate_plaintext(masked: list[np.ndarray], select: np.ndarray,

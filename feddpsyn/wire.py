@@ -124,7 +124,16 @@ class SelectionPublic(StrictModel):
     kappa_prime: list[int] | None = None
     thresholds: list[int] | None = None
     p_error: float
+    bootstraps: int | None = Field(
+        default=None, description="the selection's programmable bootstraps, counted from the "
+                                  "compiled module's statistics")
     fhe_delta: float = Field(description="union bound on any bootstrap failing in P2/P3")
+    row_bound_delta: float | None = Field(
+        default=None, description="probability bound on a union above max_rows passing the "
+                                  "row-bound check on the noisy 1-ways")
+    delta_terms: dict[str, float] | None = Field(
+        default=None, description="the selection's terms reserved out of the requested delta, "
+                                  "each (1 + e^eps) times its failure probability")
     rho: str | None = Field(default=None,
                             description="noisy-greedy: zCDP charged for the whole selection")
     noise_sigma2: str | None = Field(
@@ -161,6 +170,9 @@ class SessionPublic(StrictModel):
     releases: list[ReleasePlan]
     epsilon: float
     delta: float
+    delta_conversion: float | None = Field(
+        default=None, description="the delta of the zCDP -> (eps, delta) conversion: the "
+                                  "requested delta minus the selection's reserved terms")
     rho_total: str
     selection: SelectionPublic | None = None
 

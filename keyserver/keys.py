@@ -40,6 +40,13 @@ def _keys_for(compiled, directory: Path, prefix: str) -> tuple[fhe.Client, bytes
     return client, server_zip, client.evaluation_keys.serialize()
 
 
+def module_bootstraps(module, names: list[str]) -> dict[str, int]:
+    """Programmable bootstraps per call of each named function of a compiled module, from
+    concrete's compile statistics (what the session's fhe_delta counts)."""
+    return {name: int(getattr(module, name).statistics["programmable_bootstrap_count"])
+            for name in names}
+
+
 class SessionKeys:
     """The key server's handle on one session's circuit client (holds the secret key)."""
 
@@ -116,7 +123,10 @@ class SelectionKeys(ScoreModuleKeys):
         (keys, server zip, evaluation keys)."""
         module = compile_private_selection(shape, thresholds, p_error)
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
-        return SelectionKeys(client, shape), server_zip, evaluation_keys
+        keys = SelectionKeys(client, shape)
+        keys.bootstraps_per_function = module_bootstraps(
+            module, [indif_name(s) for s in shape.chunk_sizes] + ["add", "select"])
+        return keys, server_zip, evaluation_keys
 
     def encrypt_randomness(self, r_ks: np.ndarray, priority: np.ndarray) -> list[bytes]:
         """This server's encrypted shares of one round: the trials' bits R^KS and the

@@ -9,7 +9,8 @@ drawn by it. This server
    ciphertexts returns the recorded pairs without decrypting again; other ciphertexts are
    refused with 409: a second decryption would be a second noisy view for one charge);
 2. decrypts InDif + z_CS (its view: protected by z_CS, rho = pairs / (2 sigma2) against it);
-3. adds its own z_KS ~ N_Z(0, sigma2) per pair (``crypto.discrete_gaussian``, CSPRNG), so the
+3. adds its own z_KS ~ N_Z(0, sigma2) per pair (``crypto.discrete_gaussian``, CSPRNG, drawn
+   at session creation: ``crypto.noise_pool``), so the
    compute server, which knows z_CS, sees the outcome as a function of InDif + z_KS only;
 4. runs PrivSyn's greedy rule (``synthesis.pair_selection.greedy_select``, the rule the
    benchmark's simulation uses, with the 2-way release's rho) and returns **only the chosen
@@ -33,13 +34,13 @@ import numpy as np
 from concrete import fhe
 
 from crypto.blobs import unpack_blobs
-from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_noisy_score,
                                  noise_tail_delta)
 from feddpsyn import wire
 from feddpsyn.serving import ServiceError, write_private
-from keyserver.keys import ScoreModuleKeys, _keys_for
-from params.session_plan import ReleaseSpec, SessionPlan
+from crypto.private_selection import indif_name
+from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
+from params.session_plan import SCORE_NOISE, ReleaseSpec, SessionPlan
 from synthesis.pair_selection import greedy_select
 
 NOISY_GREEDY_SQL = """
@@ -62,7 +63,10 @@ class NoisyScoreKeys(ScoreModuleKeys):
                directory: Path) -> tuple[NoisyScoreKeys, bytes, bytes]:
         module = compile_noisy_scores(shape, p_error)
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
-        return NoisyScoreKeys(client, shape), server_zip, evaluation_keys
+        keys = NoisyScoreKeys(client, shape)
+        keys.bootstraps_per_function = module_bootstraps(
+            module, [indif_name(s) for s in shape.chunk_sizes] + ["add", "noise"])
+        return keys, server_zip, evaluation_keys
 
     def decrypt_noisy_score(self, value: fhe.Value) -> int:
         digits = np.asarray(self._client.decrypt(value, function_name="noise")).ravel()
@@ -71,13 +75,15 @@ class NoisyScoreKeys(ScoreModuleKeys):
         return decode_noisy_score(digits.tolist(), self.shape)
 
 
-def noisy_greedy_public(plan: SessionPlan) -> wire.SelectionPublic:
+def noisy_greedy_public(plan: SessionPlan, bootstraps: int) -> wire.SelectionPublic:
     chosen = plan.selection
     return wire.SelectionPublic(
         mode=chosen.mode, rounds=0, parameter_set=chosen.parameters.to_dict(),
         indif_bits=chosen.indif_bits, score_bits=chosen.score_bits, max_rows=chosen.max_rows,
         chunk_sizes=list(plan.used_chunk_sizes()), p_error=chosen.p_error,
-        fhe_delta=chosen.fhe_delta(plan.pair_cells()),
+        bootstraps=bootstraps, fhe_delta=chosen.fhe_delta(plan.pair_cells(), bootstraps),
+        row_bound_delta=chosen.row_bound_delta(plan.delta, plan.epsilon),
+        delta_terms=plan.delta_terms(bootstraps),
         rho=str(chosen.rho_charged), noise_sigma2=str(chosen.noise_sigma2),
         noise_bits=chosen.noise_bits, noise_tail_probability=chosen.noise_tail_probability())
 
@@ -85,12 +91,13 @@ def noisy_greedy_public(plan: SessionPlan) -> wire.SelectionPublic:
 class NoisyGreedyRole:
     """Mixed into :class:`keyserver.service.KeyServer` (through ``SelectionRole``)."""
 
-    def _create_noisy_greedy(self, plan: SessionPlan, directory: Path) -> None:
-        _, server_zip, evaluation_keys = NoisyScoreKeys.create(
+    def _create_noisy_greedy(self, plan: SessionPlan, directory: Path) -> dict[str, int]:
+        keys, server_zip, evaluation_keys = NoisyScoreKeys.create(
             plan.selection.noisy_shape(plan.used_chunk_sizes()), plan.selection.p_error,
             directory)
         write_private(directory / "selection_server.zip", server_zip)
         write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
+        return keys.bootstraps_per_function
 
     def _noisy_greedy_row(self, session_id: str):
         with self.db.connect() as conn:
@@ -115,8 +122,7 @@ class NoisyGreedyRole:
                                         "second decryption would be a second noisy view")
             return wire.NoisyGreedyDecision(pairs=self.noisy_greedy_pairs(session_id),
                                             rho=str(rho))
-        if "one_way" not in self.releases_done(session_id):
-            raise ServiceError(409, "selection starts after the 1-way release is published")
+        self._check_row_bound(session_id, plan)
         pairs = [slot.attrs for slot in plan.layout.two_way]
         keys = self.selection_keys(session_id)
         try:
@@ -137,7 +143,7 @@ class NoisyGreedyRole:
             # Charged and refused: the budget is spent on what this server may have seen.
             raise ServiceError(422, "the noisy scores do not decrypt under this session's "
                                     "selection keys") from None
-        noisy = noised_by_cs + discrete_gaussian_vector(plan.selection.noise_sigma2, len(pairs))
+        noisy = noised_by_cs + self.pool_noise(session_id, SCORE_NOISE, np.arange(len(pairs)))
         chosen = greedy_select({p: int(v) for p, v in zip(pairs, noisy)},
                                {slot.attrs: slot.size for slot in plan.layout.two_way},
                                plan.release("two_way").rho)
@@ -163,8 +169,9 @@ class NoisyGreedyRole:
             "rho_charged": chosen.rho, "noise_tail_delta": tail,
             "note": "PrivSyn's greedy rule on InDif + z_CS + z_KS, each noise N_Z(0, "
                     "noise_sigma2) (L2 sensitivity sqrt(pairs)); each server's view is "
-                    "rho-zCDP by the other's noise; only the chosen pairs are published. The "
-                    "session's guarantee holds with delta + fhe_delta (a bootstrap failure) "
-                    "+ noise_tail_delta (the compute server's noise is bounded, else it fails "
-                    "closed)"},
-            "delta_total": public.delta + chosen.fhe_delta + tail}
+                    "rho-zCDP by the other's noise; only the chosen pairs are published. "
+                    "delta_terms (a bootstrap failure, a union above max_rows passing the row "
+                    "bound, the compute server's bounded noise failing closed) are reserved "
+                    "out of the requested delta"},
+            "delta_total": (public.delta_conversion or public.delta)
+            + sum((chosen.delta_terms or {}).values())}

@@ -37,6 +37,7 @@ from feddpsyn.serving import ServiceError, write_private
 from keyserver.keys import SelectionKeys
 from keyserver.noisy_greedy import (NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys,
                                     noisy_greedy_public)
+from params.selection_plan import row_bound
 from params.session_plan import ReleaseSpec, SessionPlan
 
 SELECTION_SQL = """
@@ -55,12 +56,25 @@ def module_shape(plan: SessionPlan) -> PrivateSelectionShape:
                                  selection=plan.selection.shape)
 
 
-def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
+def compiled_bootstraps(plan: SessionPlan, per_function: dict[str, int]) -> int:
+    """The session's bootstraps from the compiled module; refuses a module that compiled to
+    more than the plan reserved delta for (its structural bound)."""
+    compiled = plan.selection.compiled_bootstraps(plan.pair_cells(), per_function)
+    planned = plan.selection.bootstraps(plan.pair_cells())
+    if compiled > planned:
+        raise ServiceError(500, f"the selection module compiled to {compiled} bootstraps, more "
+                                f"than the {planned} its delta reserve was planned for")
+    return compiled
+
+
+def selection_public(plan: SessionPlan,
+                     per_function: dict[str, int] | None) -> wire.SelectionPublic | None:
     chosen = plan.selection
     if chosen is None:
         return None
+    bootstraps = compiled_bootstraps(plan, per_function)
     if chosen.mode == "noisy-greedy":
-        return noisy_greedy_public(plan)
+        return noisy_greedy_public(plan, bootstraps)
     return wire.SelectionPublic(
         mode=chosen.mode, rounds=chosen.rounds, parameter_set=chosen.parameters.to_dict(),
         rho_round=str(chosen.step.rho),
@@ -69,23 +83,26 @@ def selection_public(plan: SessionPlan) -> wire.SelectionPublic | None:
         max_rows=chosen.max_rows, chunk_sizes=list(plan.used_chunk_sizes()), nb=chosen.shape.nb,
         kappa_prime=list(chosen.shape.kappa_prime),
         thresholds=thresholds(chosen.shape, chosen.step.epsilon), p_error=chosen.p_error,
-        fhe_delta=chosen.fhe_delta(plan.pair_cells()))
+        bootstraps=bootstraps, fhe_delta=chosen.fhe_delta(plan.pair_cells(), bootstraps),
+        row_bound_delta=chosen.row_bound_delta(plan.delta, plan.epsilon),
+        delta_terms=plan.delta_terms(bootstraps))
 
 
 class SelectionRole(NoisyGreedyRole):
     """Mixed into :class:`keyserver.service.KeyServer` (shares its db, plans and lock)."""
 
-    def _create_selection(self, plan: SessionPlan, directory) -> None:
+    def _create_selection(self, plan: SessionPlan, directory) -> dict[str, int] | None:
+        """Compile and key the selection module; its bootstraps per function call."""
         if plan.selection is None:
-            return
+            return None
         if plan.selection.mode == "noisy-greedy":
-            self._create_noisy_greedy(plan, directory)
-            return
+            return self._create_noisy_greedy(plan, directory)
         keys, server_zip, evaluation_keys = SelectionKeys.create(
             module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
             plan.selection.p_error, directory)
         write_private(directory / "selection_server.zip", server_zip)
         write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
+        return keys.bootstraps_per_function
 
     def selection_keys(self, session_id: str) -> SelectionKeys | NoisyScoreKeys:
         cache_key = f"selection:{session_id}"
@@ -117,6 +134,22 @@ class SelectionRole(NoisyGreedyRole):
                 "selection_evaluation_keys_b64": base64.b64encode(
                     (directory / "selection_evaluation_keys.bin").read_bytes()).decode()}
 
+    # ------------------------------------------------------------ row bound
+    def _check_row_bound(self, session_id: str, plan: SessionPlan) -> None:
+        """409 before anything of the selection is encrypted, decrypted or charged when the
+        published 1-ways say the union may exceed max_rows (``params.selection_plan``)."""
+        if "one_way" not in self.releases_done(session_id):
+            raise ServiceError(409, "selection starts after the 1-way release is published")
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
+                               "release = 'one_way'", (session_id,)).fetchone()
+        result = wire.ReleaseResult.model_validate_json(row["result_json"])
+        check = row_bound([result.marginals[slot.key].counts for slot in plan.layout.one_way],
+                          plan.release("one_way").sigma2, 2, plan.selection.max_rows,
+                          plan.selection.row_bound_delta(plan.delta, plan.epsilon))
+        if not check.holds:
+            raise ServiceError(409, f"selection refused: {check.message()}")
+
     # ------------------------------------------------------------ P2 inputs
     def selection_inputs(self, session_id: str) -> bytes:
         """Encrypted M mod 2^k per 2-way cell, one ciphertext per P2 chunk (module docstring)."""
@@ -124,6 +157,7 @@ class SelectionRole(NoisyGreedyRole):
         public = self.public(session_id)
         if len(self.uploaded_clients(session_id)) < len(public.clients):
             raise ServiceError(409, "the selection's inputs exist once every client uploaded")
+        self._check_row_bound(session_id, plan)
         path = self.session_dir(session_id) / "selection_inputs.bin"
         if path.exists():
             return path.read_bytes()
@@ -166,8 +200,7 @@ class SelectionRole(NoisyGreedyRole):
         if not 0 <= round_ < plan.selection.rounds:
             raise ServiceError(404, f"round {round_} is not one of this session's "
                                     f"{plan.selection.rounds} selection rounds")
-        if "one_way" not in self.releases_done(session_id):
-            raise ServiceError(409, "selection starts after the 1-way release is published")
+        self._check_row_bound(session_id, plan)
         if round_ > len(self._decided(session_id)):
             raise ServiceError(409, f"round {round_} comes after round "
                                     f"{len(self._decided(session_id))}")

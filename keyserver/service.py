@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from crypto.accounting import rho_to_eps
-from crypto.aggregation import chunk_ranges, decode_release
+from crypto.aggregation import chunk_ranges, decode_release, publish_counts
 from crypto.blobs import pack_blobs
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from crypto.noise_pool import draw_pool, pool_noise
 from feddpsyn import wire
 from feddpsyn.serving import (
     Database,
@@ -44,7 +44,7 @@ from feddpsyn.serving import (
 from keyserver.keys import SessionKeys
 from keyserver.selection import SELECTION_SQL, SelectionRole, selection_public
 from params.schema import Schema, SchemaError
-from params.session_plan import SessionPlan
+from params.session_plan import NOISE_TAIL_SIGMAS, SessionPlan, noise_label
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -112,10 +112,12 @@ class KeyServer(SelectionRole):
         directory = self.session_dir(session_id)
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
-        self._create_selection(plan, directory)
+        bootstraps = self._create_selection(plan, directory)
+        # Every noise this server may add, drawn now, before any data (crypto.noise_pool).
+        write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
         write_private(directory / "server.zip", server_zip)
         write_private(directory / "evaluation_keys.bin", evaluation_keys)
-        public = self._public(session_id, plan, request)
+        public = self._public(session_id, plan, request, bootstraps)
         tokens = {c: new_token() for c in request.clients}
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
@@ -131,8 +133,8 @@ class KeyServer(SelectionRole):
         return wire.SessionCreated(session=public, client_tokens=tokens)
 
     @staticmethod
-    def _public(session_id: str, plan: SessionPlan,
-                request: wire.SessionCreate) -> wire.SessionPublic:
+    def _public(session_id: str, plan: SessionPlan, request: wire.SessionCreate,
+                bootstraps: dict[str, int] | None) -> wire.SessionPublic:
         return wire.SessionPublic(
             session_id=session_id, schema=plan.schema.to_dict(),
             schema_fingerprint=plan.schema.fingerprint(), clients=request.clients,
@@ -141,8 +143,8 @@ class KeyServer(SelectionRole):
             releases=[wire.ReleasePlan(name=r.name, marginals=list(r.marginal_keys),
                                        rho=str(r.rho), sigma2=str(r.sigma2))
                       for r in plan.releases],
-            epsilon=plan.epsilon, delta=plan.delta, rho_total=str(plan.rho_total),
-            selection=selection_public(plan))
+            epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
+            rho_total=str(plan.rho_total), selection=selection_public(plan, bootstraps))
 
     def public(self, session_id: str) -> wire.SessionPublic:
         with self.db.connect() as conn:
@@ -352,6 +354,11 @@ class KeyServer(SelectionRole):
         if not secrets.compare_digest(hashlib.sha256(body).hexdigest(), expected):
             raise ServiceError(409, f"chunk {chunk} does not match the registered manifest; "
                                     "only the registered ciphertexts are ever decrypted")
+        if name in self.releases_done(session_id):
+            # finalize deleted the decrypted chunks; storing one again would bring back a
+            # value of this server's private view next to the release it replaced.
+            raise ServiceError(409, f"release {name!r} is already published; its chunks are "
+                                    "not taken any more")
         with self.db.connect() as conn:
             if conn.execute("SELECT 1 FROM release_chunks WHERE session_id = ? AND release = ? "
                             "AND chunk = ?", (session_id, name, chunk)).fetchone():
@@ -375,10 +382,27 @@ class KeyServer(SelectionRole):
         mine = cells[cells // size == chunk] - chunk * size
         if decrypted.shape != (size,):
             raise ServiceError(422, f"ciphertext holds {decrypted.shape}, expected ({size},)")
-        values = decode_release(decrypted[mine], plan.parameters.count_bits)
+        # Residues mod 2^k: the noise is added before centring (crypto.aggregation.publish_counts).
+        values = decrypted[mine] % (1 << plan.parameters.count_bits)
+        self._check_plausible(plan, spec, values, chunk)
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO release_chunks VALUES (?, ?, ?, ?)",
                          (session_id, name, chunk, values.astype("<i8").tobytes()))
+
+    @staticmethod
+    def _check_plausible(plan: SessionPlan, spec, residues: np.ndarray, chunk: int) -> None:
+        """An honest compute server's chunk decodes to counts (>= 0) plus its noise, never
+        below -NOISE_TAIL_SIGMAS sigmas (probability < 2e-347 a cell, whatever the data).
+        A chunk with the masks left in, or one client's masked vector, decodes to uniform
+        residues and is refused here, before anything is stored or published. Only the
+        lower side is checked: how far above max_rows a count lies depends on the data, so
+        refusing there would itself leak. A cheap check, not a proof (THREAT_MODEL.md)."""
+        slack = NOISE_TAIL_SIGMAS * float(spec.sigma2) ** 0.5
+        centred = decode_release(residues, plan.parameters.count_bits)
+        if len(centred) and centred.min() < -slack:
+            raise ServiceError(422, f"chunk {chunk} does not decode to noisy counts (a value "
+                                    f"below -{NOISE_TAIL_SIGMAS} noise sigmas); it is not "
+                                    "published")
 
     def finalize_release(self, session_id: str, name: str) -> wire.ReleaseResult:
         """Step 3: once every chunk is in, add this server's noise once and publish."""
@@ -396,7 +420,10 @@ class KeyServer(SelectionRole):
         if missing:
             raise ServiceError(409, f"release {name!r} still misses chunks {missing}")
         noised_by_cs = np.concatenate([parts[c] for c in sorted(parts)])
-        released = noised_by_cs + discrete_gaussian_vector(spec.sigma2, len(noised_by_cs))
+        _, cells = self.release_chunks(session_id, plan, name)
+        noise = self.pool_noise(session_id, noise_label(spec, plan.selection and
+                                                        plan.selection.mode), cells)
+        released = publish_counts(noised_by_cs, noise, plan.parameters.count_bits)
         result = self._result(session_id, plan, spec, released)
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?, ?)",
@@ -463,6 +490,11 @@ class KeyServer(SelectionRole):
         return wire.ReleaseResult(session_id=session_id, release=spec.name, rho=str(spec.rho),
                                   sigma2_per_server=str(spec.sigma2), marginals=marginals)
 
+    def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
+        """This server's noise drawn at session creation (``crypto.noise_pool``)."""
+        blob = (self.session_dir(session_id) / "noise_pool.npz").read_bytes()
+        return pool_noise(blob, label, positions)
+
     def releases_done(self, session_id: str) -> list[str]:
         with self.db.connect() as conn:
             return [r["release"] for r in conn.execute(
@@ -476,7 +508,8 @@ class KeyServer(SelectionRole):
         spent = sum((Fraction(r["rho"]) for r in rows), Fraction(0))
         return wire.LedgerView(
             session_id=session_id, rho_total=str(plan.rho_total), rho_spent=str(spent),
-            epsilon_spent=rho_to_eps(spent, plan.delta) if spent else 0.0, delta=plan.delta,
+            epsilon_spent=rho_to_eps(spent, plan.delta_conversion) if spent else 0.0,
+            delta=plan.delta,
             entries=[wire.LedgerEntry(release=r["release"], rho=r["rho"], at=r["charged_at"])
                      for r in rows])
 
@@ -524,9 +557,11 @@ class KeyServer(SelectionRole):
             accounting={"neighbouring": "add/remove one record of the union",
                         "rho_total": ledger.rho_total, "rho_spent": ledger.rho_spent,
                         "epsilon_spent": ledger.epsilon_spent, "delta": ledger.delta,
+                        "delta_conversion": public.delta_conversion or public.delta,
                         "epsilon_budget": public.epsilon,
-                        "conversion": "zCDP -> (eps, delta): Canonne-Kamath-Steinke 2020, "
-                                      "rounded up",
+                        "conversion": "zCDP -> (eps, delta_conversion): Canonne-Kamath-Steinke "
+                                      "2020, rounded up; delta_total = delta_conversion + the "
+                                      "selection's reserved terms <= delta",
                         "entries": [e.model_dump() for e in ledger.entries],
                         **self._selection_accounting(session_id, public)},
             releases=results)
@@ -541,10 +576,11 @@ class KeyServer(SelectionRole):
             **chosen.model_dump(), "selected_pairs": self.selected_pairs(session_id),
             "rho_charged": str(Fraction(chosen.rho_round) * chosen.rounds),
             "numerical_extra_epsilon_per_round": 4 * chosen.eta,
-            "note": "each round is (eps + 4 eta)-DP permute-and-flip with fixed-point weights, "
-                    "charged (eps + 4 eta)^2 / 2; the session's guarantee holds with delta + "
-                    "fhe_delta (a bootstrap failure in P2/P3)"},
-            "delta_total": public.delta + chosen.fhe_delta}
+            "note": "each round is (eps + 4 eta)-DP permute-and-flip with fixed-point weights "
+                    "in an order neither server knows, charged (eps + 4 eta)^2 / 2; "
+                    "delta_terms (a bootstrap failure in P2/P3, a union above max_rows passing "
+                    "the row bound) are reserved out of the requested delta"},
+            "delta_total": _delta_total(public)}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:
         public = self.public(session_id)
@@ -559,3 +595,9 @@ class KeyServer(SelectionRole):
             evaluation_keys_b64=base64.b64encode(
                 (directory / "evaluation_keys.bin").read_bytes()).decode(),
             **self.peer_selection_artefacts(session_id))
+
+
+def _delta_total(public: wire.SessionPublic) -> float:
+    """The delivered delta: the conversion's plus the selection's reserved terms."""
+    terms = (public.selection.delta_terms or {}) if public.selection else {}
+    return (public.delta_conversion or public.delta) + sum(terms.values())

@@ -20,11 +20,24 @@ Modes (``--selection``):
 Budget split (PrivSyn's default): 10% for the 1-ways, 10% for the selection, 80% for the
 selected 2-ways; ``none`` keeps 20% / 80%.
 
-Error probability. Every bootstrap of P2 and P3 fails with probability at most ``p_error``
-(2^-40: concrete's default of 1e-5 would, over the ~10^5-10^6 bootstraps of a session, make a
-wrong selection likely). A failure can change a selection, so the plan adds the union bound,
-bootstraps x p_error, to the session's delta (``fhe_delta``): the guarantee is
-(eps, delta + fhe_delta) with the selection's numerical loss already inside eps.
+Error probability and the delta reserve. Every bootstrap of P2 and P3 fails with probability
+at most ``p_error`` (2^-40: concrete's default of 1e-5 would, over the ~10^5-10^6 bootstraps
+of a session, make a wrong selection likely). A failure may depend on the data (a
+ciphertext's noise is independent of it, but which bootstrap's failure changes the output is
+not), so the general coupling applies: a mechanism that equals an (eps, delta)-DP one except
+on an event of probability at most f is (eps, delta + (1 + e^eps) f)-DP. The same holds for
+the row bound below. These terms are reserved out of the requested delta *before* the budget
+is converted to zCDP (:meth:`SelectionPlan.delta_terms`), so the delivered guarantee is the
+requested (eps, delta): delta_conversion + the terms <= delta. The session counts bootstraps
+from the compiled module's statistics; the plan's structural count (``pbs_estimate``,
+``chunk_bootstraps``) bounds it from above, which the key server checks at creation.
+
+Row bound. Every width here assumes the union has at most ``max_rows`` rows; a larger union
+could wrap a score modulo 2^score_bits, and one record could then move it by 2^score_bits.
+The bound is checked on the released noisy 1-ways before any score is computed
+(:func:`row_bound`): the selection runs only if the noisy row count plus a tail margin stays
+within ``max_rows``. A union above ``max_rows`` passes with probability at most
+``row_bound_delta`` (a share of delta), which is reserved as above.
 """
 
 from __future__ import annotations
@@ -38,7 +51,11 @@ from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_p
 from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_estimate, plan_step
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
-__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for"]
+__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for",
+           "RowBound", "row_bound", "ROW_BOUND_SHARE"]
+
+# The share of the requested delta that the row-bound check may fail with.
+ROW_BOUND_SHARE = Fraction(1, 100)
 
 SELECTION_MODES = ("em", "noisy-greedy", "none")
 DEFAULT_SPLITS = {
@@ -166,9 +183,44 @@ class SelectionPlan:
         (``crypto.noisy_scores``; the session adds e^eps times it to delta)."""
         return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
 
-    def fhe_delta(self, pair_cells: list[int]) -> float:
-        """Union bound on any bootstrap failing in this session's selection."""
-        return self.bootstraps(pair_cells) * self.p_error
+    def fhe_delta(self, pair_cells: list[int], bootstraps: int | None = None) -> float:
+        """Union bound on any bootstrap failing in this session's selection (``bootstraps``:
+        the compiled count; default the plan's structural upper bound)."""
+        return (self.bootstraps(pair_cells) if bootstraps is None else bootstraps) * self.p_error
+
+    def delta_terms(self, pair_cells: list[int], epsilon: float, delta: float,
+                    bootstraps: int | None = None) -> dict[str, float]:
+        """The selection's share of delta, each term an event of bounded probability counted
+        with the (1 + e^eps) coupling (module docstring), rounded up."""
+        if self.mode == "none":
+            return {}
+        factor = 1 + math.exp(epsilon)
+        terms = {"fhe": factor * self.fhe_delta(pair_cells, bootstraps),
+                 "row_bound": factor * self.row_bound_delta(delta, epsilon)}
+        if self.mode == "noisy-greedy":
+            terms["noise_tail"] = factor * self.noise_tail_probability()
+        return {k: math.nextafter(v, math.inf) for k, v in terms.items()}
+
+    @staticmethod
+    def row_bound_delta(delta: float, epsilon: float) -> float:
+        """The row-bound check's failure probability: its delta term, (1 + e^eps) times
+        this, is ``ROW_BOUND_SHARE`` of delta."""
+        return float(Fraction(delta) * ROW_BOUND_SHARE) / (1 + math.exp(epsilon))
+
+    def compiled_bootstraps(self, pair_cells: list[int], per_function: dict[str, int]) -> int:
+        """The session's bootstraps from the compiled module's per-function counts: every
+        chunk's ``indif_<s>``, every chunk sum's ``add``, every round's ``select`` (em) or
+        every pair's ``noise`` (noisy-greedy)."""
+        total = 0
+        for cells in pair_cells:
+            chunks = chunk_sizes_for(cells, self.chunk_sizes)
+            total += sum(per_function[f"indif_{c}"] for c in chunks)
+            total += (len(chunks) - 1) * per_function["add"]
+        if self.mode == "em":
+            total += self.rounds * per_function["select"]
+        if self.mode == "noisy-greedy":
+            total += len(pair_cells) * per_function["noise"]
+        return total
 
     def report(self, pair_cells: list[int]) -> dict:
         out = {"mode": self.mode, "parameter_set": self.parameters.to_dict(),
@@ -184,3 +236,47 @@ class SelectionPlan:
             out.update(noise_sigma2=float(self.noise_sigma2), noise_bits=self.noise_bits,
                        noise_tail_probability=self.noise_tail_probability())
         return out
+
+
+@dataclass(frozen=True)
+class RowBound:
+    """The row-bound check on the published noisy 1-ways (module docstring)."""
+
+    estimate: float   # the noisy row count: the mean over attributes of each 1-way's sum
+    margin: float     # P[estimate <= true rows - margin] <= row_bound_delta
+    max_rows: int
+
+    @property
+    def holds(self) -> bool:
+        return self.estimate + self.margin <= self.max_rows
+
+    def message(self) -> str:
+        return (f"the union may have more rows than the session's max_rows = {self.max_rows} "
+                f"(noisy row count {self.estimate:.0f} + tail margin {self.margin:.0f}); the "
+                "selection's widths would not hold its scores, so it is refused and nothing is "
+                "charged for it: create a session with a larger --max-rows")
+
+
+def row_bound(one_way: list, sigma2_per_server: Fraction, servers: int, max_rows: int,
+              row_bound_delta: float) -> RowBound:
+    """Check max_rows on the released 1-ways (post-processing: no privacy cost).
+
+    Each attribute's 1-way sums to N plus the noise of its cells (``servers`` independent
+    N_Z(0, sigma2) per cell); the estimate averages those sums over the A attributes, so its
+    error is (1/A) times a sum of C discrete Gaussians (C: all 1-way cells, times servers).
+    N_Z(0, sigma2) is sub-Gaussian with variance proxy sigma2 (Canonne, Kamath and Steinke
+    2020), so P[error <= -t] <= exp(-t^2 A^2 / (2 C sigma2)); t is set so this is
+    ``row_bound_delta``.
+
+    >>> import numpy as np
+    >>> check = row_bound([np.array([60.0, 40.0]), np.array([30.0, 72.0])], Fraction(1), 2, 130,
+    ...                   1e-7)
+    >>> round(check.estimate), check.holds
+    (101, True)
+    """
+    sums = [float(sum(m)) for m in one_way]
+    attributes, cells = len(sums), sum(len(m) for m in one_way) * servers
+    estimate = sum(sums) / attributes
+    margin = math.sqrt(2 * cells * float(sigma2_per_server) * math.log(1 / row_bound_delta)) \
+        / attributes
+    return RowBound(estimate, margin, max_rows)

@@ -12,7 +12,8 @@ Privacy model (stated once, enforced by the key server's ledger):
   post-processing of its view. The released values therefore carry two noises (variance
   2 sigma2); merging them into one noise that protects both views is an open improvement.
 * Releases compose additively in rho; the session's rho comes from its (epsilon, delta) by
-  the conservative conversion of :mod:`crypto.accounting`.
+  the conservative conversion of :mod:`crypto.accounting`, at the delta left once the
+  selection's failure terms are reserved (``build``).
 * With a private selection (``params.selection_plan``, mode ``em``) the 2-way release's
   marginals are the pairs the selection rounds choose, known only at run time
   (:meth:`SessionPlan.resolve`); its noise is fixed in advance (sensitivity = rounds), and it
@@ -32,13 +33,17 @@ from fractions import Fraction
 import numpy as np
 
 from crypto.accounting import eps_delta_to_rho, gaussian_sigma2
+from crypto.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan, chunk_sizes_for
 
 __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
-           "selected_release"]
+           "selected_release", "noise_draws", "noise_label", "SCORE_NOISE"]
+
+# The label of noisy-greedy's per-pair score noise in a server's noise pool.
+SCORE_NOISE = "selection_scores"
 
 # A count plus noise must decode unambiguously from k bits: we require max_rows + 40 sigma
 # < 2^(k-1). P[|N_Z(0, sigma2)| >= 40 sigma] < 2 exp(-800).
@@ -78,6 +83,40 @@ def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec
     return ReleaseSpec(release.name, keys, release.rho, gaussian_sigma2(release.rho, len(keys)))
 
 
+def noise_label(spec: ReleaseSpec, selection_mode: str | None) -> str:
+    """The pool label of a (resolved) release's noise: noisy-greedy's 2-way release has one
+    draw per possible number of pairs (``crypto.noise_pool``)."""
+    if selection_mode == "noisy-greedy" and spec.name == "two_way":
+        return f"two_way@{len(spec.marginal_keys)}"
+    return spec.name
+
+
+def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
+                selection_mode: str | None,
+                score_sigma2: Fraction | None = None) -> list[NoiseDraw]:
+    """Every noise vector a server may add in this session, known from the public plan alone:
+    a fixed release's cells; a selected release's every pair cell (per possible number of
+    pairs for noisy-greedy); noisy-greedy's per-pair score noise."""
+    total = layout.total_cells
+    pair_cells = layout.cells_of(layout.two_way)
+    draws = []
+    for spec in releases:
+        if spec.marginal_keys:
+            keys = set(spec.marginal_keys)
+            cells = layout.cells_of([m for m in layout.marginals if m.key in keys])
+            draws.append(NoiseDraw(spec.name, spec.sigma2, cells, total))
+        elif selection_mode == "noisy-greedy":
+            for m in range(1, len(layout.two_way) + 1):
+                draws.append(NoiseDraw(f"{spec.name}@{m}", gaussian_sigma2(spec.rho, m),
+                                       pair_cells, total))
+        else:
+            draws.append(NoiseDraw(spec.name, spec.sigma2, pair_cells, total))
+    if selection_mode == "noisy-greedy":
+        pairs = len(layout.two_way)
+        draws.append(NoiseDraw(SCORE_NOISE, score_sigma2, np.arange(pairs), pairs))
+    return draws
+
+
 @dataclass(frozen=True)
 class SessionPlan:
     schema: Schema
@@ -88,12 +127,47 @@ class SessionPlan:
     rho_total: Fraction
     releases: tuple[ReleaseSpec, ...]
     selection: SelectionPlan | None = None
+    # The delta of the zCDP -> (eps, delta) conversion: the requested delta minus the
+    # selection's reserved terms (``build``). None: the requested delta (no selection).
+    delta_conversion_: float | None = None
+    # The public bound on the union's rows the widths were chosen for (0: not known here).
+    max_rows: int = 0
+
+    @property
+    def delta_conversion(self) -> float:
+        return self.delta if self.delta_conversion_ is None else self.delta_conversion_
 
     @classmethod
     def build(cls, schema: Schema, pairs: list[tuple[int, int]] | None, epsilon: float,
               delta: float, split: dict[str, float] | None, parameter_set: str,
               max_rows: int, selection: str = "none",
               rounds: int | None = None, selection_set: str | None = None) -> SessionPlan:
+        """The session's plan. With a selection, its failure terms (bootstraps, the row
+        bound, noisy-greedy's noise tail) are reserved out of ``delta`` before the budget is
+        converted to zCDP, so that the conversion's delta plus the terms is at most ``delta``
+        (``params.selection_plan``); the terms depend on the widths, which depend on rho, so
+        the reserve is found by a short fixed-point iteration (bounded, fails closed)."""
+        reserved = 0.0
+        for _ in range(8):
+            plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
+                              parameter_set, max_rows, selection, rounds, selection_set)
+            need = sum(plan.delta_terms().values())
+            if need <= reserved:
+                break
+            reserved = need * (1 + 1e-9)
+        else:
+            raise ValueError("the selection's delta reserve did not settle")
+        if reserved > delta / 2:
+            raise ValueError(
+                f"the selection's failure terms need delta >= {2 * reserved:.3g} (bootstraps "
+                f"x p_error and the row bound, {reserved:.3g} in all, may take at most half of "
+                f"delta = {delta:g}): raise delta or select fewer rounds")
+        return plan
+
+    @classmethod
+    def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
+               delta_conversion: float, split, parameter_set: str, max_rows: int,
+               selection: str, rounds, selection_set) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
@@ -102,7 +176,7 @@ class SessionPlan:
         expected = set(DEFAULT_SPLITS.get(selection, {"one_way": 0, "two_way": 0}))
         if set(split) != expected:
             raise ValueError(f"selection {selection!r} splits the budget over {sorted(expected)}")
-        rho_total = eps_delta_to_rho(epsilon, delta)
+        rho_total = eps_delta_to_rho(epsilon, delta_conversion)
 
         def share(name: str) -> Fraction:
             # Fractions of the split are rounded down to 1e-12 so the parts never exceed
@@ -132,9 +206,22 @@ class SessionPlan:
         two_way = ReleaseSpec("two_way", keys, rho_two,
                               gaussian_sigma2(rho_two, count or len(keys)))
         plan = cls(schema, layout, params, epsilon, delta, rho_total, (one_way, two_way),
-                   chosen)
+                   chosen, delta_conversion, max_rows)
         plan.check_capacity(max_rows)
         return plan
+
+    def delta_terms(self, bootstraps: int | None = None) -> dict[str, float]:
+        """The selection's reserved delta terms (``params.selection_plan``); ``bootstraps``:
+        the compiled count (default: the plan's upper bound)."""
+        if self.selection is None:
+            return {}
+        return self.selection.delta_terms(self.pair_cells(), self.epsilon, self.delta,
+                                          bootstraps)
+
+    def delta_total(self, bootstraps: int | None = None) -> float:
+        """What the session delivers: the conversion's delta plus the selection's terms
+        (at most the requested delta)."""
+        return self.delta_conversion + sum(self.delta_terms(bootstraps).values())
 
     def resolve(self, release: ReleaseSpec,
                 selected: list[tuple[int, int]] | None) -> ReleaseSpec:
@@ -148,6 +235,11 @@ class SessionPlan:
             return ReleaseSpec(release.name, self.keys_of_pairs(selected), release.rho,
                                release.sigma2)
         return selected_release(release, self.keys_of_pairs(selected))
+
+    def noise_draws(self) -> list[NoiseDraw]:
+        mode = None if self.selection is None else self.selection.mode
+        return noise_draws(self.layout, self.releases, mode,
+                           None if self.selection is None else self.selection.noise_sigma2)
 
     def keys_of_pairs(self, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
         """The marginal keys of ``pairs``, in layout order."""

@@ -44,10 +44,11 @@ def write_client_csvs(directory: Path, seed: int = 0) -> dict[str, Path]:
 
 
 def create_session(ks_url: str, operator: str, epsilon: float = 50.0,
-                   selection: str = "none", rounds: int | None = None) -> wire.SessionCreated:
+                   selection: str = "none", rounds: int | None = None,
+                   max_rows: int = 1000) -> wire.SessionCreated:
     request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
                                  budget=wire.BudgetSpec(epsilon=epsilon, delta=1e-6),
-                                 max_rows=1000,
+                                 max_rows=max_rows,
                                  selection=wire.SelectionRequest(mode=selection, rounds=rounds))
     r = httpx.post(f"{ks_url}/sessions", content=request.model_dump_json(by_alias=True),
                    headers={"Authorization": f"Bearer {operator}",

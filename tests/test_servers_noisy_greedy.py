@@ -20,7 +20,7 @@ from params.session_plan import SessionPlan
 from synthesis.pair_selection import expected_counts_for_pairs, greedy_select
 from tests.test_servers import SCHEMA, served_session, true_counts
 
-EPSILON = 50.0
+EPSILON = 5.0  # (1 + e^eps) x the bootstraps x p_error must fit the delta reserve
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,17 @@ from concrete import fhe
 from crypto.blobs import unpack_blobs
 from params.parameter_sets import DEFAULT_SELECTION_SET
 from synthesis.pair_selection import expected_counts_for_pairs
-from tests.test_servers import SCHEMA, served_session, true_counts
+from clients.agent import ClientAgent
+from tests.test_servers import (CLIENTS, SCHEMA, create_session, served_session, start_servers,
+                                true_counts, write_client_csvs)
 
 ROUNDS = 2
 
 
 @pytest.fixture(scope="module")
 def selected_session(tmp_path_factory):
-    with served_session(tmp_path_factory, seed=4, timeout=300, selection="em", rounds=ROUNDS) as session:
+    with served_session(tmp_path_factory, seed=4, timeout=300, epsilon=5.0, selection="em",
+                        rounds=ROUNDS) as session:
         yield session
 
 
@@ -41,7 +44,13 @@ def test_selected_pairs_are_released_and_every_round_is_charged(selected_session
     assert created.session.selection.parameter_set["name"] == DEFAULT_SELECTION_SET
     total, spent = (Fraction(document.accounting[k]) for k in ("rho_total", "rho_spent"))
     assert spent <= total and spent > total * Fraction(999_999, 1_000_000)
-    assert document.accounting["delta_total"] > created.session.delta
+    # The selection's failure terms are reserved out of the requested delta, not added.
+    assert created.session.delta_conversion < document.accounting["delta_total"]
+    assert document.accounting["delta_total"] <= created.session.delta
+    terms = created.session.selection.delta_terms
+    assert set(terms) == {"fhe", "row_bound"} and all(v > 0 for v in terms.values())
+    # fhe_delta counts the compiled module's bootstraps, at most the plan's structural bound.
+    assert created.session.selection.bootstraps > 0
 
 
 def test_encrypted_scores_decrypt_to_the_plaintext_indif(selected_session):
@@ -87,3 +96,42 @@ def test_a_round_cannot_be_replayed_with_other_outputs(selected_session):
     beyond = httpx.post(f"{ks.url}/peer/sessions/{sid}/selection/rounds/{ROUNDS}/randomness",
                         headers=peer)
     assert beyond.status_code == 404
+
+
+def test_a_union_above_max_rows_is_refused_before_any_selection_charge(tmp_path_factory):
+    """The three clients hold 210 rows; with max_rows = 150 a score could wrap modulo the
+    compiled widths, so the selection must never run: after the 1-way release the compute
+    server blocks the session with the reason, the key server refuses the selection's inputs,
+    and its ledger holds the 1-way release only."""
+    import time
+
+    state = tmp_path_factory.mktemp("state")
+    ks, cs = start_servers(state)
+    try:
+        operator = (state / "keyserver" / "operator.token").read_text().strip()
+        created = create_session(ks.url, operator, epsilon=5.0, selection="em", rounds=1,
+                                 max_rows=150)
+        sid = created.session.session_id
+        csvs = write_client_csvs(tmp_path_factory.mktemp("csv"))
+        agents = tmp_path_factory.mktemp("agents")
+        for client in CLIENTS:
+            with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
+                             agents) as agent:
+                agent.upload(csvs[client])
+        with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
+                         agents) as agent:
+            deadline = time.time() + 240
+            while time.time() < deadline and agent.compute_status().state != "blocked":
+                time.sleep(0.5)
+            status = agent.compute_status()
+        assert status.state == "blocked"
+        assert "max_rows = 150" in status.detail and "selection refused" in status.detail
+        peer = {"Authorization": "Bearer " + (state / "peer.token").read_text().strip()}
+        refused = httpx.get(f"{ks.url}/peer/sessions/{sid}/selection/inputs", headers=peer)
+        assert refused.status_code == 409 and "max_rows = 150" in refused.text
+        ledger = httpx.get(f"{ks.url}/sessions/{sid}/ledger",
+                           headers={"Authorization": f"Bearer {operator}"}).json()
+        assert [e["release"] for e in ledger["entries"]] == ["one_way"]
+    finally:
+        ks.stop()
+        cs.stop()

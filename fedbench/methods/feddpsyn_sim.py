@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.aggregation import aggregate_plaintext, decode_release, release_offset
+from crypto.aggregation import aggregate_plaintext, publish_counts, release_offset
 from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
 from crypto.selection import thresholds
@@ -61,8 +61,8 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
         cells = plan.layout.cells_of(plan.slots_of(spec))
         noise_cs = discrete_gaussian_vector(spec.sigma2, len(cells))
         decrypted, _ = p1_release_model([m[cells] for m in masked], mask_sum[cells], noise_cs, k)
-        released = decode_release(decrypted, k) + discrete_gaussian_vector(spec.sigma2,
-                                                                           len(cells))
+        released = publish_counts(decrypted, discrete_gaussian_vector(spec.sigma2, len(cells)),
+                                  k)
         pos = 0
         for slot in plan.slots_of(spec):
             out.append(NoisyMarginal(slot.attrs,
