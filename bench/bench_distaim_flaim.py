@@ -1,37 +1,35 @@
 """DistAIM in FLAIM's setting vs central AIM in the same run (FLAIM paper, Table 1 / Fig. 2).
 
-    .venv/bin/python bench/bench_distaim_flaim.py --repeats 3
+    .venv/bin/python bench/bench_distaim_flaim.py --repeats 3 --bins 32 --json OUT.json
 
 Setting as in FLAIM's experiments: Adult, K = 100 clients from the clustering split
 (``fedbench.partitions.feature_skew``: k-means on the one-hot records, FLAIM's split without
 UMAP), a fixed workload of 64 3-way marginals chosen uniformly at random (seeded), client
 participation p = 0.1 (a client's shares count from the first round it is sampled on and
-stay: ``distaim.protocol.Participation``, the servers' joint coins), T = 10 planned rounds,
-eps = 1, delta = 1e-5. FLAIM reports DistAIM 0.42 vs central AIM 0.20 workload error, and
-~140 MB uploaded per client.
+stay: ``distaim.protocol.Participation``, the servers' joint coins), T = 10 rounds (FLAIM's
+fixed-T mode of ``synthesis.aim``: no annealing, exactly T selections), eps = 1,
+delta = 1e-5, continuous columns in 32 bins as FLAIM (``--bins 10``: the project's default).
+FLAIM reports DistAIM 0.42 vs AIM 0.20 workload error, and ~140 MB uploaded per client.
 
 DistAIM's MPC program (``MpcOracle`` inside ``synthesis.aim.aim``: secure L1 scores, in-MPC
-exponential mechanism and Gaussian, the per-round secure sums of the joined clients) runs in
-a ONE-PARTY in-process MPyC runtime: the same code the three servers run without the
-communication (which changes no opened value); central AIM (``PlainOracle``, exact samplers)
-runs on the union with the same workload and budget. DistAIM at p = 1 is printed too (its
-error should match central AIM's). Error = FLAIM's Definition 2.2: mean L1 distance of the
-normalised workload marginals. Upload bytes per client: raw seed-compressed Shamir shares
-(two vectors of 12-byte field elements + a 32-byte seed) and the JSON/base64 request bytes
-``distaim.client`` sends; the same for all clients (the layout is public).
-
-AIM's annealing is off by default here (``aim(..., anneal=False)``, ``--anneal`` turns it
-on): FLAIM's runs make exactly T rounds. Measured (2026-11-22, 2 cores, `--repeats 3
---skip-p1`): 10 selects a run, 71-75 of the 100 clients joined by the last round; DistAIM
-p = 0.1 0.743 +- 0.037 vs central AIM 0.275 +- 0.001 (ratio 2.70; FLAIM 0.42 vs 0.20, 2.10);
-3.39 MB uploaded per client. With annealing (AIM's rule; 4 selects, ~40 clients joined;
-5 repeats): DistAIM p = 0.1 0.694 +- 0.090, p = 1 0.332 +- 0.001, central 0.332 +- 0.001.
+exponential mechanism and Gaussian, the per-round secure sums of the joined clients, the
+noisy sizes that rescale them) runs in a ONE-PARTY in-process MPyC runtime: the same code
+the three servers run without the communication (which changes no opened value); its budget
+is a session's (rho from (eps, delta - delta / 1000)). Central AIM (``PlainOracle``, exact
+samplers) runs on the union with the same workload, T and the same rho, so the two differ
+only in the subsampling. DistAIM at p = 1 runs too (unless ``--skip-p1``): with every client
+from round 0 its engine is central AIM's. Error = FLAIM's Definition 2.2: mean L1 distance of
+the normalised workload marginals between the union and the synthetic table (as many rows
+as the union). Upload bytes per client: raw seed-compressed Shamir shares (two vectors of
+12-byte field elements + a 32-byte seed) and the JSON/base64 request bytes ``distaim.client``
+sends (the layout is public, so the same for all clients).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import secrets
 import sys
 import time
@@ -44,13 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim_common import adult  # noqa: E402
-from crypto.accounting import eps_delta_to_rho  # noqa: E402
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
+from distaim.plan import budget_rho  # noqa: E402
 from distaim.protocol import Layout, Participation, client_vector  # noqa: E402
 from fedbench.partitions import feature_skew  # noqa: E402
 from synthesis.aim import PlainOracle, aim  # noqa: E402
 from synthesis.evaluate import marginal  # noqa: E402
+
+FLAIM_TABLE_1 = {"distaim": 0.42, "central_aim": 0.20}
 
 
 def workload_l1(real, synth, sizes, workload) -> float:
@@ -67,7 +67,7 @@ def upload_bytes(cells: int) -> tuple[int, int]:
 
 
 def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rounds, seed,
-                anneal, rows):
+                clients_bound):
     rt = local_runtime()
     secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
     ids = [f"c{k:03d}" for k in range(len(client_vectors))]
@@ -76,22 +76,27 @@ def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rou
     sums: dict[tuple[str, ...], object] = {}
     joined_log: list[int] = []
 
-    def totals_at_round(t: int):
-        joined = tuple(participation.joined_by(ids, t))
-        joined_log.append(len(joined))
+    def totals_at_round(t):
+        joined = tuple(ids if t is None else participation.joined_by(ids, t))
+        if t is not None:
+            joined_log.append(len(joined))
         if joined not in sums:
             total = np.sum([by_id[c] for c in joined], axis=0) if joined else np.zeros(
                 layout.length, dtype=np.int64)
             sums[joined] = secint.array(secint.field.array(total.astype(object)))
         return sums[joined]
 
-    oracle = MpcOracle(rt, secint, em, None, layout, epsilon,
-                       rows_bound=1 << max(1, (2 * rows).bit_length()),
-                       totals_at_round=totals_at_round)
+    oracle = MpcOracle(rt, secint, em, None, layout, epsilon, rows_bound=clients_bound,
+                       totals_at_round=totals_at_round, score_grid_bits=0, grows=rate < 1)
     run = aim(oracle, sizes, workload, rho, rounds=rounds, max_rounds=rounds,
-              round_iters=100, final_iters=300, anneal=anneal, rng=np.random.default_rng(seed))
+              rng=np.random.default_rng(seed))
     selects = [t for t in oracle.timings if t["step"] == "select"]
     return run, oracle, joined_log, selects
+
+
+def mean_sd(values) -> tuple[float, float]:
+    v = np.array(values, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else float("nan")
 
 
 def main() -> None:
@@ -102,13 +107,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--bins", type=int, default=32, help="bins per continuous column")
     parser.add_argument("--triples", type=int, default=64,
                         help="3-way marginals in the workload (0: all of them)")
     parser.add_argument("--skip-p1", action="store_true", help="no DistAIM p=1 reference")
-    parser.add_argument("--anneal", action="store_true",
-                        help="AIM's annealing (default off: FLAIM's runs make exactly T rounds)")
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
-    records, sizes = adult()
+    records, sizes = adult(args.bins)
     d = len(sizes)
     triples = list(itertools.combinations(range(d), 3))
     if args.triples:
@@ -116,55 +121,72 @@ def main() -> None:
         triples = [triples[i] for i in sorted(pick)]
     layout = Layout.for_workload(sizes, triples)
     raw, http = upload_bytes(layout.length)
-    all3 = Layout.for_workload(sizes, list(itertools.combinations(range(d), 3))).length
-    print(f"Adult: {len(records)} rows, {d} attributes; workload {len(triples)} 3-way "
-          f"marginals, completion {len(layout.cliques)} marginals, {layout.length} cells")
-    print(f"upload per client: {raw} B raw shares ({raw / 1e6:.2f} MB), {http} B over HTTP "
-          f"({http / 1e6:.2f} MB); FLAIM ~140 MB -> {140e6 / http:.0f}x smaller. "
-          f"(all {len(list(itertools.combinations(range(d), 3)))} 3-way marginals: {all3} "
-          f"cells, {upload_bytes(all3)[1] / 1e6:.1f} MB over HTTP)", flush=True)
-    rho = eps_delta_to_rho(args.epsilon, args.delta)
-    errors: dict[str, list[float]] = {"distaim_p": [], "distaim_p1": [], "central": []}
+    print(f"Adult: {len(records)} rows, {d} attributes, {args.bins} bins; workload "
+          f"{len(triples)} 3-way marginals, completion {len(layout.cliques)} marginals, "
+          f"{layout.length} cells; upload per client {raw / 1e6:.2f} MB raw, "
+          f"{http / 1e6:.2f} MB over HTTP ({http / layout.length:.1f} B per cell)", flush=True)
+    rho = budget_rho(args.epsilon, args.delta)
+    errors: dict[str, list[float]] = {"distaim": [], "distaim_p1": [], "central_aim": []}
+    seconds: dict[str, list[float]] = {k: [] for k in errors}
+    joined_last: list[int] = []
     for rep in range(args.repeats):
-        t = time.time()
         owner = feature_skew(records, sizes, args.clients, np.random.default_rng(rep))
         vectors = [client_vector(records[owner == k], layout) for k in range(args.clients)]
-        split_s = time.time() - t
+        bound = int(np.bincount(owner).max())  # any public per-client bound: width only
         t = time.time()
         run, oracle, joined, selects = run_distaim(vectors, layout, sizes, triples, rho,
                                                    args.epsilon, args.rate, args.rounds, rep,
-                                                   args.anneal, len(records))
-        errors["distaim_p"].append(workload_l1(records, run.synthesize(len(records)), sizes,
-                                               triples))
-        dist_s = time.time() - t
-        sel = np.mean([s["seconds"] for s in selects])
-        print(f"repeat {rep}: split {split_s:.1f} s; DistAIM p={args.rate} {dist_s:.1f} s "
-              f"({len(selects)} selects, {sel:.1f} s each, {selects[0]['cells']} cells "
-              f"scored), clients joined per round {joined}, extra delta "
-              f"{float(run.delta_spent + oracle.measure_tv):.1e}", flush=True)
+                                                   args.clients * bound)
+        errors["distaim"].append(workload_l1(records, run.synthesize(len(records)), sizes,
+                                             triples))
+        seconds["distaim"].append(time.time() - t)
+        joined_last.append(joined[-1])
+        print(f"repeat {rep}: DistAIM p={args.rate} {seconds['distaim'][-1]:.0f} s "
+              f"({len(selects)} selects, {np.mean([s['seconds'] for s in selects]):.1f} s "
+              f"each), clients joined per round {joined}, noisy sizes "
+              f"{[round(x) for x in run.notes['noisy_sizes']]}", flush=True)
         if not args.skip_p1:
             t = time.time()
-            run1, _, _, _ = run_distaim(vectors, layout, sizes, triples, rho, args.epsilon, 1,
-                                        args.rounds, rep, args.anneal, len(records))
+            run1, _, _, _ = run_distaim(vectors, layout, sizes, triples, rho, args.epsilon,
+                                        1, args.rounds, rep, args.clients * bound)
             errors["distaim_p1"].append(workload_l1(records, run1.synthesize(len(records)),
                                                     sizes, triples))
-            print(f"  DistAIM p=1 {time.time() - t:.1f} s", flush=True)
+            seconds["distaim_p1"].append(time.time() - t)
         t = time.time()
         central = aim(PlainOracle(records, sizes), sizes, triples, rho, rounds=args.rounds,
-                      max_rounds=args.rounds, round_iters=100, final_iters=300,
-                      anneal=args.anneal, rng=np.random.default_rng(rep))
-        errors["central"].append(workload_l1(records, central.synthesize(len(records)), sizes,
-                                             triples))
-        print(f"  central AIM {time.time() - t:.1f} s; errors so far "
-              f"{ {k: [round(x, 4) for x in v] for k, v in errors.items()} }", flush=True)
-    c = np.mean(errors["central"])
-    for name, values in errors.items():
-        if values:
-            v = np.array(values)
-            sd = v.std(ddof=1) if len(v) > 1 else float("nan")
-            print(f"{name:11s} ({len(v)} runs): workload error {v.mean():.4f} +- {sd:.4f}, "
-                  f"ratio to central {v.mean() / c:.2f}")
-    print("FLAIM (Table 1, Adult): DistAIM 0.42, central AIM 0.20, ratio 2.10")
+                      max_rounds=args.rounds, rng=np.random.default_rng(rep))
+        errors["central_aim"].append(workload_l1(records, central.synthesize(len(records)),
+                                                 sizes, triples))
+        seconds["central_aim"].append(time.time() - t)
+        print(f"  errors so far {({k: [round(x, 4) for x in v] for k, v in errors.items()})}",
+              flush=True)
+    summary = {k: mean_sd(v) for k, v in errors.items() if v}
+    c = summary["central_aim"][0]
+    for name, (m, sd) in summary.items():
+        print(f"{name:11s} ({len(errors[name])} runs): workload error {m:.4f} +- {sd:.4f}, "
+              f"ratio to central {m / c:.2f}, {np.mean(seconds[name]):.0f} s a run")
+    print(f"FLAIM (Table 1, Adult): DistAIM 0.42, central AIM 0.20, ratio 2.10")
+    if args.json:
+        out = {
+            "setting": {"dataset": "adult", "rows": int(len(records)), "attributes": d,
+                        "clients": args.clients, "partition": "clustering (k-means)",
+                        "workload": f"{len(triples)} random 3-way marginals",
+                        "participation": args.rate, "rounds": args.rounds,
+                        "epsilon": args.epsilon, "delta": args.delta, "rho": str(rho)},
+            "bins": args.bins,
+            "repeats": args.repeats,
+            "distaim": summary["distaim"][0], "distaim_sd": summary["distaim"][1],
+            "central_aim": c, "central_aim_sd": summary["central_aim"][1],
+            "ratio": summary["distaim"][0] / c,
+            "distaim_p1": summary.get("distaim_p1", (None, None))[0],
+            "distaim_p1_sd": summary.get("distaim_p1", (None, None))[1],
+            "runs": errors, "seconds": seconds, "clients_joined_by_last_round": joined_last,
+            "upload_bytes_per_client": {"raw": raw, "http": http, "cells": layout.length},
+            "flaim_table_1": FLAIM_TABLE_1 | {"ratio": 2.1},
+            "command": " ".join(["python", "bench/bench_distaim_flaim.py", *sys.argv[1:]]),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -20,10 +20,11 @@ from feddpsyn.demo import dataset  # noqa: E402
 from params.schema import Schema  # noqa: E402
 
 
-def adult() -> tuple[np.ndarray, tuple[int, ...]]:
-    """Adult's records, encoded with the bundled schema, and its domain sizes."""
+def adult(bins: int = 10) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Adult's records, encoded with the bundled schema (continuous columns in ``bins``
+    equal-width bins between the schema's public bounds), and its domain sizes."""
     ds = dataset("adult")
-    schema = Schema.load(ds.schema)
+    schema = Schema.load(ds.schema, default_bins=bins)
     return encode_csv(ds.csv, schema).records, tuple(schema.domain_sizes)
 
 

@@ -360,9 +360,11 @@ class DistServer:
 
 
 def _failure(code: int) -> str:
-    from distaim.party import EXIT_PLAN_MISMATCH
+    from distaim.party import EXIT_PLAN_MISMATCH, EXIT_RESERVE_EXCEEDED
     if code == EXIT_PLAN_MISMATCH:
         return "refused: the three servers' plan digests differ; see party.log"
+    if code == EXIT_RESERVE_EXCEEDED:
+        return "refused: the samplers' extra delta exceeds the plan's reserve; see party.log"
     return f"MPC party exited with {code}; see party.log"
 
 

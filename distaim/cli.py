@@ -105,7 +105,8 @@ def session_create(
         rounds: int = typer.Option(10, help="planned AIM rounds T (0: AIM's own plan with "
                                             "annealing)"),
         participation: str = typer.Option("1", help="client sampling rate p per round"),
-        rows_bound: int = typer.Option(1 << 20, help="public bound on any count"),
+        rows_bound: int = typer.Option(1 << 20, help=("public bound on any one client's "
+                                                       "rows (checked inside MPC)")),
         session: str = typer.Option(None, help="session id (default: a fresh one)"),
         tokens_dir: Path = typer.Option(Path("distaim-tokens"),
                                         help="where each client's token file is written"),

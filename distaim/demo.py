@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _synthesize(measurements: list[NoisyMarginal], sizes, rows, seed: int):
     from synthesis.aim import GraphicalModel
     model = GraphicalModel(sizes)
-    model.fit(measurements, 1000)
+    model.fit(measurements)
     return model.sample(rows, np.random.default_rng(seed))
 
 
@@ -140,14 +140,16 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
         if (other["measurements"] != first["measurements"]
                 or other["selected"] != first["selected"]):
             raise RuntimeError("the three servers opened different values")
-    extra_delta = first["selection_extra_delta"] + first["measurement_extra_delta"]
+    extra_delta = (first["selection_extra_delta"] + first["measurement_extra_delta"]
+                   + first["validation_extra_delta"])
     if extra_delta > float(reserve):
         raise RuntimeError("sampler deviation exceeds the reserved delta")
     say(f"[distaim] AIM in MPC: {len(first['selected'])} rounds, admitted "
         f"{first['admitted']}, excluded {first['excluded'] or 'none'}")
     (out / "release.json").write_text(json.dumps({k: first[k] for k in (
         "admitted", "excluded", "selected", "measurements", "rho_spent",
-        "selection_extra_delta", "measurement_extra_delta")}, indent=1))
+        "selection_extra_delta", "measurement_extra_delta", "validation_extra_delta")},
+        indent=1))
 
     t = time.time()
     measurements = [NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float)
@@ -167,7 +169,7 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     from synthesis.aim import PlainOracle, aim
     rho = Fraction(made.plan["rho"])
     central = aim(PlainOracle(union, sizes), sizes, workload, rho, rounds=rounds,
-                  max_rounds=rounds, round_iters=100, final_iters=300,
+                  max_rounds=rounds,
                   rng=np.random.default_rng(seed))
     central_records = central.synthesize(rows)
     central_error = workload_error(union, central_records, sizes)

@@ -53,13 +53,13 @@ def score_penalty(weight: int, sigma: float, cells: int, grid_bits: int = SCORE_
 class MpcOracle:
     def __init__(self, rt, secint, em_secint, totals, layout: Layout, epsilon_total: float,
                  rows_bound: int = 1 << 20, totals_at_round=None,
-                 score_grid_bits: int = SCORE_GRID_BITS):
+                 score_grid_bits: int = SCORE_GRID_BITS, grows: bool = False):
         self.rt, self.secint, self.em_secint = rt, secint, em_secint
         self.totals = totals                       # secure array: sum of all clients' vectors
         self.layout = layout
         self.offsets = layout.offsets
-        self._tv_to_delta = Fraction(1) + Fraction(math.exp(epsilon_total) * (1 + 1e-12))
-        self.rows_bound = rows_bound               # public bound on any count (abs width)
+        self.tv_to_delta = Fraction(1) + Fraction(math.exp(epsilon_total) * (1 + 1e-12))
+        self.rows_bound = rows_bound               # public bound on any summed count
         if not 0 <= score_grid_bits <= SCORE_GRID_BITS:
             raise ValueError(f"score_grid_bits in [0, {SCORE_GRID_BITS}]")
         self.grid_bits = score_grid_bits           # g: the secure abs width grows with it
@@ -68,8 +68,11 @@ class MpcOracle:
         self.select_tv = Fraction(0)
         self.timings: list[dict] = []
         # With client participation p < 1 the data grows by round: totals_at_round(t) is the
-        # secure sum of the clients joined by round t (round 0: the 1-way initialisation).
+        # secure sum of the clients joined by round t (round 0: the 1-way initialisation),
+        # totals_at_round(None) that of every admitted client; ``grows`` tells the engine
+        # (``synthesis.aim``) to rescale by noisy sizes and to call ``advance``.
         self.totals_at_round = totals_at_round
+        self.grows = bool(grows and totals_at_round is not None)
         self.round = 0
         if totals_at_round is not None:
             self.totals = totals_at_round(0)
@@ -94,11 +97,31 @@ class MpcOracle:
                              "cpu_seconds": time.process_time() - cpu})
         return values
 
+    def advance(self) -> bool:
+        """The next round's data (the clients joined by then); True if it changed."""
+        self.round += 1
+        previous, self.totals = self.totals, self.totals_at_round(self.round)
+        return self.totals is not previous
+
+    def measure_total(self, sigma2: Fraction, scope: str) -> int:
+        """The number of records ("all" admitted clients' or the "current" round's) plus
+        discrete Gaussian noise: the sum of the first 1-way marginal's cells (every client's
+        marginals sum to its row count, ``distaim.validation``), sensitivity 1."""
+        start, cpu = time.time(), time.process_time()
+        data = self.totals_at_round(None) if scope == "all" else self.totals
+        first = next(c for c in self.layout.cliques if len(c) == 1)
+        offset, n = self.offsets[first]
+        plan = GaussianPlan.for_sigma2(Fraction(sigma2))
+        count = self.rt.np_sum(data[offset:offset + n])
+        noisy = count + secure_discrete_gaussian(self.rt, self.secint, plan, 1)[0]
+        value = int(self.rt.run(self.rt.output(noisy)))
+        self.measure_tv += plan.tv_bound
+        self.timings.append({"step": "size", "scope": scope, "seconds": time.time() - start,
+                             "cpu_seconds": time.process_time() - cpu})
+        return value
+
     def select(self, candidates, model_answers, weights, sigma2, epsilon) -> int:
         start, cpu = time.time(), time.process_time()
-        self.round += 1  # every AIM round after the initialisation starts with a selection
-        if self.totals_at_round is not None:
-            self.totals = self.totals_at_round(self.round)
         g = self.grid_bits
         public = self._public({
             "candidates": [tuple(c) for c in candidates],
@@ -114,7 +137,7 @@ class MpcOracle:
         secret = secure_exponential_mechanism(self.rt, scores, plan, self.em_secint)
         pick = int(self.rt.run(self.rt.output(secret)))
         self.select_tv += plan.tv_bound
-        self.extra_delta = self._tv_to_delta * plan.tv_bound
+        self.extra_delta = self.tv_to_delta * plan.tv_bound
         self.timings.append({"step": "select", "candidates": len(cands), "cells": cells,
                              "seconds": time.time() - start,
                              "cpu_seconds": time.process_time() - cpu})
@@ -127,8 +150,8 @@ class MpcOracle:
                                           + self.offsets[c][1]) for c in cands])
         model = np.concatenate([np.asarray(a, dtype=object) for a in answers_on_grid])
         diff = self.totals[index] * (1 << g) - model
-        # counts are clamped to rows_bound (distaim.protocol.clamp_counts); model answers
-        # are public, so the operands' width is known without looking at the data
+        # admitted clients' counts lie in [0, rows_bound] (distaim.validation); model
+        # answers are public, so the operands' width is known without looking at the data
         width = max(self.rows_bound << g, int(np.abs(model).max(initial=0))).bit_length() + 2
         absolute = self.rt.np_absolute(diff, l=width)
         sigma = math.sqrt(float(sigma2))

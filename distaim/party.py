@@ -2,9 +2,13 @@
 
 Reads the session (``session.json``) and the client uploads addressed to this server from a
 session directory, connects to the two other servers (bound to the configured host, every
-wait bounded), admits clients (agreement + degree check, ``distaim.protocol``), adds the
-admitted shares, runs AIM with ``MpcOracle`` and writes ``party<I>.json``: the admission
-record, the opened measurements, the accounting and per-step timings.
+wait bounded), admits clients (agreement + degree check, ``distaim.protocol``; then each
+client's counts checked inside MPC, ``distaim.validation``), adds the admitted shares, runs
+AIM with ``MpcOracle`` and writes ``party<I>.json``: the admission record, the opened
+measurements, the accounting and per-step timings. The run's computed extra delta (the
+samplers' deviations and the validation's openings, each times (1 + e^eps)) is checked
+against the plan's reserve (delta / 1000) before the report is written; over it, the party
+exits 7 and writes nothing.
 
 Right after connecting, the three parties exchange the digest of their session plan
 (``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. The session
@@ -30,17 +34,23 @@ from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
                                  mpyc_module, party_runtime)
 from distaim.plan import plan_digest
-from distaim.protocol import (Layout, Participation, admit_clients, aggregate,
-                              clamp_counts)
+from distaim.protocol import Layout, Participation, admit_clients, aggregate
+from distaim.validation import validate_clients, validation_tv
 
 __all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main",
-           "PlanMismatch", "EXIT_PLAN_MISMATCH"]
+           "PlanMismatch", "EXIT_PLAN_MISMATCH", "ReserveExceeded", "EXIT_RESERVE_EXCEEDED"]
 
 EXIT_PLAN_MISMATCH = 6
+EXIT_RESERVE_EXCEEDED = 7
 
 
 class PlanMismatch(RuntimeError):
     """The three servers hold different plans for the session: nothing is run."""
+
+
+class ReserveExceeded(RuntimeError):
+    """The samplers' computed deviation exceeds the plan's delta reserve: nothing is
+    reported (the opened values stay in this process)."""
 
 
 def session_modulus() -> int:
@@ -141,39 +151,50 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     excluded = dict(admission.excluded)
     for cid, why in unreadable.items():
         excluded.setdefault(cid, why)
-    participation = Participation(admission.joint_seed,
-                                  Fraction(session.get("participation", 1)))
-    sums: dict[tuple[str, ...], object] = {}
+    phases["admission"] = time.time() - t
+    # Every consistent client's shares must hold a table's counts before it is summed
+    # (distaim.validation): what makes the privacy claim hold for any client input.
+    t = time.time()
     rows_bound = int(session.get("rows_bound", 1 << 20))
+    validation = rt.run(validate_clients(rt, secint, layout.offsets, shares,
+                                         admission.admitted, rows_bound,
+                                         admission.joint_seed))
+    excluded.update(validation.invalid)
+    admitted = validation.valid
+    phases["validation"] = time.time() - t
+    rate = Fraction(session.get("participation", 1))
+    participation = Participation(admission.joint_seed, rate)
+    sums: dict[tuple[str, ...], object] = {}
 
-    def totals_at_round(round_index: int):
-        joined = tuple(participation.joined_by(admission.admitted, round_index))
+    def totals_at_round(round_index: int | None):
+        joined = tuple(admitted if round_index is None
+                       else participation.joined_by(admitted, round_index))
         if joined not in sums:
             total = aggregate(shares, joined, modulus, layout.length)
-            sums[joined] = clamp_counts(rt, secint.array(secint.field.array(
-                np.array(total, dtype=object))), rows_bound)
+            sums[joined] = secint.array(secint.field.array(np.array(total, dtype=object)))
         return sums[joined]
 
-    phases["admission"] = time.time() - t
     t = time.time()
     oracle = MpcOracle(rt, secint, em_secint, None, layout, session["epsilon"],
-                       rows_bound=rows_bound,
+                       rows_bound=max(1, len(admitted)) * rows_bound,
                        totals_at_round=totals_at_round,
-                       score_grid_bits=int(session.get("score_grid_bits", SCORE_GRID_BITS)))
+                       score_grid_bits=int(session.get("score_grid_bits", SCORE_GRID_BITS)),
+                       grows=rate < 1)
     result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
                  Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),
                  rounds=session.get("rounds"),
-                 round_iters=session.get("round_iters", 100),
-                 final_iters=session.get("final_iters", 100),
+                 round_iters=session.get("round_iters"),
+                 final_iters=session.get("final_iters"),
                  rng=np.random.default_rng(0))
     phases["aim"] = time.time() - t
     rt.run(rt.shutdown(timeout=timeout))
     tv_to_delta = 1 + math.exp(session["epsilon"]) * (1 + 1e-12)
+    validation_delta = float(validation_tv(len(layout.cliques))) * tv_to_delta
     report = {
         "pid": pid,
-        "admitted": admission.admitted,
+        "admitted": admitted,
         "participation": {"rate": str(participation.rate), "arrival_round": {
-            c: participation.arrival(c) for c in admission.admitted}},
+            c: participation.arrival(c) for c in admitted}},
         "excluded": excluded,
         "selected": [list(c) for c in result.selected],
         "measurements": [{"clique": list(m.attrs), "sigma2": m.variance,
@@ -182,11 +203,30 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
         "rho_spent": str(result.rho_spent),
         "selection_extra_delta": float(result.delta_spent),
         "measurement_extra_delta": float(oracle.measure_tv) * tv_to_delta,
+        "validation_extra_delta": validation_delta,
+        "noisy_sizes": result.notes.get("noisy_sizes", []),
+        "delta_reserve": session.get("delta_reserve"),
+        "within_reserve": _within_reserve(session, result, oracle, tv_to_delta,
+                                          validation_delta),
         "phases": phases,
         "timings": oracle.timings,
     }
     out.write_text(json.dumps(report))
     return report
+
+
+def _within_reserve(session, result, oracle, tv_to_delta, validation_delta) -> bool:
+    """The run's computed extra delta against the plan's reserve (delta / 1000): a run that
+    exceeds it fails (``ReserveExceeded``) before its report is written."""
+    reserve = session.get("delta_reserve")
+    if reserve is None:
+        return True
+    extra = (Fraction(result.delta_spent) + Fraction(oracle.measure_tv) * Fraction(tv_to_delta)
+             + Fraction(validation_delta))
+    if extra > Fraction(reserve):
+        raise ReserveExceeded(f"extra delta {float(extra):.3e} exceeds the reserve "
+                              f"{float(Fraction(reserve)):.3e}")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlanMismatch as exc:
         sys.stderr.write(f"distaim: party {args.pid}: {exc}; refusing to run\n")
         return EXIT_PLAN_MISMATCH
+    except ReserveExceeded as exc:
+        sys.stderr.write(f"distaim: party {args.pid}: {exc}; no result written\n")
+        return EXIT_RESERVE_EXCEEDED
     return 0
 
 

@@ -36,7 +36,9 @@ PLAN_VERSION = "feddpsyn/distaim/plan/v1"
 # A share vector must fit the intake's 64 MiB body limit as base64 (16 bytes per cell).
 MAX_CELLS = 4_000_000
 MAX_CANDIDATES = 511       # distaim.secure_selection.SelectionPlan's table
-MAX_ROWS_BOUND = 1 << 40  # counts times 2^8 stay well inside the 64-bit secure integers
+# a client's rows: the validation's masks need k + 67 bits of the 96-bit field, and 1000
+# clients' counts times 2^8 stay inside the scores' 63-bit comparisons
+MAX_ROWS_BOUND = 1 << 24
 # Keys of a server's session.json that are its own, not part of the shared plan.
 LOCAL_KEYS = frozenset({"pid", "mpc_tls", "plan_digest"})
 _ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}:[0-9]{1,5}$")
@@ -59,7 +61,8 @@ class SessionRequest(wire.StrictModel):
     participation: str = Field(default="1", pattern=r"^[0-9]{1,6}(/[0-9]{1,6})?$|^0?\.[0-9]{1,6}$",
                                description="client sampling rate p per round, in (0, 1]")
     rows_bound: int = Field(default=1 << 20, ge=1, le=MAX_ROWS_BOUND,
-                            description="public upper bound on any count of the union")
+                            description=("public upper bound on any one client's rows "
+                                         "(checked inside MPC, distaim.validation)"))
     mpc_parties: list[str] = Field(min_length=3, max_length=3,
                                    description="host:port of the three MPC parties, in order")
     score_grid_bits: int = Field(default=0, ge=0, le=8, description=(
@@ -68,8 +71,10 @@ class SessionRequest(wire.StrictModel):
         "(bench/bench_distaim_speedup.py)"))
     mpc_channel_tls: bool = Field(default=False, description=(
         "the servers' MPC channels use mutual TLS (each server must be configured so)"))
-    round_iters: int = Field(default=100, ge=1, le=100_000)
-    final_iters: int = Field(default=300, ge=1, le=100_000)
+    round_iters: int | None = Field(default=None, ge=1, le=100_000, description=(
+        "cap on the estimator's iterations per round (default: until converged)"))
+    final_iters: int | None = Field(default=None, ge=1, le=100_000, description=(
+        "cap on the estimator's iterations after the last round (default: until converged)"))
     mpc_timeout: float = Field(default=120, gt=0, le=3600)
     mpc_deadline: float = Field(default=3600, gt=0, le=7 * 86400)
 

@@ -24,7 +24,7 @@ import numpy as np
 from distaim import sharing
 
 __all__ = ["Layout", "client_vector", "Admission", "Participation", "admit_clients",
-           "aggregate", "clamp_counts"]
+           "aggregate"]
 
 Clique = tuple[int, ...]
 
@@ -145,14 +145,3 @@ def aggregate(shares: Mapping[str, Sequence[int]], admitted: Sequence[str], modu
             raise ValueError(f"client {cid!r}: share length {len(vec)} != {length}")
         total = [(a + b) for a, b in zip(total, vec)]
     return [t % modulus for t in total]
-
-
-def clamp_counts(rt, totals, bound: int):
-    """min(count, bound) per cell, inside MPC (nothing opened).
-
-    The secure absolute values of the scores assume every count is below the session's
-    public ``rows_bound``; clamping (a fixed 1-Lipschitz map, so sensitivities are kept)
-    makes that hold whatever the data, instead of opening a test of it. Aggregated counts
-    are non-negative field elements below the number of clients times their rows."""
-    over = 1 - rt.np_sgn(totals - bound, l=63, LT=True)      # [count >= bound]
-    return totals - over * (totals - bound)

@@ -14,6 +14,11 @@ issue 4), federated -- implements ``MarginalOracle``: the two private steps of a
   ``selection_rho(epsilon)`` (exact EM: eps^2 / 8) plus ``extra_delta`` per call (0 for an
   exact sampler; an approximate in-MPC sampler states its deviation there).
 * ``selection_rho(epsilon) -> Fraction`` and attribute ``extra_delta: Fraction``.
+* Data that grows by round (DistAIM with client participation p < 1, FLAIM paper,
+  Algorithm 3: round t sees the clients joined so far) sets ``grows = True`` and adds
+  ``measure_total(sigma2, scope) -> number`` (the count of records, "all" of them or the
+  "current" round's, plus noise of variance ``sigma2``; charged 1 / (2 sigma2)) and
+  ``advance() -> bool`` (move to the next round's data; True if it changed).
 
 ``aim(oracle, domain_sizes, workload, rho, ...)`` runs AIM's loop in plaintext around them:
 
@@ -22,16 +27,35 @@ issue 4), federated -- implements ``MarginalOracle``: the two private steps of a
 2. 1-way initialisation: every 1-way candidate measured once at sigma_0;
 3. each round: the model-size filter (candidates whose junction tree with the model's
    cliques stays within (rho_used / rho) * max_model_size_mb, or that lie inside a measured
-   clique already), select, measure, re-estimate
-   (Private-PGM's mirror descent, warm-started from the previous round's potentials: in
-   numpy by default, ``synthesis.mirror_descent``, or ``mbi`` with ``backend="mbi"``), and
-   annealing: if the model's answer on the measured clique moved by at most
+   clique already), select, measure, re-estimate (Private-PGM's estimator until it
+   converges, warm-started from the previous round's potentials and step: in numpy by
+   default, ``synthesis.mirror_descent``, or ``mbi`` with ``backend="mbi"``), and, in AIM's
+   mode, annealing: if the model's answer on the measured clique moved by at most
    sqrt(2/pi) sigma n_q, then sigma /= 2 and eps *= 2;
 4. the final round: when the remaining budget is under twice one round's cost, or at
    ``max_rounds``, sigma and eps are set so that the round spends exactly the remainder
    (fraction ``alpha`` of it on the measurement, up to rounding eps down to a rational).
 The ledger is exact (``Fraction``): it adds 1 / (2 sigma2) for every measurement and
 ``selection_rho(eps)`` for every selection and ends at exactly ``rho``.
+
+Two modes, one per paper. ``rounds`` = None: AIM's own plan (McKenna et al. 2022: sigma_0
+and eps_0 for T = 16 d rounds, annealing, the loop ends when the budget does); central AIM
+and sessions created without ``rounds`` run it. ``rounds`` = T: FLAIM's fixed-T runs
+(Maddock et al., Section 5 and Table 1: T = 10), sigma_0^2 = (T + n_1) / (2 alpha rho) and
+eps_0^2 = 8 (1 - alpha) rho / T for the n_1 initial 1-ways plus T rounds, no annealing (FLAIM
+reports annealing worse in the federated setting), so a plan for T rounds makes exactly T
+selections (after t - 1 rounds (T - t + 1) rounds' cost remain, and the last round starts
+when under two remain). ``max_rounds`` caps the loop (the last round then spends the rest).
+
+Data that grows by round. With p < 1 the data of round t is a subset D_t of the union whose
+size grows from ~pN; its raw counts would pull the model's total towards a mixture of sizes
+and give every candidate's L1 score a pure size-mismatch term. So ``SIZE_SHARE`` (1%) of rho
+pays for noisy sizes at sigma_s^2 = (T + 2) / (2 SIZE_SHARE rho): one of the union (N_hat,
+the model's total) and one of each new D_t (n_t); every measurement of D_t is rescaled by
+N_hat / n_t (its variance by the square: post-processing), the model is fitted with total
+N_hat, and candidates are scored against the model's answers times n_t / N_hat, i.e. at the
+size of the data being scored (as FLAIM's reference code, which rescales to n and scores
+normalised marginals). With p = 1 nothing of this runs: the engine is central AIM's.
 
 Fast model answers: M_r(model) for a candidate r not inside a model clique is computed here
 in numpy by variable elimination on the fitted potentials (mbi's own projection is far
@@ -40,17 +64,11 @@ round); answers inside a clique are sums of the calibrated clique marginal. Esti
 defaults to the numpy estimator because ``mbi`` recompiles (about 2 s on this machine) every
 time the clique set changes, i.e. every AIM round.
 
-Deviations from AIM's reference defaults, stated: the estimator runs ``round_iters`` (default
-100, as FLAIM's Appendix B.4 uses) mirror-descent iterations per round instead of 1000 and
-``final_iters`` at the end; repeated measurements of one clique are merged into their
-inverse-variance weighted mean before estimation (the same L2 objective up to a constant, so
-PGM's optimum is unchanged; it keeps the model's compiled structure stable across rounds);
-``rounds`` (T) may be given: then sigma_0^2 = (T + n_1) / (2 alpha rho) and
-eps_0^2 = 8 (1 - alpha) rho / T, i.e. the budget is planned for the n_1 initial 1-ways plus
-T rounds (AIM's own plan, T = 16 d, is the default); ``max_rounds`` caps the loop (the last
-round then spends the remainder); ``anneal=False`` turns annealing off, so that the plan for
-T rounds makes exactly T selections (after t - 1 rounds (T - t + 1) rounds' cost remain, and
-the last round starts when under two remain).
+Deviations from AIM's reference defaults, stated: repeated measurements of one clique are
+merged into their inverse-variance weighted mean before estimation (the same L2 objective up
+to a constant, so PGM's optimum is unchanged; it keeps the model's compiled structure stable
+across rounds); the estimator runs to its convergence criterion instead of a fixed 1000
+iterations (``round_iters`` / ``final_iters`` cap it).
 
 Privacy: rho-zCDP (plus ``delta_spent`` = the sum of the oracle's extra deltas) under
 add/remove of one record, by adaptive composition of the oracle's measurements and
@@ -76,6 +94,7 @@ from synthesis.marginals import NoisyMarginal
 Clique = tuple[int, ...]
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _GRID = 2 ** 20  # public values (model answers, penalties) are rounded to multiples of 2^-20
+SIZE_SHARE = Fraction(1, 100)  # of rho, for the noisy sizes of data that grows by round
 
 
 class MarginalOracle(Protocol):
@@ -233,15 +252,19 @@ class GraphicalModel:
         self._potentials: list[tuple[Clique, np.ndarray]] = []
         self._marginals: list[tuple[Clique, np.ndarray]] = []
 
-    def fit(self, measurements: Sequence[NoisyMarginal], iters: int) -> None:
+    def fit(self, measurements: Sequence[NoisyMarginal], iters: int | None = None,
+            total: float | None = None) -> None:
+        """Fit to ``measurements`` until converged (``iters`` caps the iterations; the
+        numpy estimator's default cap is ``synthesis.mirror_descent.MAX_ITERS``), with the
+        given ``total`` or the minimum-variance unbiased one of the measurements' sums."""
         merged = merge_measurements(measurements)
         self.cliques = [tuple(m.attrs) for m in merged]
         if self.backend == "numpy":
-            from synthesis.mirror_descent import MirrorDescentPGM
+            from synthesis.mirror_descent import MAX_ITERS, MirrorDescentPGM
 
             if self.pgm is None:
                 self.pgm = MirrorDescentPGM(self.domain_sizes)
-            self.pgm.fit(merged, iters)
+            self.pgm.fit(merged, iters or MAX_ITERS, total=total)
             self.total = max(self.pgm.total, 1.0)
             self._potentials = self.pgm.potentials()
             self._marginals = list(zip(self.pgm.tree.nodes, self.pgm.beliefs))
@@ -254,7 +277,8 @@ class GraphicalModel:
                                 stddev=float(math.sqrt(m.variance))) for m in merged]
         domain = Domain(self.names, list(self.domain_sizes))
         self.mbi_model = estimation.MirrorDescent().estimate(
-            domain, lm, iters=iters, warm_start=self.mbi_model)
+            domain, lm, known_total=total, iters=iters or 10_000, warm_start=self.mbi_model,
+            tol=1e-6)
         self.total = max(float(self.mbi_model.total), 1.0)
         index = {n: i for i, n in enumerate(self.names)}
 
@@ -343,23 +367,22 @@ class AimResult:
     notes: dict = field(default_factory=dict)
     rng: np.random.Generator | None = None
 
-    def synthesize(self, rows: int | None = None, final_iters: int = 0) -> np.ndarray:
-        """Records from the model (optionally re-fitted with more iterations first)."""
-        if final_iters:
-            self.model.fit(self.measurements, final_iters)
+    def synthesize(self, rows: int | None = None) -> np.ndarray:
+        """Records from the model (its total's worth by default)."""
         return self.model.sample(rows, self.rng)
 
 
 def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[Clique],
         rho: Fraction, *, max_model_size_mb: float = 80.0, max_rounds: int = 1000,
-        rounds: int | None = None, alpha: Fraction = Fraction(9, 10), round_iters: int = 100,
-        final_iters: int = 1000, backend: str = "numpy", anneal: bool = True,
-        rng: np.random.Generator | None = None,
+        rounds: int | None = None, alpha: Fraction = Fraction(9, 10),
+        round_iters: int | None = None, final_iters: int | None = None,
+        backend: str = "numpy", rng: np.random.Generator | None = None,
         say: Callable[[str], None] = lambda _: None) -> AimResult:
     """Run AIM; see the module docstring. ``rng`` is the non-private generator kept in the
-    result for sampling records (the oracle owns all private randomness). ``anneal=False``
-    keeps sigma and eps fixed, so that with ``rounds`` = T the loop makes exactly T selections
-    (FLAIM's fixed-T DistAIM runs; AIM itself anneals)."""
+    result for sampling records (the oracle owns all private randomness). ``rounds`` = None
+    is AIM's own plan with annealing (AIM paper); ``rounds`` = T is FLAIM's fixed-T plan
+    without annealing (exactly T selections when ``max_rounds`` >= T). ``round_iters`` and
+    ``final_iters`` cap the estimator's iterations (default: until converged)."""
     rho = Fraction(rho)
     if rho <= 0:
         raise ValueError("rho must be > 0")
@@ -370,31 +393,59 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
     weights_all = workload_weights(candidates_all, workload)
     one_ways = [c for c in candidates_all if len(c) == 1]
     d = len(sizes)
+    anneal = rounds is None
+    planned = 16 * d if rounds is None else rounds
+    grows = bool(getattr(oracle, "grows", False))
+    # data that grows by round: a reserve for the noisy sizes (union, then one per data set)
+    size_budget = SIZE_SHARE * rho if grows else Fraction(0)
+    size_counts = planned + 2
+    sigma2_size = Fraction(size_counts) / (2 * size_budget) if grows else None
+    marginal_budget = rho - size_budget
     if rounds is None:
-        sigma2 = Fraction(16 * d) / (2 * alpha * rho)
-        eps = eps_within((1 - alpha) * rho / (16 * d), oracle.selection_rho)
+        sigma2 = Fraction(16 * d) / (2 * alpha * marginal_budget)
+        eps = eps_within((1 - alpha) * marginal_budget / (16 * d), oracle.selection_rho)
     else:
-        sigma2 = Fraction(rounds + len(one_ways)) / (2 * alpha * rho)
-        eps = eps_within((1 - alpha) * rho / rounds, oracle.selection_rho)
+        sigma2 = Fraction(rounds + len(one_ways)) / (2 * alpha * marginal_budget)
+        eps = eps_within((1 - alpha) * marginal_budget / rounds, oracle.selection_rho)
 
     used = Fraction(0)
     delta_spent = Fraction(0)
     measurements: list[NoisyMarginal] = []
     log: list[RoundLog] = []
-    if len(one_ways) / (2 * sigma2) >= rho:  # checked before anything is measured
+    sizes_log: list[float] = []
+    if len(one_ways) / (2 * sigma2) + size_budget >= rho:  # checked before anything is measured
         raise ValueError("the 1-way initialisation alone would exhaust the budget")
+
+    def noisy_size(scope: str) -> float:
+        nonlocal used
+        value = float(oracle.measure_total(sigma2_size, scope))
+        used += 1 / (2 * sigma2_size)
+        sizes_log.append(value)
+        return max(value, 1.0)
+
+    # the union's noisy size is the model's total; each data set's rescales its measurements
+    union = noisy_size("all") if grows else None
+    current = noisy_size("current") if grows else None
+    scale = union / current if grows else 1.0
+
+    def record(clique: Clique, y, var: Fraction) -> None:
+        counts = np.asarray(y, dtype=float).reshape([sizes[a] for a in clique])
+        measurements.append(NoisyMarginal(clique, counts * scale, float(var) * scale ** 2))
+
     for clique in one_ways:
         y = oracle.measure(clique, sigma2)
         used += 1 / (2 * sigma2)
-        measurements.append(NoisyMarginal(clique, np.asarray(y, dtype=float).reshape(
-            [sizes[a] for a in clique]), float(sigma2)))
+        record(clique, y, sigma2)
         log.append(RoundLog(clique, sigma2, None))
     model = GraphicalModel(sizes, backend)
-    model.fit(measurements, round_iters)
+    model.fit(measurements, round_iters, total=union)
     selected: list[Clique] = []
     size_cache: dict[frozenset, float] = {}
 
     for t in range(1, max_rounds + 1):
+        if grows and len(sizes_log) < size_counts and oracle.advance():
+            current = noisy_size("current")
+            scale = union / current
         remaining = rho - used
         final = t == max_rounds or remaining < 2 * (1 / (2 * sigma2) + oracle.selection_rho(eps))
         if final:
@@ -409,7 +460,8 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
             if size_cache[key] <= limit or any(set(c) <= set(m) for m in model.cliques):
                 pool.append(c)
                 weights.append(w)
-        answers = [model.answer(c) for c in pool]
+        # the scores compare the oracle's current data with the model at that data's size
+        answers = [model.answer(c) / scale for c in pool]
         pick = oracle.select(pool, answers, weights, sigma2, eps)
         used += oracle.selection_rho(eps)
         delta_spent += Fraction(getattr(oracle, "extra_delta", 0))
@@ -418,11 +470,10 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
         used += 1 / (2 * sigma2)
         if used > rho:
             raise AssertionError("AIM ledger exceeded its budget")  # cannot happen; fail closed
-        before = answers[pick]
-        measurements.append(NoisyMarginal(clique, np.asarray(y, dtype=float).reshape(
-            [sizes[a] for a in clique]), float(sigma2)))
+        before = answers[pick] * scale
+        record(clique, y, sigma2)
         selected.append(clique)
-        model.fit(measurements, final_iters if final else round_iters)
+        model.fit(measurements, final_iters if final else round_iters, total=union)
         entry = RoundLog(clique, sigma2, eps, final=final)
         log.append(entry)
         say(f"[aim] round {t}: {clique} sigma={math.sqrt(sigma2):.1f} eps={float(eps):.4f} "
@@ -432,13 +483,13 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
         if not anneal:
             continue
         moved = float(np.abs(model.answer(clique) - before).sum())
-        if moved <= SQRT_2_OVER_PI * math.sqrt(sigma2) * cells(clique, sizes):
+        if moved <= SQRT_2_OVER_PI * math.sqrt(sigma2) * scale * cells(clique, sizes):
             sigma2, eps = sigma2 / 4, 2 * eps
             entry.annealed = True
     if used != rho:
         raise AssertionError(f"AIM ended with {used} of {rho} spent")  # final round spends rest
     return AimResult(measurements, used, delta_spent, selected, log, model,
-                     notes={"rounds": len(selected)},
+                     notes={"rounds": len(selected), "noisy_sizes": sizes_log},
                      rng=rng if rng is not None else np.random.default_rng())
 
 

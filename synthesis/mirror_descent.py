@@ -9,16 +9,32 @@ round, so the compilation dominates. This module runs the same algorithm eagerly
   p(x) proportional to exp(sum_C theta_C(x_C));
 * marginals: log-space belief propagation (collect then distribute) on a junction tree of a
   triangulation of the cliques' graph (greedy elimination, smallest new clique first);
-* loss: sum over measurements m of ||mu_m - y_m||^2 / (2 var_m) (``mbi``'s L2 loss);
-* step: theta <- theta - alpha grad, alpha starting at 2 / (L total) with ``mbi``'s
-  Lipschitz bound and Armijo's rule (x1.01 on sufficient decrease, x0.5 otherwise);
-* total: the minimum-variance unbiased combination of the measurements' sums;
+* loss: sum over measurements m of ||mu_m - y_m||^2 / (2 var_m) (``mbi``'s L2 loss), with
+  mu = total * p for a known total;
+* step: theta <- anchor - alpha G, where G is the loss's gradient in the marginals spread
+  onto the potentials (the mirror step). Step size by backtracking, as the original
+  Private-PGM code did: every iteration first doubles alpha, then halves it until the
+  decrease is at least half the first-order prediction <g, mu_anchor - mu_trial> (at most
+  ``MAX_HALVINGS`` times). The first alpha is 2 / (L total) with ``mbi``'s Lipschitz bound;
+  later fits start from the last accepted alpha;
+* acceleration: the anchor is Nesterov's extrapolation theta_k + (k - 1)/(k + 2)
+  (theta_k - theta_(k-1)), restarted (k = 0) whenever a step would raise the loss (the
+  function-value restart of O'Donoghue and Candes 2015), so the loss never increases;
+* stopping: converged when the loss fell by at most ``tol`` (relative) over the last
+  ``WINDOW`` accepted steps, or when no step decreases it; ``iters`` only caps the loop.
+  Measured on Adult (14 noisy 1-ways and 8 noisy 3-ways, sigma 30, cold start): converged
+  (tol 1e-6) in 666 steps, 7 s, loss 4943.5; ``mbi``'s MirrorDescent on the same
+  measurements: 4957.5 after 3,000 iterations, 4944.0 after 10,000 (65 s); this module's
+  former fixed rule (x1.01 / x0.5, 100 iterations a round): 2.9e6 after 100, 5217.9 after
+  1,000 (``tests/test_mirror_descent.py`` checks the comparison on a small table);
+* total: given (``fit(total=...)``), else the minimum-variance unbiased combination of the
+  measurements' sums;
 * sampling: randomized rounding of the root clique's marginal to integer counts, then, down
   the tree, of each clique's conditional given its separator (so the records' marginals
   match the model's up to rounding), rows shuffled.
 
 Warm start: the previous potentials are carried over, each folded into a clique containing
-it. Everything here is post-processing of released measurements.
+it, and so is the step size. Everything here is post-processing of released measurements.
 """
 
 from __future__ import annotations
@@ -30,6 +46,20 @@ from dataclasses import dataclass
 import numpy as np
 
 Clique = tuple[int, ...]
+
+MAX_ITERS = 10_000    # a cap only: fits stop at convergence
+TOLERANCE = 1e-6      # relative loss decrease over WINDOW steps that counts as converged
+WINDOW = 20
+ARMIJO = 0.5          # sufficient decrease: half of the first-order prediction
+MAX_HALVINGS = 40     # 2^-40 of a step changes no float64 potential any more
+
+
+@dataclass(frozen=True)
+class FitReport:
+    iterations: int   # accepted steps
+    evaluations: int  # belief propagations (one per trial step, plus the start)
+    loss: float       # sum of ||mu - y||^2 / (2 var) at the end
+    converged: bool   # the stopping rule fired (False: the iteration cap did)
 
 
 def _lse(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -121,6 +151,9 @@ class MirrorDescentPGM:
         self.total = 1.0
         self.tree: JunctionTree | None = None
         self.beliefs: list[np.ndarray] = []  # normalised probabilities per tree node
+        self._alpha: float | None = None  # the last accepted step (warm start)
+        self._total = 1.0
+        self.report: FitReport | None = None
 
     # ---------------------------------------------------------------- inference
     def _calibrate(self, theta: dict[Clique, np.ndarray]) -> list[np.ndarray]:
@@ -170,9 +203,14 @@ class MirrorDescentPGM:
         raise KeyError(f"{clique} is inside no clique of the model")
 
     # ---------------------------------------------------------------- fitting
-    def fit(self, measurements: Sequence, iters: int) -> None:
-        """``measurements``: objects with ``attrs`` (sorted tuple), ``counts`` (array over
-        attrs) and ``variance``, at most one per clique (merge repeats first)."""
+    def fit(self, measurements: Sequence, iters: int = MAX_ITERS, *,
+            total: float | None = None, tol: float = TOLERANCE) -> FitReport:
+        """Fit the potentials to ``measurements`` (objects with ``attrs``, ``counts`` (array
+        over attrs) and ``variance``, at most one per clique: merge repeats first).
+
+        ``iters`` caps the iterations; the fit stops earlier once converged (see the module
+        docstring). ``total``: the known number of records (default: the minimum-variance
+        unbiased combination of the measurements' sums). Returns what the fit did."""
         sizes = self.sizes
         meas = []
         for m in measurements:
@@ -182,9 +220,11 @@ class MirrorDescentPGM:
             y = np.transpose(np.asarray(m.counts, dtype=float).reshape(
                 [sizes[a] for a in attrs]), order)
             meas.append((clique, y, float(m.variance)))
-        sums = np.array([y.sum() for _, y, _ in meas])
-        var_sum = np.array([v * y.size for _, y, v in meas])
-        total = max(1.0, float(np.average(sums, weights=1 / var_sum))) if meas else 1.0
+        if total is None:
+            sums = np.array([y.sum() for _, y, _ in meas])
+            var_sum = np.array([v * y.size for _, y, v in meas])
+            total = float(np.average(sums, weights=1 / var_sum)) if meas else 1.0
+        total = max(1.0, float(total))
         cliques = [c for c, _, _ in meas]
         maximal = sorted({c for c in cliques if not any(set(c) < set(o) for o in cliques)})
         self.tree = JunctionTree.build(triangulate(maximal, len(sizes), sizes))
@@ -201,7 +241,9 @@ class MirrorDescentPGM:
             ratio = math.prod(sizes[a] for a in M) / math.prod(sizes[a] for a in c)
             blocks[M] = blocks.get(M, 0.0) + ratio / v
         lipschitz = max(blocks.values()) if blocks else 1.0
-        alpha = 2.0 / (lipschitz * total)
+        alpha = 2.0 / (lipschitz * total)  # warm fits start from the last accepted step
+        if self._alpha is not None:
+            alpha = self._alpha * self._total / total
 
         where = []  # (tree node, axes to sum) per measurement, found once
         for c, _, _ in meas:
@@ -216,22 +258,57 @@ class MirrorDescentPGM:
                        in zip(mus, meas))
             return beliefs, mus, loss
 
-        beliefs, mus, loss = evaluate(theta)
-        for _ in range(iters):
-            grads = [(mu - y) / v for mu, (_, y, v) in zip(mus, meas)]
+        def direction(mus_at):
+            grads = [(mu - y) / v for mu, (_, y, v) in zip(mus_at, meas)]
             step = {c: np.zeros_like(t) for c, t in theta.items()}
             for (c, _, _), g in zip(meas, grads):
                 step[route[c]] = step[route[c]] + _expand(g, c, route[c], sizes)
-            trial = {c: theta[c] - alpha * step[c] for c in theta}
-            beliefs2, mus2, loss2 = evaluate(trial)
-            decrease = 0.5 * alpha * sum(float((g * (a - b)).sum())
-                                         for g, a, b in zip(grads, mus, mus2))
-            if loss - loss2 >= decrease:
-                theta, beliefs, mus, loss = trial, beliefs2, mus2, loss2
-                alpha *= 1.01
+            return grads, step
+
+        beliefs, mus, loss = evaluate(theta)
+        history = [loss]
+        done, converged, evaluations = 0, False, 1
+        previous = theta
+        momentum = 0
+        for _ in range(iters if meas else 0):
+            if momentum:
+                beta = (momentum - 1) / (momentum + 2)
+                anchor = {c: theta[c] + beta * (theta[c] - previous[c]) for c in theta}
+                _, a_mus, a_loss = evaluate(anchor)
+                evaluations += 1
             else:
+                anchor, a_mus, a_loss = theta, mus, loss
+            grads, step = direction(a_mus)
+            alpha *= 2.0
+            accepted = False
+            for _ in range(MAX_HALVINGS):
+                trial = {c: anchor[c] - alpha * step[c] for c in theta}
+                beliefs2, mus2, loss2 = evaluate(trial)
+                evaluations += 1
+                predicted = sum(float((g * (a - b)).sum())
+                                for g, a, b in zip(grads, a_mus, mus2))
+                if a_loss - loss2 >= ARMIJO * predicted and loss2 <= a_loss:
+                    accepted = True
+                    break
                 alpha *= 0.5
+            if not accepted or loss2 > loss:
+                if momentum:  # restart from theta without momentum
+                    momentum = 0
+                    continue
+                converged = True  # no step from theta decreases the loss
+                break
+            previous = theta
+            theta, beliefs, mus, loss = trial, beliefs2, mus2, loss2
+            momentum += 1
+            done += 1
+            history.append(loss)
+            if done >= WINDOW and history[-1 - WINDOW] - loss <= tol * max(loss, 1.0):
+                converged = True
+                break
         self.theta, self.total, self.beliefs = theta, total, beliefs
+        self._alpha, self._total = alpha, total
+        self.report = FitReport(done, evaluations, loss, converged)
+        return self.report
 
     # ---------------------------------------------------------------- queries
     def marginal(self, clique: Clique) -> np.ndarray | None:

@@ -87,13 +87,13 @@ def test_engine_charges_what_the_oracle_says():
     assert all(r.epsilon ** 2 / 2 <= rho for r in result.rounds if r.epsilon)
 
 
-def test_without_annealing_a_plan_for_t_rounds_makes_exactly_t():
+def test_fixed_t_mode_does_not_anneal_and_makes_exactly_t_selections():
     records = table(seed=5)
     rho = Fraction(1, 2)
     workload = list(itertools.combinations(range(4), 2))
     for rounds in (3, 7):
         result = aim(PlainOracle(records, SIZES, ExactSampler(random.Random(rounds).randrange)),
-                     SIZES, workload, rho, rounds=rounds, anneal=False)
+                     SIZES, workload, rho, rounds=rounds)
         assert len(result.selected) == rounds and result.rho_spent == rho
         assert not any(r.annealed for r in result.rounds)
         # every selection round but the last (which spends the exact remainder) is alike

@@ -8,7 +8,7 @@ from scipy import stats
 
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
 from distaim.oracle import MpcOracle, score_penalty
-from distaim.protocol import Layout, Participation, aggregate, clamp_counts, client_vector
+from distaim.protocol import Layout, Participation, aggregate, client_vector
 from synthesis.aim import aim, marginal_counts
 
 ALPHA = 1e-6
@@ -51,17 +51,24 @@ def test_mpc_oracle_runs_aim_and_spends_exactly_rho():
         seen.append(t)
         return secint.array(secint.field.array(vec.astype(object)))
 
-    oracle = MpcOracle(rt, secint, em, None, layout, 1.0, totals_at_round=totals_at_round)
-    result = aim(oracle, sizes, workload, Fraction(1, 2), rounds=4, max_rounds=4,
-                 round_iters=20, final_iters=20)
+    oracle = MpcOracle(rt, secint, em, None, layout, 1.0, totals_at_round=totals_at_round,
+                       grows=True)
+    result = aim(oracle, sizes, workload, Fraction(1, 2), rounds=4, max_rounds=4)
     assert result.rho_spent == Fraction(1, 2)
-    assert seen == list(range(len(result.selected) + 1))
+    # round 0's data, the union's (its noisy size), then one data set per round, each with
+    # its noisy size (a new array every call: the data "changed" every round)
+    assert seen == [0, None, 1, 2, 3, 4]
+    assert len(result.notes["noisy_sizes"]) == 2 + 4
+    assert all(abs(n - 3000) < 6 * 40 for n in result.notes["noisy_sizes"])
     assert 0 < oracle.measure_tv < Fraction(1, 10**12)
     assert 0 < result.delta_spent < Fraction(1, 10**10)
-    # the 1-way measurements are the counts plus noise of the planned sigma
+    # the 1-way measurements are the counts plus noise of the planned sigma, rescaled by
+    # the union's noisy size over round 0's (post-processing)
+    union, current = result.notes["noisy_sizes"][:2]
     for m in result.measurements[:3]:
         exact = marginal_counts(records, m.attrs, sizes)
-        assert np.all(np.abs(m.counts.ravel() - exact) < 6 * np.sqrt(m.variance))
+        raw, sd = m.counts.ravel() * current / union, np.sqrt(m.variance) * current / union
+        assert np.all(np.abs(raw - exact) < 6 * sd)
 
 
 @pytest.mark.parametrize("grid_bits", [8, 0])
@@ -89,13 +96,6 @@ def test_secure_scores_equal_the_plaintext_integer_scores(grid_bits):
                         - score_penalty(w, 30.0, len(x), grid_bits))
     assert opened == expected and cells == layout.length
 
-
-def test_clamp_counts_caps_each_cell_inside_mpc():
-    rt = local_runtime(prss_seed=b"clamp")
-    secint = rt.SecInt(SECINT_BITS)
-    values = secint.array(np.array([0, 5, 99, 100, 101, 10**9]))
-    assert rt.run(rt.output(clamp_counts(rt, values, 100))).tolist() == [0, 5, 99, 100, 100,
-                                                                           100]
 
 
 def _fixed_oracle(seed: bytes, grid_bits: int = 8):

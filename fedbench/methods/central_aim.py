@@ -11,9 +11,9 @@ eps_0^2 = 8 * 0.1 * rho / (16 d), annealing, the last round spends the exact rem
 Deviations, for the benchmark's time budget (about 36 runs per method on Adult): the model
 size limit is ``MAX_MODEL_MB`` = 0.25 MB instead of AIM's 80 MB (the numpy estimator's cost
 grows with the junction tree's cells; measured on Adult at eps = 1 with 200 iterations per
-round: 0.25 MB, 12 s, 2-way error 0.042; 1 MB, 56 s, 0.037), the estimator runs
-``ROUND_ITERS`` mirror-descent iterations per round (AIM: 1000) and ``FINAL_ITERS`` after the
-last, and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round spends the
+round: 0.25 MB, 12 s, 2-way error 0.042; 1 MB, 56 s, 0.037; measured with the former
+fixed-count estimator), the estimator runs to convergence each round
+(``synthesis.mirror_descent``), and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round spends the
 remainder; on Adult the budget runs out after 20-40 rounds first). As configured: Adult,
 eps = 1, 2 repeats: 2-way error 0.048, 3-way 0.106, about 6 s per run (central-privsyn in the
 same run: 0.054 / 0.121).
@@ -35,8 +35,6 @@ from synthesis.aim import PlainOracle, aim
 
 MAX_ROUNDS = 60
 MAX_MODEL_MB = 0.25
-ROUND_ITERS = 100
-FINAL_ITERS = 1000
 
 
 def central_aim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
@@ -46,8 +44,7 @@ def central_aim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon:
     sizes = schema.domain_sizes
     workload = list(itertools.combinations(range(len(sizes)), 2))
     result = aim(PlainOracle(records, sizes, CSPRNG), sizes, workload, rho,
-                 max_model_size_mb=MAX_MODEL_MB, max_rounds=MAX_ROUNDS,
-                 round_iters=ROUND_ITERS, final_iters=FINAL_ITERS)
+                 max_model_size_mb=MAX_MODEL_MB, max_rounds=MAX_ROUNDS)
     # as many rows as the model's (noisy) total; record sampling is post-processing
     synth = result.model.sample(None, np.random.default_rng(seed))
     return MethodResult(synth, result.rho_spent, rho,

@@ -82,7 +82,7 @@ class FlaimResult:
 
 def flaim(records: np.ndarray, owner: np.ndarray, domain_sizes: tuple[int, ...],
           rho: Fraction, variant: str, *, rounds: int = ROUNDS, participation: float = 1.0,
-          round_iters: int = 100, final_iters: int = 1000, seed: int = 0,
+          round_iters: int | None = None, final_iters: int | None = None, seed: int = 0,
           sampler: ExactSampler = CSPRNG, say=lambda _: None) -> FlaimResult:
     if variant not in ("naive", "private"):
         raise ValueError("variant is 'naive' or 'private'")
