@@ -8,6 +8,7 @@ method; error vs number of clients and vs heterogeneity when those vary).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import time
 from collections import defaultdict
@@ -115,6 +116,11 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
         raise ValueError(f"unknown methods {unknown}; known: {sorted(METHODS)}")
     if jobs < 1:
         raise ValueError("jobs must be at least 1")
+    if target_name not in schema.names:
+        raise ValueError(f"target {target_name!r} is not a column of the schema "
+                         f"(columns: {', '.join(schema.names)})")
+    # Methods that train a classifier read the target from the schema (fedbench.methods.target).
+    schema = dataclasses.replace(schema, target=target_name)
     records = encode_csv(csv_path, schema).records
     target = schema.names.index(target_name)
     natural_index = schema.names.index(natural_column) if natural_column else None

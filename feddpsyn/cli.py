@@ -117,10 +117,15 @@ def _encode_local(csv_path: Path, schema: Path, on_invalid: str):
 @client_app.command("check")
 def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
                  on_invalid: str = typer.Option("error", help="error | clamp | drop")) -> None:
-    """Check a CSV against a schema and print what would be uploaded."""
+    """Check a CSV against a schema and print what would be uploaded, one fact a line."""
     _, table, layout = _encode_local(csv_path, schema, on_invalid)
-    typer.echo(f"ok: {table.summary()}; {len(layout.marginals)} marginals, "
-               f"{layout.total_cells} cells")
+    typer.echo(f"ok: {csv_path}")
+    for part in table.summary().split("; "):
+        typer.echo(f"  {part}")
+    typer.echo(f"  upload: {len(layout.marginals)} marginals, {layout.total_cells} cells")
+    if table.rows_read == 0:
+        # On stdout with the rest: one stream keeps the lines in order when both are captured.
+        typer.echo("  warning: a header and no data rows: every count is zero")
 
 
 @client_app.command("counts")
@@ -269,11 +274,24 @@ def session_create(keyserver: str = typer.Option(...),
 
 @session_app.command("status")
 def session_status(keyserver: str = typer.Option(...), session: str = typer.Option(...),
-                   operator_token_file: Path = typer.Option(...)) -> None:
-    """Show a session's state and its privacy ledger."""
+                   operator_token_file: Path = typer.Option(...),
+                   as_json: bool = typer.Option(False, "--json",
+                                                help="the status and ledger as JSON")) -> None:
+    """Show a session's state and where its privacy budget went: one line per ledger entry
+    (what was released or decided, rho, running total, remaining, eps at the session's
+    delta), then the plan's entries still to come."""
+    from feddpsyn import wire
+    from feddpsyn.ledger_table import format_ledger
+
     status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")
     ledger = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/ledger")
-    typer.echo(json.dumps({"status": status.json(), "ledger": ledger.json()}, indent=1))
+    if as_json:
+        typer.echo(json.dumps({"status": status.json(), "ledger": ledger.json()}, indent=1))
+        return
+    public = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}")
+    typer.echo(format_ledger(wire.LedgerView.model_validate_json(ledger.content),
+                             wire.SessionPublic.model_validate_json(public.content),
+                             wire.SessionStatus.model_validate_json(status.content)))
 
 
 @app.command()
@@ -345,7 +363,9 @@ def params_command(schema: Optional[Path] = typer.Option(
         report = plan.selection.report(plan.pair_cells())
         report.update(default=name == DEFAULT_SELECTION_SET,
                       bootstraps=plan.selection.bootstraps(plan.pair_cells()),
-                      chunk_sizes_used=list(plan.used_chunk_sizes()))
+                      chunk_sizes_used=list(plan.used_chunk_sizes()),
+                      delta_conversion=plan.delta_conversion, delta_terms=plan.delta_terms(),
+                      delta_total=plan.delta_total())
         rows.append(report)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -363,7 +383,11 @@ def params_command(schema: Optional[Path] = typer.Option(
                        f"{r['step_epsilon_total'] - r['step_epsilon']:.2e} = "
                        f"{r['step_epsilon_total']:.6f}")
         typer.echo(f"  rho charged {r['rho_charged']:.6g} of {r['rho_budget']:.6g}; "
-                   f"fhe_delta {r['fhe_delta']:.2e} ({r['bootstraps']:,} bootstraps x p_error)")
+                   f"fhe_delta {r['fhe_delta']:.2e} ({r['bootstraps']:,} bootstraps x p_error, "
+                   "an upper bound; the session counts the compiled module's)")
+        terms = ", ".join(f"{k} {v:.2e}" for k, v in r["delta_terms"].items())
+        typer.echo(f"  delta {delta:g} = conversion {r['delta_conversion']:.4e} + reserved "
+                   f"(1 + e^eps) x failure terms: {terms}")
 
 
 @app.command()
@@ -411,8 +435,20 @@ def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated eps
 
 
 @bench_app.command("utility")
-def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_disease"),
-                  methods: str = typer.Option("central-privsyn,concat,feddpsyn"),
+def bench_utility(dataset: Optional[str] = typer.Option(
+                      None, help="adult (default) | fed_heart_disease; or your own table with "
+                                 "--csv, --schema and --target"),
+                  csv_path: Optional[Path] = typer.Option(
+                      None, "--csv", help="your own table (with --schema and --target)"),
+                  schema: Optional[Path] = typer.Option(None, help="the schema of --csv"),
+                  target: Optional[str] = typer.Option(
+                      None, help="with --csv: the column the ML metrics predict (default: the "
+                                 "schema's 'target', if it declares one)"),
+                  owner_column: Optional[str] = typer.Option(
+                      None, help="with --csv: a schema column naming each row's owner, for "
+                                 "--partition natural"),
+                  methods: str = typer.Option("central-privsyn,concat,feddpsyn",
+                                              help="comma-separated, or 'all'"),
                   eps: str = typer.Option("0.5,1,2"),
                   clients: str = typer.Option("4", help="comma-separated client counts"),
                   partition: str = typer.Option(
@@ -422,23 +458,45 @@ def bench_utility(dataset: str = typer.Option("adult", help="adult | fed_heart_d
                   repeats: int = 3, out: Path = typer.Option(...), delta: float = 1e-5,
                   seed: int = 0,
                   jobs: int = typer.Option(1, help="worker processes (one core each)")) -> None:
-    """Utility of every method against the real union, on the same partitions and seeds."""
+    """Utility of every method against the real union, on the same partitions and seeds, on
+    a bundled data set or your own table."""
+    from fedbench.methods import METHODS
     from fedbench.runner import TARGETS, Setting, run_utility
     from feddpsyn.demo import dataset as bundled
+    from params.schema import Schema
 
+    if (csv_path is None) != (schema is None):
+        _fail("--csv and --schema go together")
+    if csv_path is not None and dataset is not None:
+        _fail("give either --dataset or --csv/--schema, not both")
+    if csv_path is None and (target is not None or owner_column is not None):
+        _fail("--target and --owner-column go with your own table (--csv, --schema)")
     try:
-        ds = bundled(dataset)
-        from params.schema import Schema
-
-        schema = Schema.load(ds.schema)
+        if csv_path is None:
+            ds = bundled(dataset or "adult")
+            table, natural = ds.csv, ds.natural_column
+            s = Schema.load(ds.schema)
+            target = TARGETS[ds.name]
+        else:
+            table, natural = csv_path, owner_column
+            s = Schema.load(schema)
+            target = target or s.target
+            if target is None:
+                _fail("give --target (the column the ML metrics predict), or declare "
+                      "\"target\" in the schema")
+            if target not in s.names:
+                _fail(f"--target {target!r} is not a column of {schema} "
+                      f"(columns: {', '.join(s.names)})")
+            if natural is not None and natural not in s.names:
+                _fail(f"--owner-column {natural!r} is not a column of {schema}")
         settings = []
         for name in partition.split(","):
             betas = [float(b) for b in beta.split(",")] if name == "dirichlet" else [None]
             settings += [Setting(int(k), name, b) for k in clients.split(",") for b in betas]
-        run_utility(ds.csv, schema, TARGETS[dataset], methods.split(","),
-                    [float(e) for e in eps.split(",")], settings, repeats, out, delta, seed,
-                    natural_column=ds.natural_column, jobs=jobs)
-    except (ValueError, KeyError) as exc:
+        chosen = sorted(METHODS) if methods == "all" else methods.split(",")
+        run_utility(table, s, target, chosen, [float(e) for e in eps.split(",")], settings,
+                    repeats, out, delta, seed, natural_column=natural, jobs=jobs)
+    except (ValueError, KeyError) as exc:  # SchemaError, InvalidValueError name the place
         _fail(str(exc))
     typer.echo(f"wrote {out / 'results.csv'}, {out / 'summary.md'} and plots")
 
@@ -464,9 +522,20 @@ def bench_summary(results: Path = typer.Option(..., help="a run's results.csv"),
 
 
 @app.command()
-def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_disease | adult"),
-         clients: int = typer.Option(4, help="uniform split size (adult); "
-                                            "fed_heart_disease uses its 4 hospitals"),
+def demo(dataset: Optional[str] = typer.Option(
+             None, help="fed_heart_disease (default) | adult; or give your own table with "
+                        "--csv and --schema"),
+         csv_path: Optional[Path] = typer.Option(
+             None, "--csv", help="your own table (with --schema): split over --clients owners "
+                                 "uniformly at random, or by --owner-column"),
+         schema: Optional[Path] = typer.Option(None, help="the schema of --csv (see "
+                                                          "`feddpsyn schema draft`)"),
+         owner_column: Optional[str] = typer.Option(
+             None, help="with --csv: the column naming each row's owner (a natural split; "
+                        "left out of the uploads if the schema does not declare it)"),
+         clients: Optional[int] = typer.Option(
+             None, help="owners of a uniform split (default 4; fed_heart_disease uses its 4 "
+                        "hospitals)"),
          out: Optional[Path] = typer.Option(
              None, help="output directory (default: a new demo-out/run-DATE-TIME)"),
          epsilon: float = 1.0,
@@ -480,13 +549,35 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
              None, help="tfhe path: em (private selection under encryption, FedDPSyn's P2 "
                         "and P3; the default on fed_heart_disease: about 11.5 min on 2 "
                         "cores) | noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost "
-                        "only) | none (every pair; about 15 s; the default on adult, whose "
-                        "encrypted selection takes over an hour). An estimate is printed "
-                        "first."),
+                        "only) | none (every pair; about 15 s; the default on adult and on "
+                        "your own table). An estimate is printed first."),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
                         "half the pairs otherwise)")) -> None:
-    """Run the whole protocol on a bundled data set, everything on loopback."""
+    """Run the whole protocol on a bundled data set or your own table, all on loopback."""
+    from feddpsyn.demo import user_table
+
+    if (csv_path is None) != (schema is None):
+        _fail("--csv and --schema go together")
+    if csv_path is not None and dataset is not None:
+        _fail("give either --dataset or --csv/--schema, not both")
+    if owner_column is not None and csv_path is None:
+        _fail("--owner-column splits your own table: give --csv and --schema too")
+    if owner_column is not None and clients is not None:
+        _fail("--owner-column decides the owners; leave out --clients")
+    if clients is not None and clients < 1:
+        _fail("--clients must be at least 1")
+    table = None
+    if csv_path is not None:
+        if path != "tfhe":
+            _fail("--csv runs on the two-server path (--path tfhe); the DistAIM demo takes "
+                  "the bundled data sets")
+        try:
+            table = user_table(csv_path, schema, owner_column)
+        except ValueError as exc:  # SchemaError and InvalidValueError name file and place
+            _fail(str(exc))
+    dataset = dataset or "fed_heart_disease"
+    clients = clients or 4
     if out is None:
         out = Path("demo-out") / time.strftime("run-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
@@ -498,18 +589,24 @@ def demo(dataset: str = typer.Option("fed_heart_disease", help="fed_heart_diseas
     elif path == "tfhe":
         from feddpsyn.demo import DEMO_ROUNDS, DEMO_SELECTION, run_demo
 
+        key = dataset if table is None else None
         if selection is None:
-            selection = DEMO_SELECTION.get(dataset, "none")
+            selection = DEMO_SELECTION.get(key, "none")
         if rounds is None and selection == "em":
-            rounds = DEMO_ROUNDS.get(dataset)
+            rounds = DEMO_ROUNDS.get(key)
         try:
-            report = run_demo(dataset, clients, out, epsilon, delta, method, rows, seed,
-                              selection=selection, rounds=rounds)
+            report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
+                              seed, selection=selection, rounds=rounds)
         except ValueError as exc:
             _fail(str(exc))
     else:
         _fail(f"--path is tfhe or distaim, not {path!r}")
     _print_report(report, out)
+
+
+def _pairs_text(pairs: list[list[str]]) -> str:
+    """One pair a line, "a × b": column names stay whole however narrow the terminal."""
+    return "\n".join(f"  {' × '.join(p)}" for p in pairs)
 
 
 def _print_report(report: dict, out: Path) -> None:
@@ -526,20 +623,25 @@ def _print_report(report: dict, out: Path) -> None:
         table.add_row(k, f"{report['workload_error'][k]:.4f}",
                       f"{report['central_workload_error'][k]:.4f}")
     console.print(table)
+
+    def say(text: str) -> None:
+        # Plain text: a column or path name with "[...]" is not rich markup.
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     if report.get("selected_pairs") and report["selection"]["mode"] == "noisy-greedy":
         sel = report["selection"]
-        console.print(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, noise "
-                      f"sigma2 {sel['noise_sigma2_per_server']:.4g} per server): "
-                      + ", ".join("x".join(p) for p in report["selected_pairs"]))
+        say(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, noise sigma2 "
+            f"{sel['noise_sigma2_per_server']:.4g} per server):\n"
+            + _pairs_text(report["selected_pairs"]))
     elif report.get("selected_pairs"):
         sel = report["selection"]
-        console.print(f"selected pairs ({sel['mode']}, {sel['rounds']} rounds, eps "
-                      f"{sel['epsilon_per_round_charged']:.5f} per round incl. "
-                      f"{sel['numerical_extra_epsilon_per_round']:.2g} numerical): "
-                      + ", ".join("x".join(p) for p in report["selected_pairs"]))
-    console.print(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']}); "
-                  f"phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
-    console.print(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")
+        say(f"selected pairs ({sel['mode']}, {sel['rounds']} rounds, eps "
+            f"{sel['epsilon_per_round_charged']:.5f} per round incl. "
+            f"{sel['numerical_extra_epsilon_per_round']:.2g} numerical):\n"
+            + _pairs_text(report["selected_pairs"]))
+    say(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']})")
+    say("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
+    say(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")
 
 
 def main() -> None:

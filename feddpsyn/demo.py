@@ -60,16 +60,49 @@ def dataset(name: str) -> DemoDataset:
     raise ValueError(f"unknown dataset {name!r} (fed_heart_disease or adult)")
 
 
+def user_table(csv_path: Path, schema_path: Path, owner_column: str | None = None
+               ) -> DemoDataset:
+    """A data owner's own table as a demo data set, checked whole before any server starts
+    (errors name this file, its row, line and column, not a split's): the schema loads, the
+    owner column (if any) is a column of the file, every row encodes."""
+    from clients.preprocess import InvalidValueError, encode_rows, read_csv
+    from params.schema import normalise_text
+
+    schema = Schema.load(schema_path)  # SchemaError (a ValueError) names every problem
+    header, rows, lines = read_csv(csv_path)
+    header = [normalise_text(h) for h in header]
+    owner = normalise_text(owner_column) if owner_column is not None else None
+    keep = list(range(len(header)))
+    if owner is not None:
+        if owner not in header:
+            raise InvalidValueError(f"{csv_path}: header (line 1): no column {owner_column!r} "
+                                    f"to split by (columns: {', '.join(header)})")
+        if owner not in schema.names:
+            keep.remove(header.index(owner))
+    for r, (row, line) in enumerate(zip(rows, lines), start=1):
+        if len(row) != len(header):
+            raise InvalidValueError(f"{csv_path}: row {r} (line {line}): has {len(row)} "
+                                    f"fields, header has {len(header)}")
+    encode_rows([[row[k] for k in keep] for row in rows], [header[k] for k in keep], schema,
+                source=str(csv_path), lines=lines)
+    return DemoDataset(csv_path.stem, csv_path, schema_path, owner)
+
+
 def split_csv(ds: DemoDataset, clients: int, out: Path, seed: int) -> list[Path]:
-    """Natural split by the owner column when there is one, else uniform at random."""
-    with ds.csv.open(newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader)
-        rows = [r for r in reader if r]
+    """Natural split by the owner column when there is one, else uniform at random. An owner
+    column the schema does not declare names the owner only: it is left out of the files."""
+    from clients.preprocess import read_csv
+    from params.schema import normalise_text
+
+    header, rows, _ = read_csv(ds.csv)
+    header = [normalise_text(h) for h in header]
+    keep = list(range(len(header)))
     if ds.natural_column is not None:
         col = header.index(ds.natural_column)
-        owners = sorted({r[col] for r in rows}, key=lambda v: (len(v), v))
-        groups = [[r for r in rows if r[col] == o] for o in owners]
+        owners = sorted({r[col].strip() for r in rows}, key=lambda v: (len(v), v))
+        groups = [[r for r in rows if r[col].strip() == o] for o in owners]
+        if ds.natural_column not in Schema.load(ds.schema).names:
+            keep.remove(col)
     else:
         rng = np.random.default_rng(seed)
         assignment = rng.integers(0, clients, len(rows))
@@ -80,8 +113,8 @@ def split_csv(ds: DemoDataset, clients: int, out: Path, seed: int) -> list[Path]
         path = out / f"client{i}.csv"
         with path.open("w", newline="") as fh:
             writer = csv.writer(fh)
-            writer.writerow(header)
-            writer.writerows(group)
+            writer.writerow([header[k] for k in keep])
+            writer.writerows([r[k] for k in keep] for r in group)
         paths.append(path)
     return paths
 
@@ -162,12 +195,13 @@ DEMO_SELECTION = {"fed_heart_disease": "em", "adult": "none"}
 SECONDS_PER_BOOTSTRAP = {"p2": 0.0080, "p3": 0.0050, "noise": 0.0050}
 
 
-def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: float,
-             method: str, rows: int | None, seed: int, say=print,
+def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: float,
+             delta: float, method: str, rows: int | None, seed: int, say=print,
              timeout: float = 3600, selection: str = "none",
              rounds: int | None = None) -> dict:
+    """The demo on a bundled data set (by name) or on a user's table (``user_table``)."""
     phases: dict[str, float] = {}
-    ds = dataset(dataset_name)
+    ds = dataset_name if isinstance(dataset_name, DemoDataset) else dataset(dataset_name)
     schema = Schema.load(ds.schema)
     out.mkdir(parents=True, exist_ok=True)
     t = time.time()
@@ -289,6 +323,7 @@ def run_demo(dataset_name: str, clients: int, out: Path, epsilon: float, delta: 
         "epsilon_spent": document.accounting["epsilon_spent"],
         "delta": delta,
         "delta_total": document.accounting.get("delta_total", delta),
+        "delta_conversion": document.accounting.get("delta_conversion", delta),
         "selected_pairs": [[schema.names[a] for a in p] for p in chosen] if chosen else None,
         "selection": _selection_summary(document.accounting["selection"]),
         "rho_spent": document.accounting["rho_spent"],
@@ -312,7 +347,9 @@ def _selection_summary(accounting: dict) -> dict:
                 "rho_charged": float(Fraction(accounting["rho_charged"])),
                 "noise_sigma2_per_server": float(Fraction(accounting["noise_sigma2"])),
                 "noise_bits": accounting["noise_bits"], "fhe_delta": accounting["fhe_delta"],
-                "noise_tail_delta": accounting["noise_tail_delta"]}
+                "noise_tail_delta": accounting["noise_tail_delta"],
+                "bootstraps": accounting.get("bootstraps"),
+                "delta_terms": accounting.get("delta_terms")}
     rounds = accounting["rounds"]
     return {"mode": accounting["mode"], "rounds": rounds,
             "rho_charged": float(Fraction(accounting["rho_charged"])),
@@ -320,4 +357,9 @@ def _selection_summary(accounting: dict) -> dict:
             "numerical_extra_epsilon_per_round": accounting["numerical_extra_epsilon_per_round"],
             "epsilon_per_round_charged": float(Fraction(accounting["epsilon_round"]))
             + accounting["numerical_extra_epsilon_per_round"],
-            "fhe_delta": accounting["fhe_delta"]}
+            # per round: pure DP (delta 0: the hidden order has no ties); the session's
+            # delta terms (bootstrap failures, the row bound) are reserved out of delta.
+            "delta_per_round": 0.0,
+            "bootstraps": accounting.get("bootstraps"),
+            "fhe_delta": accounting["fhe_delta"],
+            "delta_terms": accounting.get("delta_terms")}

@@ -84,6 +84,34 @@ def test_client_check_names_the_bad_value(tmp_path):
     assert result.returncode == 0 and "1 rows encoded of 2 read" in result.stdout
 
 
+def assert_ledger_table(text: str, ledger: dict) -> None:
+    """The readable ledger: one line per entry, running totals that add up exactly to the
+    ledger's, the last eps equal to epsilon_spent."""
+    from fractions import Fraction
+
+    lines = text.splitlines()
+    assert lines[0].startswith("session ") and "released; owners uploaded 3 of 3" in lines[0]
+    assert lines[1].startswith("budget: rho ")
+    assert lines[2] == (f"spent: rho {float(Fraction(ledger['rho_spent'])):.6g} = eps "
+                        f"{ledger['epsilon_spent']:.4f}")
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#"))
+    assert "released or decided" in lines[header] and "remaining rho" in lines[header]
+    rows = [line.split() for line in lines[header + 2:]]
+    assert [r[0] for r in rows] == ["1", "2", "3"]  # every entry charged, nothing planned
+    assert "1-way marginals released" in lines[header + 2]
+    assert "pair selection round 1 of 1 decided (em)" in lines[header + 3]
+    assert "2-way marginals released" in lines[header + 4]
+    total = Fraction(0)
+    for row, entry in zip(rows, ledger["entries"]):
+        total += Fraction(entry["rho"])
+        rho, running, remaining, eps = (float(v) for v in row[-4:])
+        assert rho == pytest.approx(float(Fraction(entry["rho"])), rel=1e-5)
+        assert running == pytest.approx(float(total), rel=1e-5)
+        assert remaining == pytest.approx(float(Fraction(ledger["rho_total"]) - total),
+                                          rel=1e-5, abs=1e-9)
+    assert float(rows[-1][-1]) == pytest.approx(ledger["epsilon_spent"], abs=5e-5)
+
+
 def test_the_manual_operator_and_data_owner_workflow(tmp_path):
     """What a deployment does by hand: servers, `session create`, `client upload`,
     `client release`, `session status`, `synthesize`."""
@@ -102,6 +130,15 @@ def test_the_manual_operator_and_data_owner_workflow(tmp_path):
                           "--max-rows", "1000", "--tokens-dir", str(tmp_path / "tokens"))
         assert result.returncode == 0, result.stderr
         sid = result.stdout.split()[1].rstrip(":")
+        before = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
+                          "--operator-token-file", op)
+        assert before.returncode == 0, before.stderr
+        assert "collecting; owners uploaded 0 of 3 (missing: " in before.stdout
+        planned = [line for line in before.stdout.splitlines() if "planned: " in line]
+        assert [line.split("planned: ")[1].split(" (")[0] for line in planned] == [
+            "1-way marginals to release", "pair selection round 1 of 1 to decide",
+            "2-way marginals to release"]
+        assert float(planned[-1].split()[-2]) >= 0  # the plan fits its budget
         for client in CLIENTS:
             token = tmp_path / "tokens" / f"{client}.token"
             assert oct(token.stat().st_mode & 0o777) == "0o600"
@@ -126,11 +163,15 @@ def test_the_manual_operator_and_data_owner_workflow(tmp_path):
             time.sleep(0.3)
         assert release.exists()
         status = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
-                          "--operator-token-file", op)
+                          "--operator-token-file", op, "--json")
         ledger = json.loads(status.stdout)["ledger"]
         # Sessions select their pairs privately by default: one round for 3 candidate pairs.
         assert 0 < ledger["epsilon_spent"] <= 2
         assert [e["release"] for e in ledger["entries"]] == ["one_way", "select-0", "two_way"]
+        table = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
+                         "--operator-token-file", op)
+        assert table.returncode == 0, table.stderr
+        assert_ledger_table(table.stdout, ledger)
         result = feddpsyn("synthesize", "--release", str(release), "--schema", str(schema),
                           "--out", str(tmp_path / "synthetic.csv"))
         assert result.returncode == 0, result.stderr
