@@ -178,3 +178,156 @@ def test_the_manual_operator_and_data_owner_workflow(tmp_path):
     finally:
         ks.stop()
         cs.stop()
+
+
+def write_user_table(directory: Path, rows: int = 400) -> tuple[Path, Path]:
+    """A table none of the bundled ones resembles: decimal bounds met exactly by values,
+    quoted commas, unicode categories, an owner column the schema does not declare, the
+    prediction target neither last nor named like one."""
+    import random
+
+    rng = random.Random(7)
+    csv_path, schema_path = directory / "clinic.csv", directory / "clinic.schema.json"
+    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["hospital", "site", "bmi", "outcome", "dose"])
+        for i in range(rows):
+            bmi = ["15.96", "53.13"][i] if i < 2 else f"{rng.uniform(15.96, 53.13):.2f}"
+            dose = ["0.001", "1.488"][i] if i < 2 else f"{rng.uniform(0.001, 1.488):.3f}"
+            site = rng.choice(["Zürich", "Genève", "Bern, Nord"])
+            outcome = "improved" if float(bmi) < 30 and rng.random() < 0.8 else "same"
+            writer.writerow([f"h{i % 3}", site, bmi, outcome, dose])
+    schema_path.write_text(json.dumps({"columns": [
+        {"name": "site", "type": "categorical", "i2s": ["Zürich", "Genève", "Bern, Nord"]},
+        {"name": "bmi", "type": "continuous", "min": 15.96, "max": 53.13},
+        {"name": "outcome", "type": "categorical", "i2s": ["same", "improved"]},
+        {"name": "dose", "type": "continuous", "min": 0.001, "max": 1.488, "bins": 8}]},
+        ensure_ascii=False), encoding="utf-8")
+    return csv_path, schema_path
+
+
+def test_demo_on_a_table_written_by_the_test(tmp_path):
+    from clients.preprocess import encode_csv
+    from params.schema import Schema
+
+    table, schema = write_user_table(tmp_path)
+    out = tmp_path / "out"
+    result = feddpsyn("demo", "--csv", str(table), "--schema", str(schema), "--owner-column",
+                      "hospital", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 data owners (natural split by hospital)" in result.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["dataset"] == "clinic" and report["clients"] == 3
+    assert report["rows_union"] == 400 and report["selection"] == {"mode": "none"}
+    assert 0 < report["epsilon_spent"] <= 1.0
+    for key in ("one_way", "two_way", "three_way"):
+        assert 0 <= report["workload_error"][key] <= 2
+        assert 0 <= report["central_workload_error"][key] <= 2
+    # Each owner's file holds its own rows, without the owner column the schema leaves out.
+    with (out / "clients" / "client0.csv").open(encoding="utf-8") as fh:
+        assert next(csv.reader(fh)) == ["site", "bmi", "outcome", "dose"]
+    # The synthetic table is in the user's values and encodes back with the same schema.
+    synthetic = encode_csv(out / "synthetic.csv", Schema.load(schema))
+    assert len(synthetic.records) == report["rows_synthetic"] > 0
+
+
+def test_adult_as_a_user_table_is_the_bundled_adult_demo(tmp_path, data_dir):
+    """Same seed, same owners and rows, same session: `--csv adult.csv --schema
+    adult.schema.json` is `--dataset adult` (the servers' noise is fresh in every run)."""
+    from feddpsyn.demo import dataset, split_csv, user_table
+
+    bundled = dataset("adult")
+    mine = user_table(data_dir / "adult" / "adult.csv", data_dir / "adult" / "adult.schema.json")
+    assert (mine.name, mine.csv, mine.schema, mine.natural_column) == (
+        bundled.name, bundled.csv, bundled.schema, bundled.natural_column)
+    for seed in (0, 5):
+        a = split_csv(bundled, 4, tmp_path / f"bundled{seed}", seed)
+        b = split_csv(mine, 4, tmp_path / f"mine{seed}", seed)
+        assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+
+
+def test_demo_and_bench_refuse_bad_user_tables_by_name_row_and_column(tmp_path):
+    table, schema = write_user_table(tmp_path, rows=5)
+    with table.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    rows[4][2] = "53.14"  # bmi, just above its public max
+    bad = tmp_path / "bad.csv"
+    with bad.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    result = feddpsyn("demo", "--csv", str(bad), "--schema", str(schema), "--owner-column",
+                      "hospital", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert ("bad.csv: row 4 (line 5), column 'bmi': value 53.14 outside public bounds "
+            "[15.96, 53.13]") in result.stderr
+    assert not (tmp_path / "o").exists()  # refused before any server started
+    for args, message in [
+            (("demo", "--csv", str(table)), "--csv and --schema go together"),
+            (("demo", "--csv", str(table), "--schema", str(schema), "--owner-column", "ward"),
+             "no column 'ward' to split by"),
+            (("demo", "--csv", str(table), "--schema", str(schema), "--owner-column",
+              "hospital", "--clients", "3"), "leave out --clients"),
+            (("bench", "utility", "--csv", str(table), "--schema", str(schema), "--out",
+              str(tmp_path / "b")), "give --target"),
+            (("bench", "utility", "--csv", str(table), "--schema", str(schema), "--target",
+              "hospital", "--out", str(tmp_path / "b")), "--target 'hospital' is not a column")]:
+        result = feddpsyn(*args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+
+
+def test_bench_runs_every_method_on_a_user_table(tmp_path):
+    from fedbench.methods import METHODS
+
+    table, schema = write_user_table(tmp_path)
+    # The owner column is no schema column: the bench reads the table as the schema says.
+    with table.open(encoding="utf-8", newline="") as fh:
+        rows = [row[1:] for row in csv.reader(fh)]
+    with table.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    out = tmp_path / "bench"
+    result = feddpsyn("bench", "utility", "--csv", str(table), "--schema", str(schema),
+                      "--target", "outcome", "--methods", "all", "--eps", "1", "--clients", "2",
+                      "--repeats", "1", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    with (out / "results.csv").open() as fh:
+        results = list(csv.DictReader(fh))
+    assert sorted(r["method"] for r in results) == sorted(METHODS)
+    for r in results:
+        assert 0 <= float(r["two_way"]) <= 2 and 0 <= float(r["f1_gbt"]) <= 1
+        assert float(r["rho_spent"]) <= float(r["rho_budget"])
+    assert (out / "summary.md").read_text().count("| uniform |") >= len(METHODS)
+
+
+def test_the_bench_target_reaches_the_classifier_methods():
+    import dataclasses
+
+    from fedbench.methods.target import target_column
+    from params.schema import Schema
+
+    schema = Schema.from_dict({"columns": [
+        {"name": "outcome", "type": "categorical", "i2s": ["a", "b"]},
+        {"name": "x", "type": "categorical", "i2s": ["a", "b"]}]})
+    assert target_column(schema) == 1  # no declaration: the last column
+    assert target_column(dataclasses.replace(schema, target="outcome")) == 0
+
+
+def test_pairs_print_readably():
+    from feddpsyn.cli import _pairs_text
+
+    assert _pairs_text([["trestbps", "chol"], ["chol", "target"]]) == (
+        "  trestbps × chol\n  chol × target")
+
+
+def test_client_check_prints_one_fact_a_line(tmp_path):
+    schema = ROOT / "params" / "schemas" / "fed_heart_disease.schema.json"
+    good = tmp_path / "good.csv"
+    good.write_text("center,age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,target\n"
+                    "0,6,1,0,5,4,1,2,4,0,5,0\n")
+    result = feddpsyn("client", "check", "--csv", str(good), "--schema", str(schema))
+    assert result.returncode == 0 and result.stdout.endswith("\n")
+    assert result.stdout.splitlines() == [f"ok: {good}", "  1 rows encoded of 1 read",
+                                          "  upload: 78 marginals, 1661 cells"]
+    empty = tmp_path / "empty.csv"
+    empty.write_text(good.read_text().splitlines()[0] + "\n")
+    result = feddpsyn("client", "check", "--csv", str(empty), "--schema", str(schema))
+    assert result.returncode == 0 and result.stdout.endswith(
+        "  warning: a header and no data rows: every count is zero\n")
