@@ -33,7 +33,7 @@ from params.schema import CategoricalColumn, ContinuousColumn, Schema, normalise
 InvalidPolicy = Literal["error", "clamp", "drop"]
 
 __all__ = ["InvalidValueError", "EncodedTable", "MISSING_MARKERS", "encode_csv", "encode_rows",
-           "read_csv", "decode_records"]
+           "find_problems", "read_csv", "decode_records"]
 
 
 class InvalidValueError(ValueError):
@@ -218,6 +218,34 @@ def read_csv(path: str | Path) -> tuple[list[str], list[list[str]], list[int]]:
     if header is None:
         raise InvalidValueError(f"{path}: empty file (no header)")
     return header, rows, lines
+
+
+def find_problems(path: str | Path, schema: Schema, limit: int = 20) -> tuple[list[str], int]:
+    """Every problem of a CSV against a schema, one line each naming file, row, line and
+    column: (the first ``limit`` lines, the total count). A header problem stops there."""
+    header, rows, lines = read_csv(path)
+    try:
+        positions = _header_positions([normalise_text(h) for h in header], schema, str(path))
+    except InvalidValueError as exc:
+        return [str(exc)], 1
+    found: list[str] = []
+    total = 0
+    cache: list[dict[str, _Reading]] = [{} for _ in schema.columns]
+    for r, (row, line) in enumerate(zip(rows, lines), start=1):
+        where = f"{path}: row {r} (line {line})"
+        if len(row) != len(header):
+            problems = [f"{where}: has {len(row)} fields, header has {len(header)}"]
+        else:
+            problems = []
+            for pos, column, seen in zip(positions, schema.columns, cache):
+                reading = seen.get(row[pos])
+                if reading is None:
+                    reading = seen[row[pos]] = _read_value(column, row[pos])
+                if reading.bin is None:
+                    problems.append(f"{where}, column '{column.name}': {reading.problem}")
+        total += len(problems)
+        found.extend(problems[:max(0, limit - len(found))])
+    return found, total
 
 
 def encode_csv(path: str | Path, schema: Schema, *,
