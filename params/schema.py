@@ -150,8 +150,9 @@ class ContinuousColumn:
         write both bounds exactly and to put at least 100 grid points in every bin."""
         if self.integer:
             return 0
-        resolution = math.ceil(math.log10(_DECODE_STEPS_PER_BIN * self.bins
-                                          / float(self.max - self.min)))
+        span = self.max - self.min  # logs of its integer parts: no float overflow
+        resolution = math.ceil(math.log10(_DECODE_STEPS_PER_BIN * self.bins)
+                               - math.log10(span.numerator) + math.log10(span.denominator))
         places = [resolution] + [p if p is not None else _MAX_DECODE_PLACES
                                  for p in (decimal_places(self.min), decimal_places(self.max))]
         return min(max(0, *places), _MAX_DECODE_PLACES)
