@@ -44,6 +44,7 @@ def baseline_module(rev: str):
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("selection_baseline", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
