@@ -29,7 +29,8 @@ def tiny(n=900, seed=0):
     return records, owner
 
 
-@pytest.mark.parametrize("method", ["central-aim", "naive-flaim", "augflaim-private"])
+@pytest.mark.parametrize("method", ["central-aim", "naive-flaim", "augflaim-private",
+                                    "distaim"])
 def test_method_spends_exactly_its_budget_and_stays_in_domain(method):
     records, owner = tiny()
     result = METHODS[method](records, owner, SCHEMA, 1.0, 1e-6, seed=0)
@@ -39,6 +40,10 @@ def test_method_spends_exactly_its_budget_and_stays_in_domain(method):
     assert (synth >= 0).all() and (synth < np.array(SCHEMA.domain_sizes)).all()
     if method != "central-aim":
         assert result.bytes_per_client > 0
+    if method == "distaim":  # a session's budget: delta / 1000 reserved for the samplers
+        from distaim.plan import budget_rho, delta_reserve
+        assert result.rho_budget == budget_rho(1.0, 1e-6)
+        assert 0 < result.notes["extra_delta"] <= delta_reserve(1e-6)
 
 
 @pytest.mark.parametrize("variant", ["naive", "private"])
