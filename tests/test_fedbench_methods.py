@@ -96,3 +96,44 @@ def test_runner_in_worker_processes_keeps_row_order_and_plots_heterogeneity(tmp_
     assert all(r["rho_spent"] <= r["rho_budget"] for r in results)
     assert (out / "error_vs_heterogeneity.png").stat().st_size > 0
     assert not (out / "results.partial.csv").exists()  # finished: only results.csv remains
+
+
+def test_runner_refuses_a_method_that_underspends_without_saying_why():
+    from fractions import Fraction
+
+    from fedbench.methods import MethodResult
+    from fedbench.runner import check_budget
+
+    records = np.zeros((1, 3), dtype=np.int64)
+    check_budget("m", MethodResult(records, Fraction(1, 3), Fraction(1, 3)))
+    check_budget("m", MethodResult(records, 1 / 3 * (1 - 1e-12), Fraction(1, 3)))
+    with pytest.raises(RuntimeError, match="claims to spend its budget"):
+        check_budget("m", MethodResult(records, Fraction(1, 4), Fraction(1, 3)))
+    check_budget("m", MethodResult(records, Fraction(1, 4), Fraction(1, 3),
+                                   unspent_reason="greedy selected no pair"))
+    with pytest.raises(RuntimeError, match="overspent"):
+        check_budget("m", MethodResult(records, Fraction(1, 3) + Fraction(1, 10 ** 15),
+                                       Fraction(1, 3), unspent_reason="x"))
+
+
+def test_central_privsyn_selects_dependent_pairs_and_mst_compresses_rare_values():
+    from fedbench.methods.central_mst import compression_map, undo_compression
+    from fedbench.methods.central_privsyn import central_privsyn
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 3, 4000)
+    records = np.stack([a, a, rng.integers(0, 2, 4000)], axis=1)  # b's bin = a's value
+    result = METHODS["central-privsyn"](records, np.zeros(4000, dtype=int), SCHEMA, 2.0,
+                                        1e-6, seed=0)
+    assert result.notes["selected_pairs"] == [(0, 1)]
+    assert result.rho_spent == result.rho_budget
+    assert central_privsyn is METHODS["central-privsyn"]
+    mapping = compression_map(np.array([500, 2, -3, 400, 1]), sigma=5.0)
+    assert mapping.tolist() == [0, 2, 2, 1, 2]
+    back = undo_compression(np.array([2] * 3000 + [0, 1]), mapping, rng)
+    assert set(back[:3000]) == {1, 2, 4} and back[-2:].tolist() == [0, 3]
+    # the averaging decoder keeps a mixture's 1-way proportions (argmax kept only its mode)
+    from fedbench.methods.cape_dpcda import decode_mixtures
+    out = decode_mixtures(np.array([[70, 30, 0]]), (3,), np.array([1]), [20000], rng)
+    share = np.bincount(out[:, 0], minlength=3) / 20000
+    assert abs(share[0] - 0.7) < 0.02 and share[2] == 0 and set(out[:, 1]) == {1}

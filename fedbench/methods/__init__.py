@@ -11,6 +11,7 @@ from fedbench.methods.cape_dpcda import cape_dpcda
 from fedbench.methods.central_aim import central_aim
 from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn
+from fedbench.methods.central_privsyn_all import central_privsyn_all
 from fedbench.methods.concat import concat
 from fedbench.methods.distaim_method import distaim
 from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
@@ -28,6 +29,7 @@ METHODS = {
     "naive-flaim": naive_flaim,
     "central-mst": central_mst,
     "central-privsyn": central_privsyn,
+    "central-privsyn-all": central_privsyn_all,
     "concat": concat,
     "feddpsyn": feddpsyn_sim,
     "feddpsyn-noisy-greedy": feddpsyn_noisy_greedy,

@@ -17,6 +17,9 @@ class MethodResult:
     rho_budget: Fraction
     bytes_per_client: float = 0.0
     notes: dict = field(default_factory=dict)
+    # Empty: the method claims to spend exactly rho_budget (the runner checks it). A method
+    # that may legitimately spend less says why here.
+    unspent_reason: str = ""
 
 
 def budget_rho(epsilon: float, delta: float) -> Fraction:

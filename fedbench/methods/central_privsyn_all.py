@@ -1,9 +1,9 @@
-"""``central-privsyn``: a trusted curator on the union (PrivSyn, Zhang et al. 2021, without
-its private selection: every 2-way marginal released, as our core pipeline does).
+"""``central-privsyn-all``: a trusted curator on the union releasing *every* 2-way marginal.
 
-Same releases and budget split as the federated protocol (``params.session_plan``), one
-discrete Gaussian noise per count, then consistency and GUM. The reference the federated
-methods are measured against.
+Not PrivSyn: there is no selection (``central-privsyn`` is PrivSyn with its selection). Same
+releases and budget split as our all-pairs federated protocol (``params.session_plan``, 0.2
+of rho on the 1-ways, 0.8 on the 2-ways), one discrete Gaussian noise per count, then
+consistency and GUM: ``feddpsyn-all`` with one noise in place of two.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from synthesis.synthesize import synthesize_records
 DEFAULT_SPLIT = {"one_way": 0.2, "two_way": 0.8}
 
 
-def central_privsyn(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-                    delta: float, seed: int) -> MethodResult:
+def central_privsyn_all(records: np.ndarray, owner: np.ndarray, schema: Schema,
+                        epsilon: float, delta: float, seed: int) -> MethodResult:
     plan = SessionPlan.build(schema, None, epsilon, delta, DEFAULT_SPLIT, "default",
                              max_rows=max(len(records), 1))
     noisy = central_marginals(plan, records)

@@ -1,5 +1,6 @@
-"""``concat``: each client synthesizes its own rows with central PrivSyn at the full budget
-and the outputs are concatenated (FedDPSyn's motivating baseline, Section 1).
+"""``concat``: each client synthesizes its own rows with ``central-privsyn-all`` (every
+2-way marginal, one noise) at the full budget and the outputs are concatenated (FedDPSyn's motivating
+baseline, Section 1).
 
 Each client's release is (eps, delta)-DP for its own records and the clients' data are
 disjoint, so the union of outputs is (eps, delta)-DP by parallel composition; the cost is
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.central_privsyn import central_privsyn
+from fedbench.methods.central_privsyn_all import central_privsyn_all
 from params.schema import Schema
 
 
@@ -19,8 +20,8 @@ def concat(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: floa
            delta: float, seed: int) -> MethodResult:
     parts, spent = [], []
     for client in np.unique(owner):
-        result = central_privsyn(records[owner == client], owner[owner == client], schema,
-                                 epsilon, delta, seed + int(client))
+        result = central_privsyn_all(records[owner == client], owner[owner == client],
+                                     schema, epsilon, delta, seed + int(client))
         parts.append(result.records)
         spent.append(result.rho_spent)
     # Parallel composition over disjoint clients: the cost is the largest single spend.
