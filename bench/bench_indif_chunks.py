@@ -19,6 +19,10 @@ Adult (`--dataset adult --every 15`: 7 pairs, 1,299 cells, k = 16): mixed chunks
 s/cell on a quiet machine, every score exact (after the add-width fix), full P2 extrapolated
 56.4 min; the 16-cell baseline of that run shared the machine with the test suite, so its
 ratio (x0.462) overstates the gain (modelled: x0.799).
+With P2's XORs packed two bits a lookup (2026-11-23, ``crypto.indif.XOR_PACK``): every score
+exact at Fed-Heart's widths in both configurations (modelled x0.835; the run shared the 2 cores
+with about six other processes, so its seconds are not comparable: see
+``bench/bench_p2_widths.py`` for an alternating old/new timing).
 """
 
 from __future__ import annotations

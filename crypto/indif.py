@@ -27,7 +27,9 @@ on ciphertexts, with one lookup-free bit decomposition per cell:
   planes' bits column by column (every column sum a few bits wide) and returns InDif's binary
   digits, what TFHE-EXP's bit-serial product consumes (k = 16, 64 cells: 34 bootstraps/cell,
   4.6 s keygen, 85 MB evaluation keys, 0.30 s/cell). Adding the planes with wide lookups
-  instead couples the widths (88 s keygen, 1.5 GB keys, 1.0 s/cell).
+  instead couples the widths (88 s keygen, 1.5 GB keys, 1.0 s/cell). The ``output="bits"``
+  form takes the XORs two bits at a time (one 3-bit lookup for two 2-bit ones, ``XOR_PACK``;
+  planes of weight 2^i sum values up to 3): k + ceil((k-1)/2) bootstraps per cell.
 
 Sensitivity (count units, K fixed public constants): adding or removing one record changes
 exactly one cell of C_jk by 1, so InDif changes by at most 1 under add/remove neighbours
@@ -51,24 +53,27 @@ __all__ = ["compile_indif_chunk", "indif_offset", "indif_plaintext", "indif_exac
 
 # Cost of one P2 call with ``output="bits"`` by its chunk size, and of one ``add``: concrete
 # 2.11's optimiser complexity at k = 11, p_error 2^-40, in units of 1e9 (measured with
-# ``circuit.statistics["complexity"]``, machine-independent). The per-cell cost falls with the
-# chunk size (the planes' digit conversion is paid once a chunk: 16.0 / 8 = 2.0 per cell at
-# 8 cells, 1.53 at 32, 1.24 with no conversion at all) while padding grows, so pairs are cut
-# into chunks of mixed sizes (``params.session_plan.indif_chunks``): -23% on
-# Fed-Heart-Disease's 66 pairs against 16-cell chunks alone.
-CHUNK_COMPLEXITY = {8: 16.0, 16: 29.8, 32: 49.0, 64: 94.0}
+# ``circuit.complexity`` of ``compile_indif_chunk``, machine-independent; with the XORs
+# packed, ``XOR_PACK``: unpacked it was 16.0, 29.8, 49.0, 94.0). The per-cell cost falls with
+# the chunk size up to 32 cells (the planes' digit conversion is paid once a chunk: 1.73 per
+# cell at 8 cells, 1.28 at 32) while padding grows, so pairs are cut into chunks of mixed sizes
+# (``params.session_plan.indif_chunks``). Fed-Heart-Disease's cut is the same with either
+# table (103 chunks: 42 of 8 cells, 29 of 16, 32 of 32).
+CHUNK_COMPLEXITY = {8: 13.8, 16: 22.3, 32: 41.1, 64: 87.3}
 ADD_COMPLEXITY = 1.3
 
 
 def chunk_bootstraps(cells: int, count_bits: int) -> int:
     """An upper bound on the lookups of one ``output="bits"`` call, counted from the circuit:
-    per cell k bit extractions and k - 1 XORs; per plane (k of them) its bits; per digit
-    column of the carry-save at most two (digit and carry). Tested against concrete's count
-    (``tests/test_indif.py``); it feeds the session's union bound on bootstrap failures."""
+    per cell k bit extractions and one packed XOR per ``XOR_PACK`` magnitude bits; per plane
+    its bits; per digit column of the carry-save at most two (digit and carry). Tested against
+    concrete's count (``tests/test_indif.py``); it feeds the session's union bound on
+    bootstrap failures."""
     k = count_bits
-    plane_bits = max(1, int(np.ceil(np.log2(cells + 1))))
-    columns = k + plane_bits + 2
-    return cells * (2 * k - 1) + k * plane_bits + 2 * columns
+    maxima = _plane_maxima(k, cells)
+    plane_bits = sum(top.bit_length() for _, top in maxima)
+    columns = (k - 1) + cells.bit_length() + 3
+    return cells * (k + len(_packs(k))) + plane_bits + 2 * columns
 
 
 def expected_counts(one_way_j: np.ndarray, one_way_k: np.ndarray, total: float) -> np.ndarray:
@@ -121,22 +126,69 @@ def _indif_function(count_bits: int):
     return indif
 
 
-def _indif_bits_function(count_bits: int, cells: int):
-    """Like ``_indif_function``, then the planes' bits are added column by column (carry-save:
-    every column sum is a few bits wide), giving InDif's binary digits, least significant
-    first: the input TFHE-EXP's bit-serial product consumes."""
-    planes_of = _indif_function(count_bits)
-    plane_bits = max(1, int(np.ceil(np.log2(cells + 1))))
+# XORs with the sign taken two bits at a time: one 3-bit lookup t = b_i + 2 b_(i+1) + 4 neg ->
+# (b_i XOR neg) + 2 (b_(i+1) XOR neg) instead of two 2-bit lookups. Measured with concrete 2.11
+# at Fed-Heart's widths (k = 11, the em module with its 66-candidate select): a 32-cell chunk
+# needs 568 bootstraps instead of 749, and the bit extraction's key switch 5 levels instead of 9
+# (bench/bench_p2_widths.py). Three bits at a time (4-bit lookups) costs more: those lookups
+# need larger parameters.
+XOR_PACK = 2
+
+
+def _xor_table(width: int) -> fhe.LookupTable:
+    """t = sum_j 2^j b_j + 2^width neg  ->  sum_j 2^j (b_j XOR neg), for ``width`` bits b_j."""
+    ones = (1 << width) - 1
+    return fhe.LookupTable([(t & ones) ^ (ones if t >> width else 0)
+                            for t in range(1 << (width + 1))])
+
+
+def _packs(count_bits: int, pack: int = XOR_PACK) -> list[tuple[int, int]]:
+    """(first bit, width) of each packed XOR lookup over the k - 1 magnitude bits."""
+    packs, i = [], 0
+    while i < count_bits - 1:
+        width = min(pack, count_bits - 1 - i)
+        packs.append((i, width))
+        i += width
+    return packs
+
+
+def _plane_maxima(count_bits: int, cells: int, pack: int = XOR_PACK) -> list[tuple[int, int]]:
+    """(weight, maximum) of every plane of the packed form: a pack of width w sums
+    values below 2^w over the cells; the sign plane sums ``neg``."""
+    return [(first, ((1 << width) - 1) * cells) for first, width in _packs(count_bits, pack)] + [
+        (0, cells)]
+
+
+def _indif_bits_function(count_bits: int, cells: int, pack: int = XOR_PACK):
+    """P2 with InDif's binary digits as output, least significant first: the input TFHE-EXP's
+    bit-serial product consumes. As ``_indif_function`` (bit extraction, XOR with the sign,
+    per-plane sums over the cells) with the XORs packed (``XOR_PACK``); then the planes' bits
+    are added column by column (carry-save: every column sum is a few bits wide). ``pack=1``
+    is the unpacked form (one 2-bit lookup per XOR), kept for ``bench/bench_p2_widths.py``."""
+    k = count_bits
+    packs = _packs(k, pack)
+    tables = {width: _xor_table(width) for _, width in packs}
+    maxima = _plane_maxima(k, cells, pack)
 
     def indif_bits(masked_sum, offset):
-        planes = planes_of(masked_sum=masked_sum, offset=offset)
-        weights = list(range(count_bits - 1)) + [0]
+        # Every width is declared (fhe.hint), as in ``_indif_function``.
+        x = fhe.hint(masked_sum + offset, can_store=(1 << (k + 1)) - 2)
+        bits = [fhe.bits(x)[i] for i in range(k)]
+        negative = 1 - bits[k - 1]
+        planes = []
+        for (first, width), (_, top) in zip(packs, maxima):
+            t = negative * (1 << width)
+            for j in range(width):
+                t = t + bits[first + j] * (1 << j)
+            t = fhe.hint(t, can_store=(1 << (width + 1)) - 1)
+            planes.append(fhe.hint(np.sum(tables[width][t]), can_store=top))
+        planes.append(fhe.hint(np.sum(negative), can_store=cells))
         columns: dict[int, list] = {}
-        for plane, weight in zip(planes, weights):
-            for t in range(plane_bits):
+        for plane, (weight, top) in zip(planes, maxima):
+            for t in range(top.bit_length()):
                 columns.setdefault(weight + t, []).append(fhe.bits(plane)[t])
         digits, carry, carry_max = [], None, 0
-        for j in range(max(columns) + plane_bits + 2):
+        for j in range(max(columns) + 2 * max(top.bit_length() for _, top in maxima) + 2):
             terms = columns.get(j, []) + ([] if carry is None else [carry])
             if not terms:
                 break

@@ -111,3 +111,30 @@ def test_pairs_are_cut_into_the_cheapest_chunks():
         assert cost <= only16 * CHUNK_COMPLEXITY[16] + ADD_COMPLEXITY * (only16 - 1)
     with pytest.raises(ValueError, match="no measured P2 cost"):
         chunk_sizes_for(10, (8, 12))
+
+
+def test_packed_xor_lookups_are_the_xors_and_cost_fewer_bootstraps():
+    """Two magnitude bits per 3-bit lookup (``XOR_PACK``): the table is the XOR of each bit
+    with the sign, and the chunk needs fewer bootstraps than one 2-bit lookup per bit."""
+    from concrete import fhe
+
+    from crypto.indif import XOR_PACK, _indif_bits_function, _xor_table
+    for width in (1, 2, 3):
+        table = _xor_table(width)
+        for bits in range(1 << width):
+            for neg in (0, 1):
+                expected = sum(((bits >> j & 1) ^ neg) << j for j in range(width))
+                assert table[bits + (neg << width)] == expected
+    assert XOR_PACK == 2
+    cells, k = 16, 7
+    rng = np.random.default_rng(0)
+    inputset = [(np.zeros(cells, dtype=np.int64),) * 2] + [
+        (rng.integers(0, 2 ** k, cells), rng.integers(0, 2 ** k, cells)) for _ in range(4)]
+    counts = {}
+    for pack in (1, 2):
+        compiler = fhe.Compiler(_indif_bits_function(k, cells, pack),
+                                {"masked_sum": "encrypted", "offset": "clear"})
+        circuit = compiler.compile(inputset, fhe.Configuration(p_error=2.0 ** -40,
+                                                               global_p_error=None))
+        counts[pack] = circuit.statistics["programmable_bootstrap_count"]
+    assert counts[2] <= counts[1] - cells * (k - 1) // 2 + cells
