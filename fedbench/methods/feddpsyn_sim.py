@@ -114,6 +114,7 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     notes = {"noise": "two independent discrete Gaussians (CS + KS)",
              "selection": selection_mode}
+    unspent = ""
     if selection_mode == "none":
         noisy, upload = simulate_release(plan, counts)
         spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
@@ -127,6 +128,7 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
         if not chosen:  # greedy may keep none: the 1-ways alone then
             noisy = one_way
             spent = plan.release("one_way").rho + selection.rho_charged
+            unspent = "noisy-greedy kept no pair: the 2-way share is not released"
         else:
             # What the selection's grid left unspent goes to the 2-ways (the servers' ledger
             # does the same: the release takes the session's remainder).
@@ -144,7 +146,7 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
                      selection_report=selection.report(plan.pair_cells()))
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
     return MethodResult(synth, spent, budget_rho(epsilon, delta), bytes_per_client=upload,
-                        notes=notes)
+                        notes=notes, unspent_reason=unspent)
 
 
 def feddpsyn_all_pairs(records, owner, schema, epsilon, delta, seed) -> MethodResult:
