@@ -27,7 +27,7 @@ from clients.preprocess import encode_csv
 from feddpsyn import wire
 from feddpsyn.serving import new_token, write_private
 from params.schema import Schema
-from params.selection_plan import DEFAULT_SPLITS
+from params.selection_plan import DEFAULT_SPLITS, max_rows_with_room
 from params.session_plan import SessionPlan
 from synthesis.central import central_marginals
 from synthesis.evaluate import workload_error
@@ -216,9 +216,19 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         say(f"[demo] key server {ks.url}, compute server {cs.url}")
         operator = (out / "state" / "keyserver" / "operator.token").read_text().strip()
         client_ids = [f"owner{i}" for i in range(len(csvs))]
-        # The operator's public bound on the union's size: the bundled file's row count with
-        # 10% room (a real operator states it from what the owners declare).
-        max_rows = int(sum(len(p.read_text().splitlines()) - 1 for p in csvs) * 1.1) + 10
+        # The operator's public bound on the union's size: the table's row count with 10%
+        # room (a real operator states it from what the owners declare); with a selection,
+        # also room for the row-bound check's margin on the noisy 1-ways, so a union of this
+        # size is never refused (params.selection_plan.max_rows_with_room).
+        rows = sum(len(p.read_text().splitlines()) - 1 for p in csvs)
+        max_rows = int(rows * 1.1) + 10
+        if selection != "none":
+            draft = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
+                                      selection=selection, rounds=rounds)
+            max_rows = max(max_rows, max_rows_with_room(
+                rows, [m.size for m in draft.layout.one_way],
+                draft.release("one_way").sigma2, 2,
+                draft.selection.row_bound_delta(delta, epsilon)))
         request = wire.SessionCreate(schema=schema.to_dict(), clients=client_ids,
                                      budget=wire.BudgetSpec(epsilon=epsilon, delta=delta),
                                      max_rows=max_rows,

@@ -52,7 +52,8 @@ from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_es
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for",
-           "RowBound", "row_bound", "ROW_BOUND_SHARE"]
+           "RowBound", "row_bound", "row_bound_spread", "max_rows_with_room",
+           "ROW_BOUND_SHARE"]
 
 # The share of the requested delta that the row-bound check may fail with.
 ROW_BOUND_SHARE = Fraction(1, 100)
@@ -257,15 +258,24 @@ class RowBound:
                 "charged for it: create a session with a larger --max-rows")
 
 
+def row_bound_spread(cells_per_attribute: list[int], sigma2_per_server: Fraction,
+                     servers: int) -> float:
+    """The standard deviation (and sub-Gaussian scale) of :func:`row_bound`'s estimate:
+    servers sigma2 / sum over attributes of 1 / cells."""
+    return math.sqrt(servers * float(sigma2_per_server)
+                     / sum(1 / d for d in cells_per_attribute))
+
+
 def row_bound(one_way: list, sigma2_per_server: Fraction, servers: int, max_rows: int,
               row_bound_delta: float) -> RowBound:
     """Check max_rows on the released 1-ways (post-processing: no privacy cost).
 
-    Each attribute's 1-way sums to N plus the noise of its cells (``servers`` independent
-    N_Z(0, sigma2) per cell); the estimate averages those sums over the A attributes, so its
-    error is (1/A) times a sum of C discrete Gaussians (C: all 1-way cells, times servers).
-    N_Z(0, sigma2) is sub-Gaussian with variance proxy sigma2 (Canonne, Kamath and Steinke
-    2020), so P[error <= -t] <= exp(-t^2 A^2 / (2 C sigma2)); t is set so this is
+    Each attribute's 1-way sums to N plus the noise of its d cells (``servers`` independent
+    N_Z(0, sigma2) each). The estimate weighs the sums by 1/d (inverse variance), so its
+    error is a weighted sum of discrete Gaussians with variance
+    s^2 = servers sigma2 / sum_a (1/d_a) (:func:`row_bound_spread`). N_Z(0, sigma2) is
+    sub-Gaussian with variance proxy sigma2 (Canonne, Kamath and Steinke 2020), so
+    P[error <= -t] <= exp(-t^2 / (2 s^2)); the margin t is set so this is
     ``row_bound_delta``.
 
     >>> import numpy as np
@@ -274,9 +284,19 @@ def row_bound(one_way: list, sigma2_per_server: Fraction, servers: int, max_rows
     >>> round(check.estimate), check.holds
     (101, True)
     """
-    sums = [float(sum(m)) for m in one_way]
-    attributes, cells = len(sums), sum(len(m) for m in one_way) * servers
-    estimate = sum(sums) / attributes
-    margin = math.sqrt(2 * cells * float(sigma2_per_server) * math.log(1 / row_bound_delta)) \
-        / attributes
+    cells = [len(m) for m in one_way]
+    weights = [1 / d for d in cells]
+    estimate = sum(w * float(sum(m)) for w, m in zip(weights, one_way)) / sum(weights)
+    spread = row_bound_spread(cells, sigma2_per_server, servers)
+    margin = spread * math.sqrt(2 * math.log(1 / row_bound_delta))
     return RowBound(estimate, margin, max_rows)
+
+
+def max_rows_with_room(rows: int, cells_per_attribute: list[int], sigma2_per_server: Fraction,
+                       servers: int, row_bound_delta: float, sigmas: float = 6.0) -> int:
+    """The smallest max_rows for which a union of ``rows`` rows passes :func:`row_bound`
+    except with probability below exp(-sigmas^2 / 2) (for an operator who knows the row
+    count from public facts, e.g. the demo's bundled tables)."""
+    spread = row_bound_spread(cells_per_attribute, sigma2_per_server, servers)
+    margin = spread * math.sqrt(2 * math.log(1 / row_bound_delta))
+    return int(math.ceil(rows + margin + sigmas * spread))
