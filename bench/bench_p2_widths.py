@@ -31,7 +31,9 @@ bootstraps (x0.764); the bit extraction's key switch 1536 -> 552 at 9 levels bec
 1536 -> 574 at 5. ``--time 2 --select --skip-unhinted`` on 2 cores shared with 2-6 other
 processes (4.2 GB peak): P2 60.8 / 34.3 s unpacked against 47.6 / 27.5 s packed (x0.783 and
 x0.803 pairwise, x0.790 in all), every score exact; select 273 / 141 s against 168 / 169 s,
-within the load's noise (the other processes stopped during the run).
+within the load's noise (the other processes stopped during the run). Again, 1-5 other
+processes: P2 35.4 / 33.1 s against 28.0 / 25.3 s (x0.779 in all), select 151.6 / 175.8 s
+against 148.0 / 167.0 s (x0.962).
 """
 
 from __future__ import annotations
