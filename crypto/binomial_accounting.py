@@ -165,16 +165,21 @@ class PrivacyLossDistribution:
         hi = float((self.offset + len(self.masses)) * self.grid) + 1.0
         if self.delta(hi) > delta:
             return math.inf
-        lo = 0.0
-        for _ in range(100):  # bounded bisection
-            mid = (lo + hi) / 2
-            if self.delta(mid) <= delta:
-                hi = mid
-            else:
-                lo = mid
-            if hi - lo < 1e-9:
-                break
-        return hi * (1 + _MARGIN)
+        return _smallest_holding(lambda eps: self.delta(eps) <= delta, 0.0, hi, 100, 1e-9)
+
+
+def _smallest_holding(holds, lo: float, hi: float, steps: int, tolerance: float) -> float:
+    """Bounded bisection for the smallest eps in (lo, hi] where the monotone ``holds`` is
+    true (it holds at hi), widened by _MARGIN so the result is never below it."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo < tolerance:
+            break
+    return hi * (1 + _MARGIN)
 
 
 def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -266,15 +271,7 @@ def session_epsilon(binomial_ns: list[int], rho: Fraction | float, delta: float,
         lo, hi = hi, hi * 2
     else:
         return math.inf
-    for _ in range(60):  # bounded bisection
-        mid = (lo + hi) / 2
-        if holds(mid):
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo < 1e-7:
-            break
-    return hi * (1 + _MARGIN)
+    return _smallest_holding(holds, lo, hi, 60, 1e-7)
 
 
 def smallest_n(epsilon: float, delta: float, releases: int = 1, grid: float = 1e-4,

@@ -63,14 +63,9 @@ def _planned(public: wire.SessionPublic, charged: set[str]) -> list[tuple[str, F
     return pending
 
 
-def conversion_delta(ledger: wire.LedgerView, public: wire.SessionPublic) -> float:
-    """The delta at which the session states eps for its rho."""
-    return getattr(public, "delta_conversion", None) or ledger.delta
-
-
 def ledger_rows(ledger: wire.LedgerView, public: wire.SessionPublic) -> list[LedgerRow]:
     budget = Fraction(ledger.rho_total)
-    delta = conversion_delta(ledger, public)
+    delta = public.conversion_delta()
     rows, total = [], Fraction(0)
     for entry in ledger.entries:
         total += Fraction(entry.rho)
@@ -88,7 +83,7 @@ def format_ledger(ledger: wire.LedgerView, public: wire.SessionPublic,
                   status: wire.SessionStatus) -> str:
     """The status line, the budget, and one line per ledger entry (then the planned ones)."""
     budget = Fraction(ledger.rho_total)
-    delta = conversion_delta(ledger, public)
+    delta = public.conversion_delta()
     reserved = (f" (delta {public.delta:g} requested, {public.delta - delta:.3g} of it "
                 "reserved for the selection's failure events)" if delta != public.delta else "")
     lines = [f"session {status.session_id}: {status.state}; owners uploaded "

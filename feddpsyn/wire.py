@@ -178,6 +178,16 @@ class SessionPublic(StrictModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
+    def conversion_delta(self) -> float:
+        """The delta of the session's zCDP -> (eps, delta) conversion."""
+        return self.delta if self.delta_conversion is None else self.delta_conversion
+
+    def delivered_delta(self) -> float:
+        """What the session delivers: the conversion's delta plus the selection's reserved
+        terms (at most the requested delta)."""
+        terms = (self.selection.delta_terms or {}) if self.selection else {}
+        return self.conversion_delta() + sum(terms.values())
+
 
 class SessionCreated(StrictModel):
     session: SessionPublic

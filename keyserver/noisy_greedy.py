@@ -173,5 +173,4 @@ class NoisyGreedyRole:
                     "delta_terms (a bootstrap failure, a union above max_rows passing the row "
                     "bound, the compute server's bounded noise failing closed) are reserved "
                     "out of the requested delta"},
-            "delta_total": (public.delta_conversion or public.delta)
-            + sum((chosen.delta_terms or {}).values())}
+            "delta_total": public.delivered_delta()}

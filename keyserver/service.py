@@ -557,7 +557,7 @@ class KeyServer(SelectionRole):
             accounting={"neighbouring": "add/remove one record of the union",
                         "rho_total": ledger.rho_total, "rho_spent": ledger.rho_spent,
                         "epsilon_spent": ledger.epsilon_spent, "delta": ledger.delta,
-                        "delta_conversion": public.delta_conversion or public.delta,
+                        "delta_conversion": public.conversion_delta(),
                         "epsilon_budget": public.epsilon,
                         "conversion": "zCDP -> (eps, delta_conversion): Canonne-Kamath-Steinke "
                                       "2020, rounded up; delta_total = delta_conversion + the "
@@ -580,7 +580,7 @@ class KeyServer(SelectionRole):
                     "in an order neither server knows, charged (eps + 4 eta)^2 / 2; "
                     "delta_terms (a bootstrap failure in P2/P3, a union above max_rows passing "
                     "the row bound) are reserved out of the requested delta"},
-            "delta_total": _delta_total(public)}
+            "delta_total": public.delivered_delta()}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:
         public = self.public(session_id)
@@ -595,9 +595,3 @@ class KeyServer(SelectionRole):
             evaluation_keys_b64=base64.b64encode(
                 (directory / "evaluation_keys.bin").read_bytes()).decode(),
             **self.peer_selection_artefacts(session_id))
-
-
-def _delta_total(public: wire.SessionPublic) -> float:
-    """The delivered delta: the conversion's plus the selection's reserved terms."""
-    terms = (public.selection.delta_terms or {}) if public.selection else {}
-    return (public.delta_conversion or public.delta) + sum(terms.values())

@@ -288,8 +288,12 @@ def row_bound(one_way: list, sigma2_per_server: Fraction, servers: int, max_rows
     weights = [1 / d for d in cells]
     estimate = sum(w * float(sum(m)) for w, m in zip(weights, one_way)) / sum(weights)
     spread = row_bound_spread(cells, sigma2_per_server, servers)
-    margin = spread * math.sqrt(2 * math.log(1 / row_bound_delta))
-    return RowBound(estimate, margin, max_rows)
+    return RowBound(estimate, _row_bound_margin(spread, row_bound_delta), max_rows)
+
+
+def _row_bound_margin(spread: float, row_bound_delta: float) -> float:
+    """The sub-Gaussian tail: P[error <= -margin] <= row_bound_delta."""
+    return spread * math.sqrt(2 * math.log(1 / row_bound_delta))
 
 
 def max_rows_with_room(rows: int, cells_per_attribute: list[int], sigma2_per_server: Fraction,
@@ -298,5 +302,4 @@ def max_rows_with_room(rows: int, cells_per_attribute: list[int], sigma2_per_ser
     except with probability below exp(-sigmas^2 / 2) (for an operator who knows the row
     count from public facts, e.g. the demo's bundled tables)."""
     spread = row_bound_spread(cells_per_attribute, sigma2_per_server, servers)
-    margin = spread * math.sqrt(2 * math.log(1 / row_bound_delta))
-    return int(math.ceil(rows + margin + sigmas * spread))
+    return int(math.ceil(rows + _row_bound_margin(spread, row_bound_delta) + sigmas * spread))
