@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim_common import adult, all_pairs, free_port  # noqa: E402
-from crypto.accounting import eps_delta_to_rho  # noqa: E402
 from distaim.party import session_modulus, write_client_upload  # noqa: E402
 from distaim.protocol import Layout, client_vector  # noqa: E402
+from dp.accounting import eps_delta_to_rho  # noqa: E402
 
 
 def main() -> None:

@@ -83,7 +83,7 @@ def _party(pid: int, addresses: list[PartyAddress], args) -> None:
 
 
 def _utility(repeats: int) -> None:
-    from crypto.accounting import eps_delta_to_rho
+    from dp.accounting import eps_delta_to_rho
     from distaim.protocol import Layout, client_vector
     from synthesis.aim import aim
     from synthesis.evaluate import workload_error

@@ -26,17 +26,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clients.preprocess import encode_csv  # noqa: E402
 from crypto.selection import (SelectionShape, acceptance_weights,  # noqa: E402
                               clear_arguments, compile_selection, random_priorities,
                               random_share, thresholds)
+from dp.accounting import eps_delta_to_rho  # noqa: E402
+from dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, dataset  # noqa: E402
 from params.layout import MarginalLayout  # noqa: E402
 from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.selection_plan import SelectionPlan  # noqa: E402
-from crypto.accounting import eps_delta_to_rho  # noqa: E402
-from synthesis.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
+from params.table_codec import encode_csv  # noqa: E402
 
 
 def true_scores(name: str) -> tuple[list[int], int]:

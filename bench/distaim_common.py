@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clients.preprocess import encode_csv  # noqa: E402
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
 from params.schema import Schema  # noqa: E402
+from params.table_codec import encode_csv  # noqa: E402
 
 
 def adult(bins: int = 10) -> tuple[np.ndarray, tuple[int, ...]]:

@@ -21,8 +21,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clients.agent import ClientAgent  # noqa: E402
+from common import wire  # noqa: E402
 from feddpsyn.demo import start_servers  # noqa: E402
-from feddpsyn import wire  # noqa: E402
 
 CLIENTS = ["alice", "bob", "carol", "dave"]
 

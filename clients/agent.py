@@ -22,12 +22,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from clients.preprocess import EncodedTable, InvalidPolicy, encode_csv
+from common import wire
+from common.serving import write_private
 from crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
-from feddpsyn import wire
-from feddpsyn.serving import write_private
 from params.layout import MarginalLayout
 from params.schema import Schema
+from params.table_codec import EncodedTable, InvalidPolicy, encode_csv
 
 __all__ = ["AgentError", "ClientAgent", "UploadResult"]
 

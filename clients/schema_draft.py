@@ -16,9 +16,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from clients.preprocess import MISSING_MARKERS, read_csv
 from params.exact_numbers import decimal_text, json_number, parse_decimal
 from params.schema import DEFAULT_BINS, SchemaError, normalise_text
+from params.table_codec import MISSING_MARKERS, read_csv
 
 __all__ = ["PRIVACY_NOTE", "DraftColumn", "draft_schema", "parse_bounds"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
+from common import wire
+from common.serving import BackgroundWorker, ServiceError, bearer, service_app
 from computeserver.service import ComputeServer
-from feddpsyn import wire
-from feddpsyn.serving import BackgroundWorker, ServiceError, bearer, service_app
 
 log = logging.getLogger("feddpsyn.computeserver")
 

@@ -4,8 +4,8 @@ Design concerns:
 
 * **Its noise before anything leaves.** Every pair's encrypted InDif (P2 and chunk sums,
   shared with ``em``: ``computeserver.selection``) gets z_CS ~ N_Z(0, sigma2) from
-  ``crypto.discrete_gaussian`` (CSPRNG, drawn when the session is learned:
-  ``crypto.noise_pool``) under encryption (``crypto.noisy_scores``'s ``noise``),
+  ``dp.discrete_gaussian`` (CSPRNG, drawn when the session is learned:
+  ``dp.noise_pool``) under encryption (``crypto.noisy_scores``'s ``noise``),
   so the key server, which decrypts, sees InDif + z_CS only. A draw outside the circuit's
   offset fails closed (the session is blocked, nothing is sent; probability below
   2 exp(-800) a draw, counted in the session's delta).
@@ -23,10 +23,10 @@ import logging
 
 import numpy as np
 
+from common import wire
+from common.serving import write_private
 from crypto.blobs import pack_blobs
 from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
-from feddpsyn import wire
-from feddpsyn.serving import write_private
 from params.session_plan import SCORE_NOISE, SessionPlan
 
 __all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL", "noisy_shape"]

@@ -29,17 +29,17 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from concrete import fhe
 
+from common import wire
+from common.serving import write_private
 from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.indif import indif_offset
 from crypto.masking import expand_masks
 from crypto.private_selection import indif_name
 from crypto.selection import SelectionShape, random_share, secure_order
-from feddpsyn import wire
-from feddpsyn.serving import write_private
+from dp.pair_selection import expected_counts_for_pairs
 from params.selection_plan import row_bound
 from params.session_plan import SessionPlan, indif_chunks
-from synthesis.pair_selection import expected_counts_for_pairs
 
 log = logging.getLogger("feddpsyn.computeserver")
 

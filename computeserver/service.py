@@ -31,19 +31,19 @@ import httpx
 import numpy as np
 from concrete import fhe
 
-from computeserver.selection import SELECTION_SQL, SelectionRole
-from crypto.aggregation import chunk_ranges, release_offset
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.noise_pool import draw_pool, pool_noise
-from crypto.masking import expand_masks, seed_commitment
-from feddpsyn import wire
-from feddpsyn.serving import (
+from common import wire
+from common.serving import (
     Database,
     ServiceError,
     already_stored,
     token_hash,
     write_private,
 )
+from computeserver.selection import SELECTION_SQL, SelectionRole
+from crypto.aggregation import chunk_ranges, release_offset
+from crypto.blobs import pack_blobs, unpack_blobs
+from crypto.masking import expand_masks, seed_commitment
+from dp.noise_pool import draw_pool, pool_noise
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.schema import Schema
@@ -127,7 +127,7 @@ class ComputeServer(SelectionRole):
                       base64.b64decode(peer.evaluation_keys_b64))
         self._store_selection_artefacts(peer, directory)
         # Every noise this server may add, drawn now, before any client uploads
-        # (crypto.noise_pool): no run time later depends on a noise value.
+        # (dp.noise_pool): no run time later depends on a noise value.
         write_private(directory / "noise_pool.npz", draw_pool(_noise_draws(peer.session)))
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, NULL)",
@@ -280,7 +280,7 @@ class ComputeServer(SelectionRole):
         return seeds
 
     def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
-        """This server's noise drawn when it learned the session (``crypto.noise_pool``)."""
+        """This server's noise drawn when it learned the session (``dp.noise_pool``)."""
         blob = (self.session_dir(session_id) / "noise_pool.npz").read_bytes()
         return pool_noise(blob, label, positions)
 

@@ -26,7 +26,6 @@ no evaluation keys and its only error source is encryption noise, bounded by ``p
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import secrets
 from dataclasses import dataclass
@@ -34,8 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from concrete import fhe
 
-# The module, not the same-named function that concrete.fhe.extensions re-exports.
-fhe_tag = importlib.import_module("concrete.fhe.extensions.tag")
+from crypto._concrete import ensure_tag_stack
 
 __all__ = ["compile_aggregation", "release_offset", "decode_release", "publish_counts", "aggregate_plaintext",
            "chunk_ranges"]
@@ -64,10 +62,7 @@ def compile_aggregation(n_clients: int, chunk_cells: int, count_bits: int,
     """Compile the P1 circuit for ``n_clients`` masked vectors of ``chunk_cells`` cells."""
     if n_clients < 1:
         raise ValueError("need at least one client")
-    # concrete keeps its tracing tag stack in a thread-local initialised only in the thread
-    # that imported it; servers compile in worker threads, so give this thread its own.
-    if not hasattr(fhe_tag.tag_context, "stack"):
-        fhe_tag.tag_context.stack = []
+    ensure_tag_stack()
     func = _aggregate_function(n_clients)
     encryption = {f"m{i}": "encrypted" for i in range(n_clients)}
     encryption.update(select="clear", offset="clear")

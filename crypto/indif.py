@@ -45,10 +45,10 @@ from __future__ import annotations
 import numpy as np
 from concrete import fhe
 
-from crypto.aggregation import fhe_tag
+from crypto._concrete import ensure_tag_stack
 
 __all__ = ["compile_indif_chunk", "indif_offset", "indif_plaintext", "indif_exact",
-           "indif_from_planes", "indif_from_bits", "expected_counts", "chunk_bootstraps",
+           "indif_from_planes", "indif_from_bits", "chunk_bootstraps",
            "CHUNK_COMPLEXITY", "ADD_COMPLEXITY"]
 
 # Cost of one P2 call with ``output="bits"`` by its chunk size, and of one ``add``: concrete
@@ -74,14 +74,6 @@ def chunk_bootstraps(cells: int, count_bits: int) -> int:
     plane_bits = sum(top.bit_length() for _, top in maxima)
     columns = (k - 1) + cells.bit_length() + 3
     return cells * (k + len(_packs(k))) + plane_bits + 2 * columns
-
-
-def expected_counts(one_way_j: np.ndarray, one_way_k: np.ndarray, total: float) -> np.ndarray:
-    """K = round(C_j C_k / N) from released (noisy, public) 1-way marginals, clipped at 0."""
-    cj = np.maximum(np.asarray(one_way_j, dtype=float), 0)
-    ck = np.maximum(np.asarray(one_way_k, dtype=float), 0)
-    n = max(float(total), 1.0)
-    return np.rint(np.outer(cj, ck) / n).astype(np.int64).ravel()
 
 
 def indif_offset(mask_sum: np.ndarray, expected: np.ndarray, count_bits: int) -> np.ndarray:
@@ -218,8 +210,7 @@ def compile_indif_chunk(cells: int, count_bits: int, p_error: float,
     ``output="planes"``: k encrypted plane sums (:func:`indif_from_planes`);
     ``output="bits"``: InDif's binary digits (:func:`indif_from_bits`).
     """
-    if not hasattr(fhe_tag.tag_context, "stack"):
-        fhe_tag.tag_context.stack = []
+    ensure_tag_stack()
     k = count_bits
     if output not in ("planes", "bits"):
         raise ValueError("output is 'planes' or 'bits'")

@@ -42,7 +42,7 @@ from fractions import Fraction
 import numpy as np
 from concrete import fhe
 
-from crypto.aggregation import fhe_tag
+from crypto._concrete import ensure_tag_stack
 from crypto.private_selection import (check_chunk_sizes, indif_definitions, score_functions,
                                       score_inputsets)
 
@@ -151,8 +151,7 @@ def _noise_function(shape: NoisyScoreShape):
 def compile_noisy_scores(shape: NoisyScoreShape, p_error: float):
     """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``,
     ``module.noise``)."""
-    if not hasattr(fhe_tag.tag_context, "stack"):
-        fhe_tag.tag_context.stack = []
+    ensure_tag_stack()
     n, out_bits = shape.score_bits, shape.out_bits
     indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
     indif_defs = indif_definitions(indifs)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from concrete import fhe
 
-from crypto.aggregation import fhe_tag
+from crypto._concrete import ensure_tag_stack
 from crypto.indif import _indif_bits_function
 from crypto.selection import SelectionShape, clear_arguments, select_core
 
@@ -157,8 +157,7 @@ def indif_definitions(indifs: dict) -> dict:
 def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_error: float):
     """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``,
     ``module.select``) for the selection thresholds ``c`` (``crypto.selection.thresholds``)."""
-    if not hasattr(fhe_tag.tag_context, "stack"):
-        fhe_tag.tag_context.stack = []
+    ensure_tag_stack()
     indifs, add, select, select_statuses = _functions(shape, c)
     indif_defs = indif_definitions(indifs)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)

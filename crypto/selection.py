@@ -74,9 +74,10 @@ from fractions import Fraction
 import numpy as np
 from concrete import fhe
 
-from crypto.aggregation import fhe_tag
+from crypto._concrete import ensure_tag_stack
+from dp.shuffle import randbelow_from_bits, uniform_order
 
-__all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext",
+__all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext", "em_rounds_model",
            "compile_selection", "random_share", "random_priorities", "secure_order",
            "pbs_estimate"]
 
@@ -390,8 +391,7 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
 
 def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fhe.Circuit:
     """Compile Primitive 3 for ``shape`` and thresholds ``c`` (every lookup at most 3 bits)."""
-    if not hasattr(fhe_tag.tag_context, "stack"):
-        fhe_tag.tag_context.stack = []
+    ensure_tag_stack()
     compiler = fhe.Compiler(_selection_function(shape, c),
                             {"digits": "encrypted", "active": "clear", "r_ks": "encrypted",
                              "priority": "encrypted", "xor_twice": "clear", "xor_shift": "clear"})
@@ -436,19 +436,8 @@ def random_priorities(shape: SelectionShape, randbits=secrets.randbits) -> np.nd
 
 
 def secure_order(n: int, randbits=secrets.randbits) -> list[int]:
-    """A uniformly random order of range(n) from a cryptographic source; fails closed."""
-    order = list(range(n))
-    for i in range(n - 1, 0, -1):  # Fisher-Yates; rejection keeps every swap uniform
-        bound = i + 1
-        width = bound.bit_length()
-        for _ in range(128):
-            j = randbits(width)
-            if j < bound:
-                break
-        else:
-            raise RuntimeError("random source failed to give a value below the bound")
-        order[i], order[j] = order[j], order[i]
-    return order
+    """A uniformly random order of range(n) from a source of random bits; fails closed."""
+    return uniform_order(n, randbelow_from_bits(randbits))
 
 
 def _or_tree_lookups(count: int) -> int:
@@ -474,3 +463,26 @@ def pbs_estimate(shape: SelectionShape) -> int:
     accept = _or_tree_lookups(shape.nb + 1)
     order = shape.priority_bits * (2 * s + or_s)
     return maximum + s * (difference + saturated + trials + accept) + order
+
+
+def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], rounds: int,
+                    randbits=secrets.randbits) -> list[int]:
+    """Indices chosen by ``rounds`` encrypted selections, modelled exactly in clear: the
+    compute server's order, joint random bits, the key server's priorities, the accepted
+    candidate of least priority (the benchmark's simulation; tests prove each stage
+    bit-identical to the circuits)."""
+    s = shape.candidates
+    if len(scores) != s:
+        raise ValueError("one score per compiled candidate")
+    digits = np.array([[(int(v) >> j) & 1 for j in range(shape.score_bits)] for v in scores])
+    active = np.ones(s, dtype=np.int64)
+    chosen = []
+    for _ in range(rounds):
+        order = secure_order(s, randbits)
+        r_ks, r_cs = random_share(shape, randbits)[0], random_share(shape, randbits)[0]
+        priority = random_priorities(shape, randbits)[0]
+        one_hot = select_plaintext(digits[order], active[order], r_ks, r_cs, shape, c, priority)
+        pick = order[int(np.argmax(one_hot))]
+        chosen.append(pick)
+        active[pick] = 0
+    return chosen

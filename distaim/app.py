@@ -25,7 +25,7 @@ Each of the three servers runs this app with its own state directory, its own pa
 State: ``intake.sqlite`` (sessions, hashed client tokens, uploads) and per session
 ``sessions/<id>/``: ``session.json`` (the plan + this server's pid, TLS files and the
 digest: what ``distaim.party`` reads), ``uploads/<client>/``, ``party.log``,
-``result.json``. Design concerns as in ``feddpsyn.serving``: hashed tokens compared in
+``result.json``. Design concerns as in ``common.serving``: hashed tokens compared in
 constant time, typed bodies, one error shape, a body limit checked before reading,
 idempotent uploads (the same body again is ``stored=false``, a different one 409); a run
 found "running" at start-up (the server was killed) is recorded as failed.
@@ -46,12 +46,12 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from pydantic import Field
 
-from distaim import sharing
-from distaim.plan import SessionRequest, derive_plan, plan_digest
-from feddpsyn import wire
-from feddpsyn.serving import (BackgroundWorker, Database, ServiceError, already_stored, bearer,
+from common import wire
+from common.serving import (BackgroundWorker, Database, ServiceError, already_stored, bearer,
                               new_token, read_or_create_token, service_app, token_hash,
                               token_matches, write_private)
+from distaim import sharing
+from distaim.plan import SessionRequest, derive_plan, plan_digest
 
 __all__ = ["ShareUpload", "DistSessionInfo", "DistStatus", "DistSessionCreated", "ServerInfo",
            "create_app", "MAX_BODY_BYTES"]

@@ -10,7 +10,7 @@ derived; the servers' MPC parties exchange their digests right after connecting 
 to run if they differ (``distaim.party``), so a server configured differently (another
 budget, workload, field or peer list) stops the session before any share is touched.
 
-Budget: rho = CKS20(epsilon, delta - delta / 1000) (``crypto.accounting``, rounded the
+Budget: rho = CKS20(epsilon, delta - delta / 1000) (``dp.accounting``, rounded the
 conservative way); the reserve delta / 1000 covers the in-MPC samplers' computed
 finite-precision deviation (about 1e-12 per session), which the run reports and the demo
 checks against it.
@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from feddpsyn import wire
+from common import wire
 
 __all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "SessionRequest", "derive_plan",
            "plan_digest", "budget_rho", "delta_reserve", "parse_workload"]
@@ -118,7 +118,7 @@ def delta_reserve(delta: float) -> Fraction:
 
 
 def budget_rho(epsilon: float, delta: float) -> Fraction:
-    from crypto.accounting import eps_delta_to_rho
+    from dp.accounting import eps_delta_to_rho
     return eps_delta_to_rho(epsilon, Fraction(delta) - delta_reserve(delta))
 
 

@@ -4,7 +4,7 @@ AIM measures a marginal with Gaussian noise of the variance sigma^2 its budget a
 paper, Algorithm 2 line 14; DistAIM, Algorithm 3: "measure ... with Gaussian noise" inside
 SMC). Our target is the discrete Gaussian N_Z(0, sigma^2) (Canonne, Kamath, Steinke 2020): on
 an integer query of L2 sensitivity 1 (one marginal, add/remove one record) it is
-1/(2 sigma^2)-zCDP, exactly as ``crypto.discrete_gaussian`` used by the TFHE path.
+1/(2 sigma^2)-zCDP, exactly as ``dp.discrete_gaussian`` used by the TFHE path.
 
 Sampler (our construction). Every random bit is an MPyC secure random bit (PRSS: uniform and
 known to no coalition of t = 1 server). A *level* is Walker's alias method on a table of
@@ -29,7 +29,7 @@ plus an *extra delta* of (1 + e^eps) * n * tv_bound after conversion to (eps, de
 1e-17 per sample.
 
 Documented option (not the default): ``distributed_gaussian_inputs`` has each server input
-its own N_Z(0, sigma^2 / 2) sample (``crypto.discrete_gaussian``); any single server still
+its own N_Z(0, sigma^2 / 2) sample (``dp.discrete_gaussian``); any single server still
 faces two honest samples (variance sigma^2), but the total variance is 1.5 sigma^2, and the
 sum of two discrete Gaussians is itself only close to one (its distance is reported by
 ``convolution_tv``).
@@ -258,7 +258,7 @@ def distributed_gaussian_inputs(rt, secint, sigma2: Fraction, n: int, sampler=No
     Any single server knows its own part, so against it the noise is the sum of the other
     two (variance sigma2); the published total has variance 1.5 sigma2.
     """
-    from crypto.discrete_gaussian import CSPRNG
+    from dp.discrete_gaussian import CSPRNG
     sampler = sampler or CSPRNG
     own = sampler.discrete_gaussian_vector(Fraction(sigma2) / 2, n)
     parts = rt.input(secint.array(own.astype(object)), senders=list(range(len(rt.parties))))

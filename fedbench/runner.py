@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from clients.preprocess import encode_csv
 from fedbench import partitions
 from fedbench.methods import METHODS, MethodResult
 from fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
 from fedbench.ml_efficacy import ml_efficacy
 from fedbench.wasserstein import wasserstein_two_way
 from params.schema import ContinuousColumn, Schema
+from params.table_codec import encode_csv
 from synthesis.evaluate import workload_error
 
 TARGETS = {"adult": "label", "fed_heart_disease": "target"}

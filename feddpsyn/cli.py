@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from distaim.cli import app as distaim_app
+from feddpsyn.distaim_cli import app as distaim_app
 
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
 
@@ -56,7 +56,7 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
               ssl_keyfile: Optional[Path] = typer.Option(None, help="its private key (PEM)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
-    from feddpsyn.serving import configure_logging, read_or_create_token
+    from common.serving import configure_logging, read_or_create_token
     from keyserver.app import create_app
 
     configure_logging(log_level.upper())
@@ -69,7 +69,7 @@ def _serve(app, host: str, port: int, log_level: str, certfile: Optional[Path],
            keyfile: Optional[Path]) -> None:
     import uvicorn
 
-    from feddpsyn.serving import BodyLimit
+    from common.serving import BodyLimit
 
     if (certfile is None) != (keyfile is None):
         _fail("--ssl-certfile and --ssl-keyfile go together")
@@ -90,7 +90,7 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
     from computeserver.app import create_app
-    from feddpsyn.serving import configure_logging
+    from common.serving import configure_logging
 
     configure_logging(log_level.upper())
     peer_token_file = peer_token_file or state_dir / "peer.token"
@@ -104,7 +104,7 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
 
 def _encode_local(csv_path: Path, schema: Path, on_invalid: str):
     """(schema, encoded table, all-pairs layout) of a local CSV, or a clear error and exit 2."""
-    from clients.preprocess import InvalidValueError, encode_csv
+    from params.table_codec import InvalidValueError, encode_csv
     from params.layout import MarginalLayout
     from params.schema import Schema, SchemaError
 
@@ -153,7 +153,7 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
                       None, help="CA certificate to verify HTTPS servers")) -> None:
     """Mask and upload this owner's counts (idempotent: safe to re-run)."""
     from clients.agent import AgentError, ClientAgent
-    from clients.preprocess import InvalidValueError
+    from params.table_codec import InvalidValueError
 
     token = _read_token(token_file)
     try:
@@ -246,8 +246,8 @@ def session_create(keyserver: str = typer.Option(...),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)")) -> None:
     """Create a synthesis session; write one credential file per client."""
-    from feddpsyn import wire
-    from feddpsyn.serving import write_private
+    from common import wire
+    from common.serving import write_private
     from params.schema import Schema, SchemaError
 
     try:
@@ -282,7 +282,7 @@ def session_status(keyserver: str = typer.Option(...), session: str = typer.Opti
     """Show a session's state and where its privacy budget went: one line per ledger entry
     (what was released or decided, rho, running total, remaining, eps at the session's
     delta), then the plan's entries still to come."""
-    from feddpsyn import wire
+    from common import wire
     from feddpsyn.ledger_table import format_ledger
 
     status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")
@@ -313,7 +313,7 @@ def schema_draft(csv_path: Path = typer.Option(..., "--csv", help="the table to 
                  force: bool = typer.Option(False, help="overwrite --out")) -> None:
     """Draft a schema from a CSV: column names, a type guess, category lists; continuous
     bounds are left for you to declare (or given with --bounds). Read the note it prints."""
-    from clients.preprocess import InvalidValueError
+    from params.table_codec import InvalidValueError
     from clients.schema_draft import PRIVACY_NOTE, draft_schema, parse_bounds
     from params.schema import SchemaError
 
@@ -350,7 +350,7 @@ def schema_check(schema: Path = typer.Option(...),
                      [], "--csv", help="also check these tables against it (repeatable)"),
                  limit: int = typer.Option(20, help="problems shown per table")) -> None:
     """Check a schema (and tables against it): each problem on one line; exit 1 if any."""
-    from clients.preprocess import InvalidValueError, find_problems
+    from params.table_codec import InvalidValueError, find_problems
     from params.schema import Schema, SchemaError, schema_warnings
 
     try:
@@ -390,7 +390,7 @@ def synthesize(release: Path = typer.Option(...),
     """Turn released noisy marginals into a synthetic CSV in the original values."""
     from pydantic import ValidationError
 
-    from feddpsyn import wire
+    from common import wire
     from params.schema import Schema, SchemaError
     from synthesis import marginals_from_release
     from synthesis import synthesize as run
@@ -669,7 +669,7 @@ def demo(dataset: Optional[str] = typer.Option(
     if out.exists() and any(out.iterdir()):
         _fail(f"{out} exists and is not empty; choose another --out")
     if path == "distaim":
-        from distaim.demo import run_distaim_demo
+        from feddpsyn.distaim_demo import run_distaim_demo
 
         report = run_distaim_demo(out, dataset, clients, epsilon, delta, seed=seed, rows=rows)
     elif path == "tfhe":

@@ -23,12 +23,12 @@ import httpx
 import numpy as np
 
 from clients.agent import ClientAgent
-from clients.preprocess import encode_csv
-from feddpsyn import wire
-from feddpsyn.serving import new_token, write_private
+from common import wire
+from common.serving import new_token, write_private
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, max_rows_with_room
 from params.session_plan import SessionPlan
+from params.table_codec import encode_csv
 from synthesis.central import central_marginals
 from synthesis.evaluate import workload_error
 from synthesis.marginals import marginals_from_release
@@ -65,7 +65,7 @@ def user_table(csv_path: Path, schema_path: Path, owner_column: str | None = Non
     """A data owner's own table as a demo data set, checked whole before any server starts
     (errors name this file, its row, line and column, not a split's): the schema loads, the
     owner column (if any) is a column of the file, every row encodes."""
-    from clients.preprocess import InvalidValueError, encode_rows, read_csv
+    from params.table_codec import InvalidValueError, encode_rows, read_csv
     from params.schema import normalise_text
 
     schema = Schema.load(schema_path)  # SchemaError (a ValueError) names every problem
@@ -91,7 +91,7 @@ def user_table(csv_path: Path, schema_path: Path, owner_column: str | None = Non
 def split_csv(ds: DemoDataset, clients: int, out: Path, seed: int) -> list[Path]:
     """Natural split by the owner column when there is one, else uniform at random. An owner
     column the schema does not declare names the owner only: it is left out of the files."""
-    from clients.preprocess import read_csv
+    from params.table_codec import read_csv
     from params.schema import normalise_text
 
     header, rows, _ = read_csv(ds.csv)

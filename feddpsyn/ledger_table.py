@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from crypto.accounting import rho_to_eps
-from feddpsyn import wire
+from common import wire
+from dp.accounting import rho_to_eps
 
 __all__ = ["LedgerRow", "ledger_rows", "format_ledger"]
 

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 
 from clients.agent import ClientAgent
-from feddpsyn import wire
+from common import wire
 from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema

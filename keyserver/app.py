@@ -14,8 +14,8 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from feddpsyn import wire
-from feddpsyn.serving import (
+from common import wire
+from common.serving import (
     BackgroundWorker,
     ServiceError,
     bearer,

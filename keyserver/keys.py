@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 from concrete import fhe
 
+from common.serving import write_private
 from crypto.aggregation import compile_aggregation
 from crypto.private_selection import (PrivateSelectionShape, compile_private_selection,
                                       indif_name)
-from feddpsyn.serving import write_private
 from params.session_plan import SessionPlan
 
 

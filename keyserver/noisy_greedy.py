@@ -9,10 +9,10 @@ drawn by it. This server
    ciphertexts returns the recorded pairs without decrypting again; other ciphertexts are
    refused with 409: a second decryption would be a second noisy view for one charge);
 2. decrypts InDif + z_CS (its view: protected by z_CS, rho = pairs / (2 sigma2) against it);
-3. adds its own z_KS ~ N_Z(0, sigma2) per pair (``crypto.discrete_gaussian``, CSPRNG, drawn
-   at session creation: ``crypto.noise_pool``), so the
+3. adds its own z_KS ~ N_Z(0, sigma2) per pair (``dp.discrete_gaussian``, CSPRNG, drawn
+   at session creation: ``dp.noise_pool``), so the
    compute server, which knows z_CS, sees the outcome as a function of InDif + z_KS only;
-4. runs PrivSyn's greedy rule (``synthesis.pair_selection.greedy_select``, the rule the
+4. runs PrivSyn's greedy rule (``dp.pair_selection.greedy_select``, the rule the
    benchmark's simulation uses, with the 2-way release's rho) and returns **only the chosen
    pairs**; the doubly noised scores stay in this server's database (audit, retries) and
    are never sent.
@@ -33,15 +33,15 @@ from pathlib import Path
 import numpy as np
 from concrete import fhe
 
+from common import wire
+from common.serving import ServiceError, write_private
 from crypto.blobs import unpack_blobs
 from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_noisy_score,
                                  noise_tail_delta)
-from feddpsyn import wire
-from feddpsyn.serving import ServiceError, write_private
 from crypto.private_selection import indif_name
+from dp.pair_selection import greedy_select
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from params.session_plan import SCORE_NOISE, ReleaseSpec, SessionPlan
-from synthesis.pair_selection import greedy_select
 
 NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy (

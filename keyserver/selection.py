@@ -29,11 +29,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from common import wire
+from common.serving import ServiceError, write_private
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
 from crypto.selection import random_priorities, random_share, thresholds
-from feddpsyn import wire
-from feddpsyn.serving import ServiceError, write_private
 from keyserver.keys import SelectionKeys
 from keyserver.noisy_greedy import (NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys,
                                     noisy_greedy_public)

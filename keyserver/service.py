@@ -28,12 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crypto.accounting import rho_to_eps
-from crypto.aggregation import chunk_ranges, decode_release, publish_counts
-from crypto.blobs import pack_blobs
-from crypto.noise_pool import draw_pool, pool_noise
-from feddpsyn import wire
-from feddpsyn.serving import (
+from common import wire
+from common.serving import (
     Database,
     ServiceError,
     already_stored,
@@ -41,6 +37,10 @@ from feddpsyn.serving import (
     token_hash,
     write_private,
 )
+from crypto.aggregation import chunk_ranges, decode_release, publish_counts
+from crypto.blobs import pack_blobs
+from dp.accounting import rho_to_eps
+from dp.noise_pool import draw_pool, pool_noise
 from keyserver.keys import SessionKeys
 from keyserver.selection import SELECTION_SQL, SelectionRole, selection_public
 from params.schema import Schema, SchemaError
@@ -113,7 +113,7 @@ class KeyServer(SelectionRole):
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
         bootstraps = self._create_selection(plan, directory)
-        # Every noise this server may add, drawn now, before any data (crypto.noise_pool).
+        # Every noise this server may add, drawn now, before any data (dp.noise_pool).
         write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
         write_private(directory / "server.zip", server_zip)
         write_private(directory / "evaluation_keys.bin", evaluation_keys)
@@ -491,7 +491,7 @@ class KeyServer(SelectionRole):
                                   sigma2_per_server=str(spec.sigma2), marginals=marginals)
 
     def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
-        """This server's noise drawn at session creation (``crypto.noise_pool``)."""
+        """This server's noise drawn at session creation (``dp.noise_pool``)."""
         blob = (self.session_dir(session_id) / "noise_pool.npz").read_bytes()
         return pool_noise(blob, label, positions)
 

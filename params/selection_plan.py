@@ -9,7 +9,7 @@ Modes (``--selection``):
   rho = (eps + 4 eta)^2 / 2, the numerical loss included (``crypto.selection.plan_step``).
 * ``noisy-greedy``: PrivSyn's own rule. Every InDif gets discrete Gaussian noise (L2
   sensitivity sqrt(pairs): one record moves each pair's score by at most 1) and the pairs are
-  chosen greedily in clear (``synthesis.pair_selection``). Through the servers
+  chosen greedily in clear (``dp.pair_selection``). Through the servers
   (``crypto.noisy_scores``, ``keyserver.noisy_greedy``): the compute server adds
   N_Z(0, noise_sigma2) to every encrypted InDif, the key server decrypts, adds its own
   N_Z(0, noise_sigma2) and runs the greedy rule; only the chosen pairs leave it. Each view is

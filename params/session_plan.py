@@ -12,7 +12,7 @@ Privacy model (stated once, enforced by the key server's ledger):
   post-processing of its view. The released values therefore carry two noises (variance
   2 sigma2); merging them into one noise that protects both views is an open improvement.
 * Releases compose additively in rho; the session's rho comes from its (epsilon, delta) by
-  the conservative conversion of :mod:`crypto.accounting`, at the delta left once the
+  the conservative conversion of :mod:`dp.accounting`, at the delta left once the
   selection's failure terms are reserved (``build``).
 * With a private selection (``params.selection_plan``, mode ``em``) the 2-way release's
   marginals are the pairs the selection rounds choose, known only at run time
@@ -32,8 +32,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.accounting import eps_delta_to_rho, gaussian_sigma2
-from crypto.noise_pool import NoiseDraw
+from dp.accounting import eps_delta_to_rho, gaussian_sigma2
+from dp.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.schema import Schema
@@ -85,7 +85,7 @@ def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec
 
 def noise_label(spec: ReleaseSpec, selection_mode: str | None) -> str:
     """The pool label of a (resolved) release's noise: noisy-greedy's 2-way release has one
-    draw per possible number of pairs (``crypto.noise_pool``)."""
+    draw per possible number of pairs (``dp.noise_pool``)."""
     if selection_mode == "noisy-greedy" and spec.name == "two_way":
         return f"two_way@{len(spec.marginal_keys)}"
     return spec.name

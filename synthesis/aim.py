@@ -87,8 +87,8 @@ from typing import Protocol
 
 import numpy as np
 
-from crypto.discrete_gaussian import CSPRNG, ExactSampler
-from crypto.exponential_mechanism import em_rho, exponential_mechanism
+from dp.discrete_gaussian import CSPRNG, ExactSampler
+from dp.exponential_mechanism import em_rho, exponential_mechanism
 from synthesis.marginals import NoisyMarginal
 
 Clique = tuple[int, ...]
@@ -498,8 +498,8 @@ def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[
 
 class PlainOracle:
     """Central AIM's oracle: the union in the clear, exact discrete Gaussian noise
-    (``crypto.discrete_gaussian``) and the exact exponential mechanism
-    (``crypto.exponential_mechanism``), charged eps^2 / 8.
+    (``dp.discrete_gaussian``) and the exact exponential mechanism
+    (``dp.exponential_mechanism``), charged eps^2 / 8.
 
     Scores are exact rationals: counts are integers and the public parts (model answers and
     the sqrt(2/pi) sigma n_r penalty) are rounded to multiples of 2^-20 -- post-processing of

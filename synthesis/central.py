@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 

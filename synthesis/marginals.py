@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from feddpsyn import wire
+from common import wire
 from params.schema import Schema
 
 

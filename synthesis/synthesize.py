@@ -6,8 +6,8 @@ from typing import Literal
 
 import numpy as np
 
-from clients.preprocess import decode_records
 from params.schema import Schema
+from params.table_codec import decode_records
 from synthesis.consistency import make_consistent
 from synthesis.marginals import NoisyMarginal
 

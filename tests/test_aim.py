@@ -7,8 +7,8 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from crypto.discrete_gaussian import ExactSampler
-from crypto.exponential_mechanism import em_probabilities
+from dp.discrete_gaussian import ExactSampler
+from dp.exponential_mechanism import em_probabilities
 from synthesis.aim import (GraphicalModel, PlainOracle, aim, completion, eliminate,
                            junction_tree_cells, marginal_counts, merge_measurements,
                            workload_weights)

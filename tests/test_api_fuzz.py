@@ -19,10 +19,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from common import wire
+from common.serving import write_private
 from computeserver.app import create_app as create_compute_app
-from feddpsyn import wire
 from feddpsyn.demo import ServerProcess, free_port
-from feddpsyn.serving import write_private
 from keyserver.app import create_app as create_key_app
 
 STATE = Path(tempfile.mkdtemp(prefix="feddpsyn-fuzz-"))

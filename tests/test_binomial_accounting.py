@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from crypto.accounting import rho_to_eps
-from crypto.binomial_accounting import (PrivacyLossDistribution, binomial_delta,
+from dp.accounting import rho_to_eps
+from dp.binomial_accounting import (PrivacyLossDistribution, binomial_delta,
                                         conditioned_renyi, gaussian_delta, session_delta,
                                         session_epsilon, smallest_n)
 
@@ -93,7 +93,7 @@ def test_session_rule_bounds_the_enumerated_composition(n, k):
 
 
 def test_session_epsilon_with_zcdp_parts():
-    # zCDP alone: the same as crypto.accounting's conversion (to its grid's accuracy)
+    # zCDP alone: the same as dp.accounting's conversion (to its grid's accuracy)
     assert session_epsilon([], Fraction(1, 100), 1e-6) == pytest.approx(
         rho_to_eps(Fraction(1, 100), 1e-6), rel=1e-3)
     alone = session_epsilon([4000] * 10, 0, 1e-6)

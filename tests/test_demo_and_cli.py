@@ -207,7 +207,7 @@ def write_user_table(directory: Path, rows: int = 400) -> tuple[Path, Path]:
 
 
 def test_demo_on_a_table_written_by_the_test(tmp_path):
-    from clients.preprocess import encode_csv
+    from params.table_codec import encode_csv
     from params.schema import Schema
 
     table, schema = write_user_table(tmp_path)

@@ -109,7 +109,7 @@ def test_operator_create_is_typed_idempotent_and_refuses_bad_plans(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_demo_end_to_end(tmp_path):
-    from distaim.demo import run_distaim_demo
+    from feddpsyn.distaim_demo import run_distaim_demo
     report = run_distaim_demo(tmp_path / "out", rounds=3, say=lambda _: None)
     assert report["rows_union"] == 740 and report["excluded_clients"] == {}
     assert report["epsilon_spent"] <= report["epsilon_budget"]

@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.discrete_gaussian import ExactSampler
+from dp.discrete_gaussian import ExactSampler
 from fedbench.methods import METHODS
 from fedbench.methods.flaim import flaim
 from params.schema import Schema

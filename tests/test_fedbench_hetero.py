@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from fedbench.methods import METHODS
 from fedbench.methods.cape_dpcda import cape_noise
 from fedbench.methods.exact_dp_sgd import (

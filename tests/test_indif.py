@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps,
-                          compile_indif_chunk, expected_counts, indif_exact, indif_from_bits,
+                          compile_indif_chunk, indif_exact, indif_from_bits,
                           indif_from_planes, indif_offset, indif_plaintext)
-from params.selection_plan import chunk_sizes_for
 from crypto.masking import expand_masks, new_seed
+from dp.pair_selection import expected_counts
+from params.selection_plan import chunk_sizes_for
 
 K, CELLS = 6, 6  # counts of a 2x3 pair, |d| < 2^5
 

@@ -6,10 +6,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.selection import thresholds
+from crypto.selection import em_rounds_model, thresholds
+from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
 from params.selection_plan import SelectionPlan
-from synthesis.pair_selection import (em_rounds_model, expected_counts_for_pairs,
-                                      greedy_select, indif_scores)
 
 
 def test_plan_charges_at_most_its_budget_and_counts_the_numerical_loss():

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from crypto.accounting import eps_delta_to_rho
+from dp.accounting import eps_delta_to_rho
 from params.parameter_sets import (DEFAULT_SELECTION_SET, SELECTION_SETS, get_parameter_set,
                                    get_selection_set)
 from params.selection_plan import SelectionPlan

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from crypto.permute_and_flip import pf_probabilities_exact
 from crypto.selection import (SelectionShape, acceptance_weights, choose_shape, clear_arguments,
                               compile_selection, pbs_estimate, plan_step, random_priorities,
                               random_share, select_plaintext, step_eta, threshold_bits,
                               thresholds)
+from dp.permute_and_flip import pf_probabilities_exact
 
 BATCH = 40
 SHAPE = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 4),

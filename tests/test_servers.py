@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from clients.agent import AgentError, ClientAgent
-from clients.preprocess import encode_csv
-from feddpsyn import wire
+from common import wire
 from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema
+from params.table_codec import encode_csv
 
 SCHEMA = {"name": "tiny", "columns": [
     {"name": "age", "type": "continuous", "min": 0, "max": 100, "bins": 4},
@@ -341,7 +341,7 @@ def test_kill_both_servers_mid_session_and_finish(tmp_path):
 
 def test_compute_server_says_when_the_key_server_is_unreachable(tmp_path):
     from feddpsyn.demo import ServerProcess, free_port
-    from feddpsyn.serving import new_token, write_private
+    from common.serving import new_token, write_private
 
     token = tmp_path / "peer.token"
     write_private(token, new_token().encode())
@@ -403,7 +403,7 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
     import subprocess
 
     from feddpsyn.demo import ServerProcess, free_port
-    from feddpsyn.serving import new_token, write_private
+    from common.serving import new_token, write_private
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",

@@ -15,9 +15,9 @@ from concrete import fhe
 
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.noisy_scores import decode_noisy_score
+from dp.pair_selection import expected_counts_for_pairs, greedy_select
 from params.schema import Schema
 from params.session_plan import SessionPlan
-from synthesis.pair_selection import expected_counts_for_pairs, greedy_select
 from tests.test_servers import SCHEMA, served_session, true_counts
 
 EPSILON = 5.0  # (1 + e^eps) x the bootstraps x p_error must fit the delta reserve

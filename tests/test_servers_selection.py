@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from crypto.blobs import unpack_blobs
-from params.parameter_sets import DEFAULT_SELECTION_SET
-from synthesis.pair_selection import expected_counts_for_pairs
 from clients.agent import ClientAgent
+from crypto.blobs import unpack_blobs
+from dp.pair_selection import expected_counts_for_pairs
+from params.parameter_sets import DEFAULT_SELECTION_SET
 from tests.test_servers import (CLIENTS, SCHEMA, create_session, served_session, start_servers,
                                 true_counts, write_client_csvs)
 

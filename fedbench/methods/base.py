@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.accounting import eps_delta_to_rho
+from dp.accounting import eps_delta_to_rho
 
 
 @dataclass

@@ -51,7 +51,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from fedbench.methods.base import MethodResult, budget_rho
 from fedbench.methods.target import target_column
 from fedbench.partitions import one_hot

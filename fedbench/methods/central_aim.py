@@ -28,7 +28,7 @@ import itertools
 
 import numpy as np
 
-from crypto.discrete_gaussian import CSPRNG
+from dp.discrete_gaussian import CSPRNG
 from fedbench.methods.base import MethodResult, budget_rho
 from params.schema import Schema
 from synthesis.aim import PlainOracle, aim

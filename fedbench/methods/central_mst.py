@@ -22,7 +22,7 @@ sampling, and the compression undone (a merged value becomes one of its original
 uniformly, as MST does).
 
 Deviations, stated: noise is the exact discrete Gaussian; the EM is sampled exactly
-(``crypto.exponential_mechanism``); the selection's model is the product of the clipped noisy
+(``dp.exponential_mechanism``); the selection's model is the product of the clipped noisy
 1-ways on the compressed domain (the maximum-entropy fit of 1-ways alone, which MST obtains
 by 1000 iterations of Private-PGM); its cells are rounded to multiples of 2^-20 (public) so
 every score is an exact rational and the sensitivity is exactly 1.
@@ -35,8 +35,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
-from crypto.exponential_mechanism import em_rho, exponential_mechanism
+from dp.discrete_gaussian import discrete_gaussian_vector
+from dp.exponential_mechanism import em_rho, exponential_mechanism
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema

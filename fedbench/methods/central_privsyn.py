@@ -33,7 +33,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema

@@ -27,7 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from fedbench.methods.base import MethodResult, budget_rho
 from fedbench.methods.exact_dp_sgd import predict, train_softmax_regression
 from fedbench.methods.target import target_column

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from fedbench.partitions import one_hot
 
 GRID_BITS = 10

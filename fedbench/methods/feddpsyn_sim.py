@@ -8,7 +8,7 @@ bit-for-bit what the servers would publish for the same randomness
 (``tests/test_fedbench_methods.py`` runs one chunk through the real circuit and this path).
 Selection (``params.selection_plan``): by default the 2-way marginals are chosen as the
 servers choose them, ``em``: InDif against the released 1-ways, then ``rounds`` encrypted
-permute-and-flip rounds run as their exact integer model (``synthesis.pair_selection``;
+permute-and-flip rounds run as their exact integer model (``dp.pair_selection``;
 ``tests/test_selection.py`` and ``tests/test_private_selection.py`` prove the circuits
 bit-identical to it). ``feddpsyn-noisy-greedy`` and ``feddpsyn-all`` are the other modes.
 Then consistency and GUM, as the demo does.
@@ -20,18 +20,17 @@ from fractions import Fraction
 
 import numpy as np
 
+from common import wire
 from crypto.aggregation import aggregate_plaintext, publish_counts, release_offset
-from crypto.discrete_gaussian import discrete_gaussian_vector
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
-from crypto.selection import thresholds
-from feddpsyn import wire
+from crypto.selection import em_rounds_model, thresholds
+from dp.discrete_gaussian import discrete_gaussian_vector
+from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
 from fedbench.methods.base import MethodResult, budget_rho
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
 from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
-from synthesis.pair_selection import (em_rounds_model, expected_counts_for_pairs,
-                                      greedy_select, indif_scores)
 from synthesis.synthesize import synthesize_records
 
 

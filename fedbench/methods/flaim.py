@@ -60,8 +60,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import CSPRNG, ExactSampler
-from crypto.exponential_mechanism import em_rho, exponential_mechanism
+from dp.discrete_gaussian import CSPRNG, ExactSampler
+from dp.exponential_mechanism import em_rho, exponential_mechanism
 from synthesis.aim import (GraphicalModel, completion, eps_within, exact_scores,
                            marginal_counts, workload_weights)
 from synthesis.marginals import NoisyMarginal

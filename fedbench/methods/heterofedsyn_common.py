@@ -57,7 +57,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import discrete_gaussian_vector
+from dp.discrete_gaussian import discrete_gaussian_vector
 from synthesis.marginals import NoisyMarginal
 
 SKETCH_LENGTH = 20  # HeteroFedSyn Fig. 8 explores 5..30 for the projection dimension

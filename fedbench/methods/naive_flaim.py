@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crypto.discrete_gaussian import CSPRNG
+from dp.discrete_gaussian import CSPRNG
 from fedbench.methods.base import MethodResult, budget_rho
 from fedbench.methods.flaim import flaim
 from params.schema import Schema

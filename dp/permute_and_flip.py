@@ -14,7 +14,7 @@ source (Fisher-Yates). So the output distribution is exactly PF's, not a float
 approximation. Plaintext reference for the encrypted selection, and a building block for the
 benchmark's selection-based methods.
 
->>> from crypto.discrete_gaussian import ExactSampler
+>>> from dp.discrete_gaussian import ExactSampler
 >>> import random
 >>> permute_and_flip([0.0, 5.0, 1.0], Fraction(100), 1, ExactSampler(random.Random(0).randrange))
 1
@@ -25,17 +25,10 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import permutations
 
-from crypto.discrete_gaussian import CSPRNG, ExactSampler
+from dp.discrete_gaussian import CSPRNG, ExactSampler
+from dp.shuffle import uniform_order
 
 __all__ = ["permute_and_flip", "pf_probabilities", "pf_probabilities_exact"]
-
-
-def _order(n: int, sampler: ExactSampler) -> list[int]:
-    order = list(range(n))
-    for i in range(n - 1, 0, -1):  # Fisher-Yates with the sampler's uniform integers
-        j = sampler.randbelow(i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
 
 
 def exact_inputs(scores, epsilon, sensitivity) -> tuple[list[Fraction], Fraction, Fraction]:
@@ -56,7 +49,7 @@ def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fractio
                      sampler: ExactSampler = CSPRNG) -> int:
     """Index of the selected candidate."""
     exact, best, scale = exact_inputs(scores, epsilon, sensitivity)
-    for r in _order(len(exact), sampler):
+    for r in uniform_order(len(exact), sampler.randbelow):
         if sampler.bernoulli_exp(scale * (best - exact[r])):
             return r
     raise AssertionError("unreachable: the best candidate always accepts")

@@ -2,7 +2,7 @@
 noisy score its session can make, fixed when the session is set up.
 
 Design concern: **the time a server takes never depends on a noise value it adds to data.**
-The exact sampler (``crypto.discrete_gaussian``) is a rejection sampler: its run time depends
+The exact sampler (``dp.discrete_gaussian``) is a rejection sampler: its run time depends
 on the values it draws. Drawn while the peer waits for a release, that time is a side channel
 on the noise. Drawn here, when a server first learns the session's public plan (before any
 client uploads), the run time depends on nothing but the plan; at release time the server
@@ -19,7 +19,7 @@ one server's noise protects the release from the other server.
 
 >>> import random
 >>> from fractions import Fraction
->>> from crypto.discrete_gaussian import ExactSampler
+>>> from dp.discrete_gaussian import ExactSampler
 >>> blob = draw_pool([NoiseDraw("one_way", Fraction(4), np.array([0, 2]), 3)],
 ...                  ExactSampler(random.Random(1).randrange))
 >>> noise = pool_noise(blob, "one_way", np.array([2]))
@@ -35,7 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.discrete_gaussian import CSPRNG, ExactSampler
+from dp.discrete_gaussian import CSPRNG, ExactSampler
 
 __all__ = ["NoiseDraw", "draw_pool", "pool_noise"]
 

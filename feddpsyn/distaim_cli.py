@@ -79,7 +79,7 @@ def serve(state_dir: Path = typer.Option(..., help="this server's state (created
     import uvicorn
 
     from distaim.app import create_app
-    from feddpsyn.serving import BodyLimit
+    from common.serving import BodyLimit
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
     tls_files = (mpc_tls_ca, mpc_tls_cert, mpc_tls_key)
@@ -138,7 +138,7 @@ def session_create(
     except OperatorError as exc:
         _fail(str(exc))
     if made.tokens:
-        from feddpsyn.serving import write_private
+        from common.serving import write_private
         for cid, per_server in made.tokens.items():
             write_private(tokens_dir / f"{cid}.token", ("\n".join(per_server) + "\n").encode())
     typer.echo(f"session {made.session_id}: plan digest {made.plan_digest} at all three "
@@ -246,7 +246,7 @@ def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(.
           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
     """Encode a CSV with the schema, count the session's workload marginals and write the
     seed-compressed shares for the three servers."""
-    from clients.preprocess import encode_csv
+    from params.table_codec import encode_csv
     from distaim.party import write_client_upload
     from distaim.protocol import Layout, client_vector
     from params.schema import Schema

@@ -30,14 +30,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from clients.preprocess import decode_records, encode_csv
-from crypto.accounting import rho_to_eps
 from distaim.client import session_info, upload_vector
 from distaim.operator import create_session, run_session, session_results, session_status
 from distaim.plan import delta_reserve
 from distaim.protocol import Layout, client_vector
+from dp.accounting import rho_to_eps
 from feddpsyn.demo import ServerProcess, dataset, free_port, split_csv
 from params.schema import Schema
+from params.table_codec import decode_records, encode_csv
 from synthesis.evaluate import workload_error
 from synthesis.marginals import NoisyMarginal
 

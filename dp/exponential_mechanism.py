@@ -14,7 +14,7 @@ probability at least 1/n (the best candidate accepts surely), so the loop is bou
 ``64 n + 512`` attempts: reaching it (probability below e^-64 ~ 2^-92) raises
 ``SamplerExhausted`` rather than return anything (fail closed).
 
->>> from crypto.discrete_gaussian import ExactSampler
+>>> from dp.discrete_gaussian import ExactSampler
 >>> import random
 >>> exponential_mechanism([0, 50, 1], Fraction(1), 1, ExactSampler(random.Random(0).randrange))
 1
@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from crypto.discrete_gaussian import CSPRNG, ExactSampler, SamplerExhausted
-from crypto.permute_and_flip import exact_inputs
+from dp.discrete_gaussian import CSPRNG, ExactSampler, SamplerExhausted
+from dp.permute_and_flip import exact_inputs
 
 __all__ = ["exponential_mechanism", "em_probabilities", "em_rho"]
 

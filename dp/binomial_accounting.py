@@ -32,7 +32,7 @@ sub-probability P_D 1_E is pointwise below the adaptive composition of the per-r
 *conditioned* laws P_i|E_i (each normalised at its own step). That composition is compared
 with D' by RDP: at every order a, D_a <= sum over binomial releases of
 D_a(P_i|E_i || Q_i) (enumerated, finite: supports now nested) + a rho for the zCDP parts
-(their definition). The CKS20 conversion (as :mod:`crypto.accounting`) turns that curve into
+(their definition). The CKS20 conversion (as :mod:`dp.accounting`) turns that curve into
 delta_rdp(eps), and the session is (eps, delta_rdp(eps) + sum_i 2^-n_i)-DP. The direction
 D' vs D is the same by reflection. A second sound route is basic composition of the
 binomial part's exact PLD curve with the zCDP part's conversion, splitting eps;

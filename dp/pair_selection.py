@@ -1,6 +1,5 @@
 """Choosing 2-way marginals from dependency scores, in clear: the inputs the encrypted
-selection needs (expected counts), PrivSyn's greedy rule, and the exact integer model of the
-encrypted rounds.
+selection needs (expected counts) and PrivSyn's greedy rule.
 
 * :func:`expected_counts_for_pairs`: K = round(C_j C_k / N) from the released noisy 1-ways,
   scaled down if needed so that sum K <= max_rows (then InDif <= 2 max_rows, the width the
@@ -11,25 +10,26 @@ encrypted rounds.
   sqrt(2/pi) sigma(m) cells, with sigma(m)^2 = m / (2 rho) when m pairs share rho; stop when
   no pair lowers it. (PrivSyn splits rho by cells^(2/3); we split evenly, as our release
   does.)
-* :func:`em_rounds_model`: the rounds of ``crypto.selection`` exactly as the servers run them
-  (the compute server's order, joint random bits, the key server's priorities, the accepted
-  candidate of least priority), in clear, for the benchmark's simulation; tests prove each
-  stage bit-identical to the circuits.
+
+The encrypted rounds' exact integer model is ``crypto.selection.em_rounds_model``.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
 from fractions import Fraction
 
 import numpy as np
 
-from crypto.indif import expected_counts
-from crypto.selection import (SelectionShape, random_priorities, random_share,
-                              secure_order, select_plaintext)
+__all__ = ["expected_counts", "expected_counts_for_pairs", "indif_scores", "greedy_select"]
 
-__all__ = ["expected_counts_for_pairs", "indif_scores", "greedy_select", "em_rounds_model"]
+
+def expected_counts(one_way_j: np.ndarray, one_way_k: np.ndarray, total: float) -> np.ndarray:
+    """K = round(C_j C_k / N) from released (noisy, public) 1-way marginals, clipped at 0."""
+    cj = np.maximum(np.asarray(one_way_j, dtype=float), 0)
+    ck = np.maximum(np.asarray(one_way_k, dtype=float), 0)
+    n = max(float(total), 1.0)
+    return np.rint(np.outer(cj, ck) / n).astype(np.int64).ravel()
 
 
 def expected_counts_for_pairs(one_way: list[np.ndarray], pairs: list[tuple[int, int]],
@@ -72,24 +72,4 @@ def greedy_select(scores: dict[tuple[int, int], float], cells: dict[tuple[int, i
         chosen.append(pick)
         del remaining[pick]
         best_error = error
-    return chosen
-
-
-def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], rounds: int,
-                    randbits=secrets.randbits) -> list[int]:
-    """Indices chosen by ``rounds`` encrypted selections, modelled exactly in clear."""
-    s = shape.candidates
-    if len(scores) != s:
-        raise ValueError("one score per compiled candidate")
-    digits = np.array([[(int(v) >> j) & 1 for j in range(shape.score_bits)] for v in scores])
-    active = np.ones(s, dtype=np.int64)
-    chosen = []
-    for _ in range(rounds):
-        order = secure_order(s, randbits)
-        r_ks, r_cs = random_share(shape, randbits)[0], random_share(shape, randbits)[0]
-        priority = random_priorities(shape, randbits)[0]
-        one_hot = select_plaintext(digits[order], active[order], r_ks, r_cs, shape, c, priority)
-        pick = order[int(np.argmax(one_hot))]
-        chosen.append(pick)
-        active[pick] = 0
     return chosen

@@ -1,0 +1,8 @@
+"""The foundation's lowest floor: what every party shares on the wire and in serving.
+
+``common.wire`` holds the typed REST bodies (both ends import the same definitions, so the
+OpenAPI documents are the contract); ``common.serving`` the servers' shared plumbing
+(durable SQLite, a bounded background worker, error shape, body limit, atomic private
+files); ``common.credentials`` the one way a bearer token is issued, stored and checked.
+It imports no other package of this project.
+"""
