@@ -83,11 +83,11 @@ class ClientAgent:
                 if response.status_code < 500:
                     if response.status_code >= 400:
                         raise AgentError(f"{method} {url}: {response.status_code} "
-                                         f"{_detail(response)}")
+                                         f"{wire.error_detail(response)}")
                     return response
                 if attempt == self.attempts:
                     raise AgentError(f"{method} {url}: server error {response.status_code} "
-                                     f"{_detail(response)}")
+                                     f"{wire.error_detail(response)}")
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
@@ -164,10 +164,3 @@ class ClientAgent:
     def release(self) -> wire.ReleaseDocument:
         response = self._request(self._ks, "GET", f"/sessions/{self.session_id}/release")
         return wire.ReleaseDocument.model_validate_json(response.content)
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        return str(response.json().get("detail", response.text))[:500]
-    except ValueError:
-        return response.text[:500]

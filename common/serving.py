@@ -1,14 +1,14 @@
-"""What both servers share: credentials, durable SQLite access, a background worker, logging.
+"""What every server shares: durable SQLite access, a background worker, the error shape, a
+body limit, private files, logging (credentials: ``common.credentials``).
 
-Design concerns: **credentials are stored only as hashes and compared in constant time**;
-**state survives a kill at any point** (SQLite in WAL mode with synchronous=FULL, and files
-written to a temporary name, fsynced, then renamed); **every background loop is bounded**
+Design concerns: **state survives a kill at any point** (SQLite in WAL mode with
+synchronous=FULL, and files written to a temporary name, fsynced, then renamed);
+**every background loop is bounded**
 (it stops when the server stops, and each pass does a finite amount of work).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import os
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -156,26 +156,6 @@ class BodyLimit:
                 raise
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(b"feddpsyn/token/v1" + token.encode()).hexdigest()
-
-
-def read_or_create_token(path: Path) -> str:
-    """A bearer token kept in a 0600 file (created on first use)."""
-    if path.exists():
-        token = path.read_text().strip()
-        if not token:
-            raise RuntimeError(f"{path} is empty")
-        return token
-    token = new_token()
-    write_private(path, token.encode())
-    return token
-
-
 def write_private(path: Path, data: bytes) -> None:
     """Write atomically with mode 0600 (temporary file, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,19 +175,6 @@ def write_private(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise HTTPException(status_code=401, detail="missing bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})
-    return token.strip()
-
-
-def token_matches(token: str, expected_hash: str) -> bool:
-    return hmac.compare_digest(token_hash(token), expected_hash)
 
 
 class Database:

@@ -306,6 +306,18 @@ class ErrorBody(StrictModel):
     detail: str
 
 
+def error_detail(response, limit: int = 500) -> str:
+    """What an error answer says: its ``detail`` (:class:`ErrorBody`), or its text when the
+    body has another shape (a proxy's page, a truncated answer). ``response`` is an HTTP
+    response with ``.json()`` and ``.text`` (httpx's)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    detail = body.get("detail", response.text) if isinstance(body, dict) else response.text
+    return str(detail)[:limit]
+
+
 # Every error either server returns has this one shape; routers declare them all.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 503)}

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI
 
 from common import wire
-from common.serving import BackgroundWorker, ServiceError, bearer, service_app
+from common.credentials import member_check, own_client_check
+from common.serving import BackgroundWorker, service_app
 from computeserver.service import ComputeServer
 
 log = logging.getLogger("feddpsyn.computeserver")
@@ -32,12 +33,8 @@ def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
                       worker, on_shutdown=service.close, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
 
-    def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
-                   request: Request) -> None:
-        token = bearer(request)
-        if not service.client_authorised(session_id, client_id, token):
-            raise ServiceError(403, f"credentials are not those of client {client_id!r} "
-                                    "in this session")
+    own_client = own_client_check(service)
+    any_client = member_check(service, operator_token=None)
 
     responses = wire.ERROR_RESPONSES
     clients = APIRouter(prefix="/sessions", tags=["client"], responses=responses)
@@ -50,12 +47,9 @@ def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
         worker.wake()
         return receipt
 
-    @clients.get("/{session_id}/status", response_model=wire.SessionStatus)
-    def status(session_id: wire.SessionId, request: Request) -> wire.SessionStatus:
-        token = bearer(request)
-        public = service.public(session_id)
-        if not any(service.client_authorised(session_id, c, token) for c in public.clients):
-            raise ServiceError(403, "client credentials of this session required")
+    @clients.get("/{session_id}/status", response_model=wire.SessionStatus,
+                 dependencies=[Depends(any_client)])
+    def status(session_id: wire.SessionId) -> wire.SessionStatus:
         return service.status(session_id)
 
     @app.get("/health", tags=["health"])

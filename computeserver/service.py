@@ -21,7 +21,6 @@ import base64
 import hashlib
 import json
 import logging
-import secrets
 import threading
 import time
 from fractions import Fraction
@@ -32,13 +31,7 @@ import numpy as np
 from concrete import fhe
 
 from common import wire
-from common.serving import (
-    Database,
-    ServiceError,
-    already_stored,
-    token_hash,
-    write_private,
-)
+from common.serving import Database, ServiceError, already_stored, write_private
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
@@ -158,13 +151,14 @@ class ComputeServer(SelectionRole):
             self._plans[session_id] = plan
         return plan
 
-    def client_authorised(self, session_id: str, client_id: str, token: str) -> bool:
+    def client_token_hashes(self, session_id: str) -> dict[str, str]:
+        """The session's client token hashes, as the key server sent them
+        (``common.credentials.ClientTokens``)."""
         self.public(session_id)
         with self.db.connect() as conn:
             row = conn.execute("SELECT token_hashes_json FROM sessions WHERE id = ?",
                                (session_id,)).fetchone()
-        expected = json.loads(row["token_hashes_json"]).get(client_id)
-        return expected is not None and secrets.compare_digest(expected, token_hash(token))
+        return json.loads(row["token_hashes_json"])
 
     # ------------------------------------------------------------ client seeds
     def store_seed(self, session_id: str, client_id: str,
@@ -357,7 +351,7 @@ class ComputeServer(SelectionRole):
         response = self._http.request(method, url, **kw)
         if response.status_code != 200:
             raise RuntimeError(f"key server answered {method} {url}: {response.status_code} "
-                               f"{response.text[:300]}")
+                               f"{wire.error_detail(response, 300)}")
         return model.model_validate_json(response.content)
 
     def _aggregate(self, session_id, plan, spec, seeds) -> bytes:

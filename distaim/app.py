@@ -43,13 +43,14 @@ import threading
 import time
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Response
 from pydantic import Field
 
 from common import wire
-from common.serving import (BackgroundWorker, Database, ServiceError, already_stored, bearer,
-                              new_token, read_or_create_token, service_app, token_hash,
-                              token_matches, write_private)
+from common.credentials import (member_check, new_token, own_client_check,
+                                read_or_create_token, role_check, token_hash)
+from common.serving import (BackgroundWorker, Database, ServiceError, already_stored,
+                            service_app, write_private)
 from distaim import sharing
 from distaim.plan import SessionRequest, derive_plan, plan_digest
 
@@ -229,21 +230,13 @@ class DistServer:
 
     # ------------------------------------------------------------------ credentials
 
-    def client_authorised(self, session_id: str, client_id: str, token: str) -> bool:
+    def client_token_hashes(self, session_id: str) -> dict[str, str]:
+        """The session's client token hashes (``common.credentials.ClientTokens``)."""
+        self.plan(session_id)
         with self.db.connect() as conn:
-            row = conn.execute("SELECT token_hash FROM client_tokens WHERE session_id = ? AND "
-                               "client_id = ?", (session_id, client_id)).fetchone()
-        return row is not None and token_matches(token, row["token_hash"])
-
-    def client_of_token(self, session_id: str, token: str) -> str | None:
-        with self.db.connect() as conn:
-            rows = conn.execute("SELECT client_id, token_hash FROM client_tokens WHERE "
-                                "session_id = ?", (session_id,)).fetchall()
-        found = None
-        for r in rows:  # compare with every row: the time does not depend on which matched
-            if token_matches(token, r["token_hash"]):
-                found = r["client_id"]
-        return found
+            return {r["client_id"]: r["token_hash"] for r in conn.execute(
+                "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
+                (session_id,))}
 
     # ------------------------------------------------------------------ intake
 
@@ -373,35 +366,16 @@ def create_app(state_dir: Path, party: int, mpc_address: str, *,
                job_interval: float = 0.5) -> FastAPI:
     state_dir.mkdir(parents=True, exist_ok=True)
     service = DistServer(state_dir, party, mpc_address, mpc_tls)
-    operator_hash = token_hash(read_or_create_token(
-        operator_token_file or state_dir / "operator.token"))
+    operator_token = read_or_create_token(operator_token_file or state_dir / "operator.token")
     worker = BackgroundWorker("distaim-job", service.step, job_interval)
     app = service_app("feddpsyn DistAIM server",
                       "One of three MPyC servers running AIM on Shamir-shared marginals.",
                       worker, on_shutdown=service.close, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
     responses = wire.ERROR_RESPONSES
-
-    def is_operator(token: str) -> bool:
-        return token_matches(token, operator_hash)
-
-    def operator(request: Request) -> None:
-        if not is_operator(bearer(request)):
-            raise ServiceError(403, "operator credentials required")
-
-    def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
-                   request: Request) -> None:
-        service.plan(session_id)
-        if not service.client_authorised(session_id, client_id, bearer(request)):
-            raise ServiceError(403, f"credentials are not those of client {client_id!r}")
-
-    def member(session_id: wire.SessionId, request: Request) -> None:
-        token = bearer(request)
-        if is_operator(token):
-            return
-        service.plan(session_id)
-        if service.client_of_token(session_id, token) is None:
-            raise ServiceError(403, "credentials of this session required")
+    operator = role_check(operator_token, "operator")
+    own_client = own_client_check(service)
+    member = member_check(service, operator_token)
 
     ops = APIRouter(prefix="/sessions", tags=["operator"], responses=responses,
                     dependencies=[Depends(operator)])

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from common import wire
 from distaim.plan import SessionRequest, derive_plan, plan_digest
 
 __all__ = ["OperatorError", "CreatedSession", "server_infos", "create_session",
@@ -47,11 +48,7 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _detail(r: httpx.Response) -> str:
-    try:
-        detail = r.json().get("detail", r.text)
-    except ValueError:
-        detail = r.text
-    return f"{r.status_code} {detail}"[:2000]
+    return f"{r.status_code} {wire.error_detail(r, 2000)}"[:2000]
 
 
 def _check_three(servers: Sequence[str], tokens: Sequence[str]) -> None:

@@ -56,7 +56,8 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
               ssl_keyfile: Optional[Path] = typer.Option(None, help="its private key (PEM)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
-    from common.serving import configure_logging, read_or_create_token
+    from common.credentials import read_or_create_token
+    from common.serving import configure_logging
     from keyserver.app import create_app
 
     configure_logging(log_level.upper())
@@ -193,6 +194,8 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
                    content: str | None = None, content_type: str | None = None):
     import httpx
 
+    from common import wire
+
     headers = {"Authorization": f"Bearer {_read_token(token_file)}"}
     if content_type:
         headers["Content-Type"] = content_type
@@ -202,11 +205,7 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
     except httpx.TransportError as exc:
         _fail(f"key server {keyserver} unreachable ({type(exc).__name__})")
     if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail")
-        except ValueError:
-            detail = response.text[:300]
-        _fail(f"{response.status_code}: {detail}")
+        _fail(f"{response.status_code}: {wire.error_detail(response, 300)}")
     return response
 
 

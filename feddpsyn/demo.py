@@ -24,7 +24,8 @@ import numpy as np
 
 from clients.agent import ClientAgent
 from common import wire
-from common.serving import new_token, write_private
+from common.credentials import new_token
+from common.serving import write_private
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, max_rows_with_room
 from params.session_plan import SessionPlan

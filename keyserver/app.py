@@ -7,7 +7,6 @@ issued at session creation (only their hashes are stored).
 
 from __future__ import annotations
 
-import hmac
 import logging
 from pathlib import Path
 
@@ -15,13 +14,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from common import wire
-from common.serving import (
-    BackgroundWorker,
-    ServiceError,
-    bearer,
-    read_or_create_token,
-    service_app,
-)
+from common.credentials import member_check, own_client_check, read_or_create_token, role_check
+from common.serving import BackgroundWorker, service_app
 from keyserver.service import KeyServer
 
 log = logging.getLogger("feddpsyn.keyserver")
@@ -42,28 +36,10 @@ def create_app(state_dir: Path, peer_token: str, *,
                       worker, on_shutdown=lambda: None, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
 
-    def operator(request: Request) -> None:
-        if not hmac.compare_digest(bearer(request), operator_token):
-            raise ServiceError(403, "operator credentials required")
-
-    def peer(request: Request) -> None:
-        if not hmac.compare_digest(bearer(request), peer_token):
-            raise ServiceError(403, "peer credentials required")
-
-    def operator_or_client(session_id: wire.SessionId, request: Request) -> None:
-        token = bearer(request)
-        if hmac.compare_digest(token, operator_token):
-            return
-        service.public(session_id)
-        if service.client_of_token(session_id, token) is None:
-            raise ServiceError(403, "operator or client credentials of this session required")
-
-    def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
-                   request: Request) -> None:
-        service.public(session_id)
-        if not service.client_authorised(session_id, client_id, bearer(request)):
-            raise ServiceError(403, f"credentials are not those of client {client_id!r} "
-                                    "in this session")
+    operator = role_check(operator_token, "operator")
+    peer = role_check(peer_token, "peer")
+    operator_or_client = member_check(service, operator_token)
+    own_client = own_client_check(service)
 
     responses = wire.ERROR_RESPONSES
 

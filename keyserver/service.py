@@ -29,14 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from common import wire
-from common.serving import (
-    Database,
-    ServiceError,
-    already_stored,
-    new_token,
-    token_hash,
-    write_private,
-)
+from common.credentials import new_token, token_hash
+from common.serving import Database, ServiceError, already_stored, write_private
 from crypto.aggregation import chunk_ranges, decode_release, publish_counts
 from crypto.blobs import pack_blobs
 from dp.accounting import rho_to_eps
@@ -182,21 +176,13 @@ class KeyServer(SelectionRole):
             self._keys[session_id] = keys
         return keys
 
-    def client_authorised(self, session_id: str, client_id: str, token: str) -> bool:
+    def client_token_hashes(self, session_id: str) -> dict[str, str]:
+        """The session's client token hashes (``common.credentials.ClientTokens``)."""
+        self.public(session_id)
         with self.db.connect() as conn:
-            row = conn.execute("SELECT token_hash FROM client_tokens WHERE session_id = ? "
-                               "AND client_id = ?", (session_id, client_id)).fetchone()
-        return row is not None and secrets.compare_digest(row["token_hash"], token_hash(token))
-
-    def client_of_token(self, session_id: str, token: str) -> str | None:
-        h = token_hash(token)
-        with self.db.connect() as conn:
-            rows = conn.execute("SELECT client_id, token_hash FROM client_tokens "
-                                "WHERE session_id = ?", (session_id,)).fetchall()
-        for r in rows:
-            if secrets.compare_digest(r["token_hash"], h):
-                return r["client_id"]
-        return None
+            return {r["client_id"]: r["token_hash"] for r in conn.execute(
+                "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
+                (session_id,))}
 
     # ---------------------------------------------------------------- uploads
     def store_masked(self, session_id: str, client_id: str,
@@ -585,12 +571,8 @@ class KeyServer(SelectionRole):
     def peer_session(self, session_id: str) -> wire.PeerSession:
         public = self.public(session_id)
         directory = self.session_dir(session_id)
-        with self.db.connect() as conn:
-            hashes = {r["client_id"]: r["token_hash"] for r in conn.execute(
-                "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
-                (session_id,))}
         return wire.PeerSession(
-            session=public, client_token_hashes=hashes,
+            session=public, client_token_hashes=self.client_token_hashes(session_id),
             server_zip_b64=base64.b64encode((directory / "server.zip").read_bytes()).decode(),
             evaluation_keys_b64=base64.b64encode(
                 (directory / "evaluation_keys.bin").read_bytes()).decode(),

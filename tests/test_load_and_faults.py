@@ -57,7 +57,8 @@ def test_kill_9_during_encryption_aggregation_or_release(tmp_path, victim, delay
 def lone_key_server(tmp_path_factory):
     """A key server with no compute server: the test plays the peer."""
     from feddpsyn.demo import ServerProcess, free_port
-    from common.serving import new_token, write_private
+    from common.credentials import new_token
+    from common.serving import write_private
 
     directory = tmp_path_factory.mktemp("lone")
     peer = new_token()

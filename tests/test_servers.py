@@ -341,7 +341,8 @@ def test_kill_both_servers_mid_session_and_finish(tmp_path):
 
 def test_compute_server_says_when_the_key_server_is_unreachable(tmp_path):
     from feddpsyn.demo import ServerProcess, free_port
-    from common.serving import new_token, write_private
+    from common.credentials import new_token
+    from common.serving import write_private
 
     token = tmp_path / "peer.token"
     write_private(token, new_token().encode())
@@ -403,7 +404,8 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
     import subprocess
 
     from feddpsyn.demo import ServerProcess, free_port
-    from common.serving import new_token, write_private
+    from common.credentials import new_token
+    from common.serving import write_private
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",

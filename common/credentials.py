@@ -1,0 +1,122 @@
+"""Bearer credentials, issued, stored and checked one way by every server.
+
+Design concerns: **only hashes are stored** (a server's state never holds a usable token);
+**every comparison is constant-time**, and finding which client a token belongs to compares
+it with every client's hash, so the time does not tell which one matched; **a check answers
+404 for an unknown session before it looks at the token** where the route names a client,
+so the error says what is wrong with the request first.
+
+The routes take their checks from the factories below (``role_check``, ``own_client_check``,
+``member_check``); a server only says where its hashes are (:class:`ClientTokens`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from fastapi import HTTPException, Request
+
+from common import wire
+from common.serving import ServiceError, write_private
+
+__all__ = ["ClientTokens", "new_token", "token_hash", "token_matches", "read_or_create_token",
+           "bearer", "is_client", "client_of_token", "role_check", "own_client_check",
+           "member_check"]
+
+
+class ClientTokens(Protocol):
+    """Where a server keeps its clients' token hashes."""
+
+    def client_token_hashes(self, session_id: str) -> Mapping[str, str]:
+        """client id -> token hash; ``ServiceError(404)`` for an unknown session."""
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(b"feddpsyn/token/v1" + token.encode()).hexdigest()
+
+
+def token_matches(token: str, expected_hash: str) -> bool:
+    return hmac.compare_digest(token_hash(token), expected_hash)
+
+
+def read_or_create_token(path: Path) -> str:
+    """A bearer token kept in a 0600 file (created on first use)."""
+    if path.exists():
+        token = path.read_text().strip()
+        if not token:
+            raise RuntimeError(f"{path} is empty")
+        return token
+    token = new_token()
+    write_private(path, token.encode())
+    return token
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise HTTPException(status_code=401, detail="missing bearer token",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return token.strip()
+
+
+def is_client(hashes: Mapping[str, str], client_id: str, token: str) -> bool:
+    expected = hashes.get(client_id)
+    return expected is not None and token_matches(token, expected)
+
+
+def client_of_token(hashes: Mapping[str, str], token: str) -> str | None:
+    """The client whose token this is, comparing with every hash (module docstring)."""
+    found = None
+    for client_id, expected in hashes.items():
+        if token_matches(token, expected):
+            found = client_id
+    return found
+
+
+def role_check(token: str, role: str) -> Callable[[Request], None]:
+    """A route dependency admitting only the holder of ``token`` (the operator, the peer)."""
+    expected = token_hash(token)
+
+    def check(request: Request) -> None:
+        if not token_matches(bearer(request), expected):
+            raise ServiceError(403, f"{role} credentials required")
+
+    return check
+
+
+def own_client_check(tokens: ClientTokens) -> Callable[..., None]:
+    """A route dependency admitting only the client the path names, with its own token."""
+
+    def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
+                   request: Request) -> None:
+        hashes = tokens.client_token_hashes(session_id)
+        if not is_client(hashes, client_id, bearer(request)):
+            raise ServiceError(403, f"credentials are not those of client {client_id!r} "
+                                    "in this session")
+
+    return own_client
+
+
+def member_check(tokens: ClientTokens, operator_token: str | None) -> Callable[..., None]:
+    """A route dependency admitting the operator (if given) or any client of the session."""
+    operator_hash = None if operator_token is None else token_hash(operator_token)
+    who = "client" if operator_hash is None else "operator or client"
+
+    def member(session_id: wire.SessionId, request: Request) -> None:
+        token = bearer(request)
+        if operator_hash is not None and token_matches(token, operator_hash):
+            return
+        if client_of_token(tokens.client_token_hashes(session_id), token) is None:
+            raise ServiceError(403, f"{who} credentials of this session required")
+
+    return member
