@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from bench.distaim_common import adult  # noqa: E402
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
-from distaim.plan import budget_rho  # noqa: E402
+from distaim.plan import session_rho  # noqa: E402
 from distaim.protocol import Layout, Participation, client_vector  # noqa: E402
 from fedbench.partitions import feature_skew  # noqa: E402
 from synthesis.aim import PlainOracle, aim  # noqa: E402
@@ -168,7 +168,7 @@ def main() -> None:
           f"{len(triples)} 3-way marginals, completion {len(layout.cliques)} marginals, "
           f"{layout.length} cells; upload per client {raw / 1e6:.2f} MB raw, "
           f"{http / 1e6:.2f} MB over HTTP ({http / layout.length:.1f} B per cell)", flush=True)
-    rho = budget_rho(args.epsilon, args.delta)
+    rho = session_rho(args.epsilon, args.delta)
     errors: dict[str, list[float]] = {"distaim": [], "distaim_p1": [], "central_aim": []}
     seconds: dict[str, list[float]] = {k: [] for k in errors}
     joined_last: list[int] = []

@@ -28,9 +28,10 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from common import wire
+from dp.accounting import eps_delta_to_rho
 
 __all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "SessionRequest", "derive_plan",
-           "plan_digest", "budget_rho", "delta_reserve", "parse_workload"]
+           "plan_digest", "session_rho", "delta_reserve", "parse_workload"]
 
 PLAN_VERSION = "feddpsyn/distaim/plan/v1"
 # A share vector must fit the intake's 64 MiB body limit as base64 (16 bytes per cell).
@@ -117,8 +118,10 @@ def delta_reserve(delta: float) -> Fraction:
     return Fraction(delta) / 1000
 
 
-def budget_rho(epsilon: float, delta: float) -> Fraction:
-    from dp.accounting import eps_delta_to_rho
+def session_rho(epsilon: float, delta: float) -> Fraction:
+    """A DistAIM session's rho: (epsilon, delta) converted at the delta left once the
+    samplers' reserve is set aside (``fedbench.methods.base.budget_rho`` converts the whole
+    delta, for methods without such a reserve)."""
     return eps_delta_to_rho(epsilon, Fraction(delta) - delta_reserve(delta))
 
 
@@ -182,7 +185,7 @@ def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
     if layout.length > MAX_CELLS:
         raise ValueError(f"the workload's completion has {layout.length} cells; at most "
                          f"{MAX_CELLS} fit one upload")
-    rho = budget_rho(request.epsilon, request.delta)
+    rho = session_rho(request.epsilon, request.delta)
     parties = []
     for a in request.mpc_parties:
         host, _, port = a.rpartition(":")

@@ -40,7 +40,8 @@ from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan, chunk_sizes_for
 
 __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
-           "selected_release", "noise_draws", "noise_label", "SCORE_NOISE"]
+           "selected_release", "noise_draws", "noise_label", "SCORE_NOISE", "split_share",
+           "two_way_rho"]
 
 # The label of noisy-greedy's per-pair score noise in a server's noise pool.
 SCORE_NOISE = "selection_scores"
@@ -64,6 +65,21 @@ def indif_chunks(layout: MarginalLayout,
             out.append((index, cells[start:start + size], size))
             start += size
     return out
+
+
+def split_share(rho_total: Fraction, fraction: float) -> Fraction:
+    """One part of the session's rho: the split's fraction rounded down to 1e-12, so the parts
+    never exceed the whole."""
+    return rho_total * Fraction(int(fraction * 10 ** 12), 10 ** 12)
+
+
+def two_way_rho(rho_total: Fraction, split: dict[str, float],
+                selection_charged: Fraction) -> Fraction:
+    """The 2-way release's rho after a selection: its share plus what the selection's epsilon
+    grid left unspent of its own (module docstring); noisy-greedy charges exactly its share,
+    so nothing is left over. Exact rationals, so a session spends exactly its rho."""
+    return (split_share(rho_total, split["two_way"])
+            + (split_share(rho_total, split["selection"]) - selection_charged))
 
 
 @dataclass(frozen=True)
@@ -179,9 +195,7 @@ class SessionPlan:
         rho_total = eps_delta_to_rho(epsilon, delta_conversion)
 
         def share(name: str) -> Fraction:
-            # Fractions of the split are rounded down to 1e-12 so the parts never exceed
-            # the whole.
-            return rho_total * Fraction(int(split[name] * 10 ** 12), 10 ** 12)
+            return split_share(rho_total, split[name])
 
         chosen = None
         if selection == "noisy-greedy" and rounds is not None:
@@ -197,9 +211,7 @@ class SessionPlan:
         if chosen is None:
             rho_two, keys, count = share("two_way"), tuple(m.key for m in layout.two_way), None
         else:
-            # The selection's unspent grid remainder goes to the 2-ways (module docstring);
-            # noisy-greedy charges exactly its share, so nothing is left over.
-            rho_two = share("two_way") + (share("selection") - chosen.rho_charged)
+            rho_two = two_way_rho(rho_total, split, chosen.rho_charged)
             # em: the rounds; noisy-greedy: the worst case, every pair (module docstring).
             keys = ()
             count = chosen.rounds if chosen.mode == "em" else len(layout.two_way)

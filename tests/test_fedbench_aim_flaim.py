@@ -41,8 +41,8 @@ def test_method_spends_exactly_its_budget_and_stays_in_domain(method):
     if method != "central-aim":
         assert result.bytes_per_client > 0
     if method == "distaim":  # a session's budget: delta / 1000 reserved for the samplers
-        from distaim.plan import budget_rho, delta_reserve
-        assert result.rho_budget == budget_rho(1.0, 1e-6)
+        from distaim.plan import delta_reserve, session_rho
+        assert result.rho_budget == session_rho(1.0, 1e-6)
         assert 0 < result.notes["extra_delta"] <= delta_reserve(1e-6)
 
 

@@ -9,7 +9,7 @@ summed by the servers equal the sum of their count vectors, which is what the ru
 
 Settings as in the DistAIM demo and FLAIM's experiments: all 2-way workload, T = 10 planned
 rounds (FLAIM's fixed-T mode: no annealing), p = 1. Accounting as a session's: rho from
-(eps, delta - delta / 1000) (``distaim.plan.budget_rho``: the reserve covers the in-MPC
+(eps, delta - delta / 1000) (``distaim.plan.session_rho``: the reserve covers the in-MPC
 samplers), spent exactly by AIM's engine; the samplers' finite-precision deviation is extra
 delta, (1 + e^eps) times their total variation bound as ``distaim.party`` reports it
 (about 1e-12), in ``notes`` and checked against the reserve. Bytes per client: the seed-compressed
@@ -30,7 +30,7 @@ def distaim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: flo
             delta: float, seed: int) -> MethodResult:
     from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
     from distaim.oracle import MpcOracle
-    from distaim.plan import budget_rho, delta_reserve
+    from distaim.plan import delta_reserve, session_rho
     from distaim.protocol import Layout, client_vector
     from synthesis.aim import aim
 
@@ -40,7 +40,7 @@ def distaim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: flo
     layout = Layout.for_workload(sizes, workload)
     clients = [client_vector(records[owner == c], layout) for c in np.unique(owner)]
     totals = np.sum(clients, axis=0).astype(object)
-    rho = budget_rho(epsilon, delta)
+    rho = session_rho(epsilon, delta)
     rt = local_runtime()
     secint, em_secint = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
     oracle = MpcOracle(rt, secint, em_secint, secint.array(secint.field.array(totals)), layout,

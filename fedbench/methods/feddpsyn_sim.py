@@ -16,7 +16,7 @@ Then consistency and GUM, as the demo does.
 
 from __future__ import annotations
 
-from fractions import Fraction
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,12 +24,14 @@ from common import wire
 from crypto.aggregation import aggregate_plaintext, publish_counts, release_offset
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
 from crypto.selection import em_rounds_model, thresholds
+from dp.accounting import gaussian_sigma2
 from dp.discrete_gaussian import discrete_gaussian_vector
 from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
 from fedbench.methods.base import MethodResult, budget_rho
+from params.layout import MarginalLayout
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
-from params.session_plan import SessionPlan
+from params.session_plan import ReleaseSpec, SessionPlan, split_share, two_way_rho
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
@@ -118,7 +120,7 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
         noisy, upload = simulate_release(plan, counts)
         spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
     else:
-        rho_select = plan.rho_total * Fraction(int(split["selection"] * 10 ** 12), 10 ** 12)
+        rho_select = split_share(plan.rho_total, split["selection"])
         selection = SelectionPlan.build(selection_mode, len(plan.layout.two_way), max_rows,
                                         rho_select, rounds if rounds is not None
                                         else default_rounds(len(schema.domain_sizes)))
@@ -129,12 +131,13 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
             spent = plan.release("one_way").rho + selection.rho_charged
             unspent = "noisy-greedy kept no pair: the 2-way share is not released"
         else:
-            # What the selection's grid left unspent goes to the 2-ways (the servers' ledger
-            # does the same: the release takes the session's remainder).
-            remainder = 1 - split["one_way"] - float(selection.rho_charged / plan.rho_total)
-            final = SessionPlan.build(schema, chosen, epsilon, delta,
-                                      {"one_way": split["one_way"], "two_way": remainder},
-                                      "default", max_rows=max_rows)
+            # What the selection's grid left unspent goes to the 2-ways, by the servers' rule.
+            rho_two = two_way_rho(plan.rho_total, split, selection.rho_charged)
+            layout = MarginalLayout.build(schema.domain_sizes, chosen)
+            final = replace(plan, layout=layout, releases=(
+                plan.release("one_way"),
+                ReleaseSpec("two_way", tuple(m.key for m in layout.two_way), rho_two,
+                            gaussian_sigma2(rho_two, len(chosen)))))
             two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
                                                   for c in np.unique(owner)],
                                           names=("two_way",))
