@@ -38,9 +38,20 @@ D' vs D is the same by reflection. A second sound route is basic composition of 
 binomial part's exact PLD curve with the zCDP part's conversion, splitting eps;
 :func:`session_epsilon` reports the smaller of the two.
 
+**Any finite noise.** Nothing above uses more than the pmf: :class:`LossDistribution` holds
+one release's pair (P, Q) for any integer noise pmf and any integer shift (the binomial is
+one instance; ``dp.joint_noise_accounting`` builds the others), and the PLD, the conditioned
+Renyi divergences and the session rule work on it. A pmf with more than one point of large
+loss (a sum of uniforms has a polynomial edge, not one 2^-n point) conditions on excluding
+its largest losses up to a stated ``tail`` mass, which is charged to delta like 2^-n above:
+the argument holds for any event E_i fixed in advance.
+
 >>> pld = PrivacyLossDistribution.binomial(64)
 >>> 0 < pld.delta(1.0) < 1e-3
 True
+>>> pair = LossDistribution.from_counts([1, 2, 1], shift=1)  # Binomial(2, 1/2)
+>>> pair.infinite, abs(pair.delta(0.0) - binomial_delta(2, 0.0)) < 1e-9
+(0.25, True)
 """
 
 from __future__ import annotations
@@ -51,9 +62,9 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["binomial_losses", "binomial_delta", "PrivacyLossDistribution",
-           "conditioned_renyi", "rdp_to_delta", "session_delta", "session_epsilon",
-           "smallest_n", "gaussian_delta"]
+__all__ = ["binomial_losses", "binomial_delta", "LossDistribution", "PrivacyLossDistribution",
+           "conditioned_renyi", "rdp_to_delta", "session_delta", "session_delta_of",
+           "session_epsilon", "session_epsilon_of", "smallest_n", "gaussian_delta"]
 
 # Relative upward margin on every reported delta and epsilon: covers float error (lgamma,
 # exp, sums of non-negative terms: ~1e-13 relative at the sizes used) with a wide berth.
@@ -89,6 +100,90 @@ def binomial_delta(n: int, epsilon: float) -> float:
 
 
 @dataclass(frozen=True)
+class LossDistribution:
+    """One release's pair (P, Q): the finite losses ln(P(x)/Q(x)) over P's support where
+    Q > 0, their log P-masses, and the P-mass ``infinite`` where Q = 0.
+
+    For a noise pmf p on {0..L} and neighbours moving the query by ``shift``: P(x) = p(x),
+    Q(x) = p(x - shift). A symmetric pmf gives the reverse pair (Q, P) the same distribution
+    (reflection x -> L + shift - x), so this one pair describes both directions.
+    """
+
+    losses: np.ndarray
+    log_masses: np.ndarray
+    infinite: float
+
+    @classmethod
+    def binomial(cls, n: int) -> LossDistribution:
+        losses, masses, infinite = binomial_losses(n)
+        x = np.arange(1, n + 1, dtype=float)
+        log_p = (math.lgamma(n + 1) - np.array([math.lgamma(v + 1) + math.lgamma(n - v + 1)
+                                                for v in x]) - n * math.log(2))
+        return cls(losses, log_p, infinite)
+
+    @classmethod
+    def from_counts(cls, counts: list[int], shift: int = 1) -> LossDistribution:
+        """The pair of the pmf counts[x] / sum(counts) (exact integers, symmetric: checked).
+        Ratios of big integers are correctly rounded floats, so each loss and log-mass is
+        within a few ulps of the exact value (covered by ``_MARGIN`` and the PLD's upward
+        grid)."""
+        if shift < 1 or shift >= len(counts):
+            raise ValueError("shift must be in [1, support size)")
+        if any(c <= 0 for c in counts) or list(counts) != list(reversed(counts)):
+            raise ValueError("counts must be positive and symmetric (one pair for both "
+                             "directions)")
+        total = sum(counts)
+        log_total = math.log(total)
+        losses = np.array([math.log(counts[x] / counts[x - shift])
+                           for x in range(shift, len(counts))])
+        log_masses = np.array([math.log(counts[x]) - log_total
+                               for x in range(shift, len(counts))])
+        exact = Fraction(sum(counts[:shift]), total)
+        infinite = float(exact)
+        if Fraction(infinite) < exact:  # float() rounds to nearest: take the float above
+            infinite = math.nextafter(infinite, 1.0)
+        return cls(losses, log_masses, infinite)
+
+    def delta(self, epsilon: float) -> float:
+        """delta(eps) of one release, by enumeration, rounded up."""
+        above = self.losses > epsilon
+        value = self.infinite + float(np.sum(np.exp(self.log_masses[above])
+                                             * -np.expm1(epsilon - self.losses[above])))
+        return _up(value)
+
+    def conditioning(self, tail: float = 0.0) -> np.ndarray:
+        """The event E: a mask over the finite points, dropping the largest losses while the
+        dropped finite mass stays <= ``tail`` (the +inf point is always dropped)."""
+        keep = np.ones(len(self.losses), dtype=bool)
+        if tail > 0:
+            order = np.argsort(-self.losses, kind="stable")
+            dropped = np.cumsum(np.exp(self.log_masses[order]))
+            keep[order[:int(np.searchsorted(dropped, tail, side="right"))]] = False
+        return keep
+
+    def failure(self, tail: float = 0.0) -> float:
+        """P(not E): the mass charged to delta when the release is conditioned on E."""
+        keep = self.conditioning(tail)
+        return _up(self.infinite + float(np.exp(self.log_masses[~keep]).sum()))
+
+    def conditioned_renyi(self, orders, tail: float = 0.0) -> dict[float, float]:
+        """D_a(P|E || Q) at each order a > 1, rounded up:
+        [ln sum_E P(x) e^((a-1) L(x)) - a ln P(E)] / (a - 1), in log space."""
+        keep = self.conditioning(tail)
+        log_p, losses = self.log_masses[keep], self.losses[keep]
+        log_e = math.log1p(-min(self.failure(tail), 0.5))
+        out = {}
+        for a in orders:
+            if a <= 1:
+                raise ValueError("orders must be > 1")
+            terms = log_p + (a - 1) * losses
+            top = float(terms.max())
+            value = (top + math.log(float(np.exp(terms - top).sum())) - a * log_e) / (a - 1)
+            out[a] = max(value, 0.0) * (1 + _MARGIN) + 1e-15
+        return out
+
+
+@dataclass(frozen=True)
 class PrivacyLossDistribution:
     """A pessimistic PLD: mass ``masses[i]`` at loss (offset + i) * grid, plus ``infinite``."""
 
@@ -101,6 +196,17 @@ class PrivacyLossDistribution:
     def binomial(cls, n: int, grid: float = 1e-4,
                  tail_mass: float = 1e-15) -> PrivacyLossDistribution:
         losses, masses, infinite = binomial_losses(n)
+        return cls._from(losses, masses, infinite, grid, tail_mass)
+
+    @classmethod
+    def of(cls, pair: LossDistribution, grid: float = 1e-4,
+           tail_mass: float = 1e-15) -> PrivacyLossDistribution:
+        """The pessimistic PLD of any release's pair."""
+        return cls._from(pair.losses, np.exp(pair.log_masses), pair.infinite, grid, tail_mass)
+
+    @classmethod
+    def _from(cls, losses: np.ndarray, masses: np.ndarray, infinite: float, grid: float,
+              tail_mass: float) -> PrivacyLossDistribution:
         index = np.ceil(losses / grid).astype(np.int64)  # rounded up
         # Float log may land a hair below an exact multiple; never round down: bump any index
         # whose grid value is below the computed loss.
@@ -223,14 +329,33 @@ def session_delta(binomial_ns: list[int], rho: Fraction | float, epsilon: float,
                   orders=RDP_ORDERS) -> float:
     """delta of a session at eps: binomial releases (one n per count query of sensitivity 1)
     plus zCDP parts of total rho, by the conditioning rule (module docstring), rounded up."""
-    rho = float(rho)
     counts: dict[int, int] = {}
     for n in binomial_ns:
         counts[n] = counts.get(n, 0) + 1
-    curve = {a: a * rho + sum(k * conditioned_renyi(n, a) for n, k in counts.items())
-             for a in orders}
-    failure = sum(k * 2.0 ** -n for n, k in counts.items())
+    return session_delta_of([(LossDistribution.binomial(n), k, 0.0)
+                             for n, k in sorted(counts.items())], rho, epsilon, orders)
+
+
+def session_delta_of(parts: list[tuple[LossDistribution, int, float]], rho: Fraction | float,
+                     epsilon: float, orders=RDP_ORDERS) -> float:
+    """delta of a session at eps: ``parts`` are (pair, how many such releases a record's
+    neighbours differ in, the conditioning tail of each), plus zCDP parts of total rho; the
+    conditioning rule of the module docstring, rounded up."""
+    curve, failure = _session_curve(parts, rho, orders)
     return _up(rdp_to_delta(curve, epsilon) + failure)
+
+
+def _session_curve(parts, rho, orders) -> tuple[dict[float, float], float]:
+    """The session's RDP curve (conditioned parts plus a rho) and its failure mass: neither
+    depends on eps, so a search over eps computes them once."""
+    rho = float(rho)
+    curve = {a: a * rho for a in orders}
+    failure = 0.0
+    for pair, k, tail in parts:
+        for a, d in pair.conditioned_renyi(orders, tail).items():
+            curve[a] += k * d
+        failure += k * pair.failure(tail)
+    return curve, failure
 
 
 def _zcdp_delta(rho: float, epsilon: float) -> float:
@@ -247,14 +372,23 @@ def session_epsilon(binomial_ns: list[int], rho: Fraction | float, delta: float,
     counts: dict[int, int] = {}
     for n in binomial_ns:
         counts[n] = counts.get(n, 0) + 1
+    return session_epsilon_of([(LossDistribution.binomial(n), k, 0.0)
+                               for n, k in sorted(counts.items())], rho, delta, grid)
+
+
+def session_epsilon_of(parts: list[tuple[LossDistribution, int, float]],
+                       rho: Fraction | float, delta: float, grid: float = 1e-4) -> float:
+    """:func:`session_epsilon` for any parts (as :func:`session_delta_of`). The PLD route
+    needs no conditioning, so it composes each part's full pair."""
     pld = None
-    for n, k in sorted(counts.items()):
-        part = PrivacyLossDistribution.binomial(n, grid).self_compose(k)
+    for pair, k, _ in parts:
+        part = PrivacyLossDistribution.of(pair, grid).self_compose(k)
         pld = part if pld is None else pld.compose(part)
     rho_f = float(rho)
+    curve, failure = _session_curve(parts, rho_f, RDP_ORDERS)
 
     def holds(eps: float) -> bool:
-        if session_delta(binomial_ns, rho_f, eps) <= delta:
+        if _up(rdp_to_delta(curve, eps) + failure) <= delta:
             return True
         if pld is None:
             return False

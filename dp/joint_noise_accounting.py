@@ -1,0 +1,178 @@
+"""Exact privacy of the joint noise (``crypto.joint_noise``): its shapes, their cost, and the
+size that matches a release's zCDP budget.
+
+A joint noise is a sum of independent fair coins with public weights,
+Z = sum_j w_j c_j - sum_j w_j / 2, built from XOR-shared coins so that neither server knows
+it. Two shapes (:class:`JointNoiseShape`):
+
+* **coins** (``bits = 1``): n unit weights, Z = Binomial(n, 1/2) - n/2, variance n/4;
+* **uniforms** (``bits = w``): n_u groups of weights 1, 2, ..., 2^(w-1), i.e. n_u independent
+  uniforms on {0..2^w - 1} (each the XOR of two w-bit values, bit by bit), variance
+  n_u (4^w - 1) / 12: a discrete Irwin-Hall shape. Each encrypted bit adds up to 4^(w-1) / 4
+  of variance instead of 1/4, so a release needs far fewer ciphertexts.
+
+Design concern: **the privacy claim is computed from the exact pmf, never from a closed
+form, and every rounding goes up.** The pmf is an exact integer count vector
+(:meth:`JointNoiseShape.counts`), its release pair is ``dp.binomial_accounting``'s
+:class:`LossDistribution`, and the session rule is that module's conditioning rule: a
+release is charged its conditioned Renyi divergences at every order plus, in delta, the mass
+it excludes (the points only one neighbour can produce, and for uniforms the extreme edge up
+to ``tail``).
+
+**Matching a zCDP budget.** A release planned as rho_R-zCDP over M marginals (one record
+moves one cell of each by 1, so a record's neighbours differ in M counts) is replaced by a
+joint noise whose M-fold conditioned curve stays below a * rho_R at every order a of
+:func:`orders_for` (the orders where the session's conversion to (eps, delta) is decided).
+Finite support makes the Renyi divergence grow like ln(n) / 1 at high orders rather than
+linearly, so no finite noise matches a * rho at *every* order; at the orders used, the
+session's curve is then pointwise below the zCDP plan's, and :func:`session_epsilon_of`
+(``dp.binomial_accounting``) confirms the session's eps end to end.
+
+>>> shape = JointNoiseShape(uniforms=4, bits=2)
+>>> shape.counts()[:4], shape.variance, shape.ciphertexts
+([1, 4, 10, 20], Fraction(5, 1), 8)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import accumulate
+
+from dp.binomial_accounting import RDP_ORDERS, LossDistribution
+
+__all__ = ["JointNoiseShape", "orders_for", "release_matches", "smallest_coins",
+           "cheapest_uniforms", "release_marginals"]
+
+# Uniforms wider than this are never tried: a 2^16-point uniform per group already gives
+# variance ~3.6e8 per group, far beyond any release of the project's budgets.
+MAX_BITS = 16
+
+
+@dataclass(frozen=True)
+class JointNoiseShape:
+    """Z = sum of ``uniforms`` iid uniforms on {0..2^bits - 1}, centred (bits = 1: coins)."""
+
+    uniforms: int
+    bits: int
+
+    def __post_init__(self):
+        if self.uniforms < 1 or not 1 <= self.bits <= MAX_BITS:
+            raise ValueError("need uniforms >= 1 and 1 <= bits <= MAX_BITS")
+        if self.uniforms * ((1 << self.bits) - 1) % 2:
+            raise ValueError("the centring sum(w)/2 must be an integer: use an even number "
+                             "of uniforms")
+
+    @property
+    def kind(self) -> str:
+        return "coins" if self.bits == 1 else "uniforms"
+
+    @property
+    def ciphertexts(self) -> int:
+        """Encrypted bits per released count (the key server's offline work)."""
+        return self.uniforms * self.bits
+
+    @property
+    def variance(self) -> Fraction:
+        return Fraction(self.uniforms * (4 ** self.bits - 1), 12)
+
+    @property
+    def span(self) -> int:
+        """Z lies in [-span/2, span/2]: a hard bound, for the count width's room."""
+        return self.uniforms * ((1 << self.bits) - 1)
+
+    def weights(self) -> list[int]:
+        """The public weight of each encrypted bit, uniform by uniform, low bit first."""
+        return [1 << j for _ in range(self.uniforms) for j in range(self.bits)]
+
+    def counts(self) -> list[int]:
+        """Exact pmf of Z + span/2 as integer counts over 2^(uniforms * bits): repeated
+        convolution with the uniform's box, by prefix sums (one pass per uniform)."""
+        width = 1 << self.bits
+        counts = [1]
+        for _ in range(self.uniforms):  # bounded: one pass per uniform
+            prefix = [0] + list(accumulate(counts + [0] * (width - 1)))
+            counts = [prefix[x + 1] - prefix[max(0, x + 1 - width)]
+                      for x in range(len(counts) + width - 1)]
+        return counts
+
+    def pair(self, shift: int = 1) -> LossDistribution:
+        """The release pair for neighbours moving the count by ``shift``."""
+        if self.bits == 1 and shift == 1:
+            return LossDistribution.binomial(self.uniforms)  # closed-form losses, any n
+        return LossDistribution.from_counts(self.counts(), shift)
+
+
+def orders_for(rho: Fraction | float, delta: float) -> tuple[float, ...]:
+    """The orders of ``RDP_ORDERS`` up to twice the zCDP conversion's optimum,
+    a* = 1 + sqrt(ln(1/delta) / rho): the optimum order of the session's curve sits near a*,
+    so a curve below a * rho on these orders converts to the same eps (confirmed end to end
+    by ``session_epsilon_of``)."""
+    a_star = 1 + math.sqrt(math.log(1 / delta) / float(rho))
+    return tuple(a for a in RDP_ORDERS if a <= 2 * a_star)
+
+
+def release_marginals(rho: Fraction, sigma2: Fraction) -> int:
+    """M of a planned release: its sigma2 = M / (2 rho) (``params.session_plan``)."""
+    m = 2 * Fraction(rho) * Fraction(sigma2)
+    if m.denominator != 1 or m < 1:
+        raise ValueError("sigma2 is not M / (2 rho) for an integer M")
+    return int(m)
+
+
+def release_matches(shape: JointNoiseShape, marginals: int, rho: Fraction | float,
+                    orders, tail: float = 0.0) -> bool:
+    """M * D_a(P|E || Q) <= a * rho at every order given (the release's conditioned curve)."""
+    curve = shape.pair().conditioned_renyi(orders, tail)
+    return all(marginals * d <= a * float(rho) for a, d in curve.items())
+
+
+def smallest_coins(marginals: int, rho: Fraction | float, orders, tail: float = 0.0,
+                   n_max: int = 1 << 24) -> JointNoiseShape:
+    """The fewest (even) coins matching rho at ``orders``: bounded doubling, then bisection
+    (the conditioned divergence falls as n grows; the answer is re-checked)."""
+    def ok(n: int) -> bool:
+        return release_matches(JointNoiseShape(n, 1), marginals, rho, orders, tail)
+
+    lo, hi = 2, 2
+    for _ in range(32):  # bounded doubling up to n_max
+        if ok(hi):
+            break
+        lo, hi = hi, hi * 2
+        if hi > n_max:
+            raise ValueError("no coin count up to n_max matches the budget")
+    while hi - lo > 2:  # bounded: the gap halves each pass
+        mid = (lo + hi) // 4 * 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    n = lo if ok(lo) else hi
+    if not ok(n):
+        raise RuntimeError("coin search ended on a non-matching n")
+    return JointNoiseShape(n, 1)
+
+
+def cheapest_uniforms(marginals: int, rho: Fraction | float, orders, tail: float,
+                      max_variance: Fraction | float,
+                      uniforms: tuple[int, ...] = tuple(range(2, 129, 2))) -> JointNoiseShape:
+    """The uniforms shape with the fewest encrypted bits that matches rho at ``orders`` with
+    variance at most ``max_variance`` (ties: the smaller variance). Per number of uniforms
+    only the least matching width can be the answer (one more bit multiplies the variance
+    by ~4 and adds ciphertexts), so each is a scan of at most MAX_BITS widths."""
+    best = None
+    for n_u in uniforms:
+        for bits in range(2, MAX_BITS + 1):
+            shape = JointNoiseShape(n_u, bits)
+            if shape.variance > max_variance or (
+                    best is not None and shape.ciphertexts > best.ciphertexts):
+                break
+            if release_matches(shape, marginals, rho, orders, tail):
+                if best is None or (shape.ciphertexts, shape.variance) < (
+                        best.ciphertexts, best.variance):
+                    best = shape
+                break
+    if best is None:
+        raise ValueError("no uniforms shape in the range matches the budget within the "
+                         "variance allowed")
+    return best
