@@ -26,10 +26,10 @@ import numpy as np
 from common import wire
 from common.serving import write_private
 from crypto.blobs import pack_blobs
-from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
+from crypto.noisy_scores import NoiseOutOfRange, noise_operand
 from params.session_plan import SCORE_NOISE, SessionPlan
 
-__all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL", "noisy_shape"]
+__all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL"]
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -37,12 +37,6 @@ NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy_picks (
     session_id TEXT PRIMARY KEY, pairs_json TEXT NOT NULL);
 """
-
-
-def noisy_shape(public: wire.SessionPublic) -> NoisyScoreShape:
-    chosen = public.selection
-    return NoisyScoreShape(count_bits=chosen.indif_bits, chunk_sizes=tuple(chosen.chunk_sizes),
-                           score_bits=chosen.score_bits, noise_bits=chosen.noise_bits)
 
 
 class NoisyGreedyRole:
@@ -60,10 +54,9 @@ class NoisyGreedyRole:
         picks = self.noisy_greedy_picks(session_id)
         if picks is not None:
             return picks
-        public = self.public(session_id)
         path = self.session_dir(session_id) / "outputs" / "noisy_scores.bin"
         if not path.exists():
-            shape = noisy_shape(public)
+            shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
             scores = self._candidate_scores(session_id, plan, seeds)
             noise = self.pool_noise(session_id, SCORE_NOISE, np.arange(len(scores)))
             try:

@@ -23,7 +23,6 @@ import json
 import logging
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import httpx
@@ -37,11 +36,7 @@ from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.masking import expand_masks, seed_commitment
 from dp.noise_pool import draw_pool, pool_noise
-from params.layout import MarginalLayout
-from params.parameter_sets import ParameterSet
-from params.schema import Schema
-from params.session_plan import (ReleaseSpec, SessionPlan, noise_draws, noise_label,
-                                 selected_release)
+from params.session_plan import ReleaseSpec, SessionPlan
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -121,7 +116,8 @@ class ComputeServer(SelectionRole):
         self._store_selection_artefacts(peer, directory)
         # Every noise this server may add, drawn now, before any client uploads
         # (dp.noise_pool): no run time later depends on a noise value.
-        write_private(directory / "noise_pool.npz", draw_pool(_noise_draws(peer.session)))
+        write_private(directory / "noise_pool.npz",
+                      draw_pool(SessionPlan.from_public(peer.session).noise_draws()))
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, NULL)",
                          (session_id, peer.session.model_dump_json(by_alias=True),
@@ -141,12 +137,7 @@ class ComputeServer(SelectionRole):
         with self._lock:
             if session_id in self._plans:
                 return self._plans[session_id]
-        public = self.public(session_id)
-        plan = SessionPlan(
-            schema=Schema.from_dict(public.schema_), layout=_layout(public),
-            parameters=_params(public), epsilon=public.epsilon, delta=public.delta,
-            rho_total=Fraction(public.rho_total),
-            releases=tuple(_release_spec(r) for r in public.releases))
+        plan = SessionPlan.from_public(self.public(session_id))
         with self._lock:
             self._plans[session_id] = plan
         return plan
@@ -297,12 +288,7 @@ class ComputeServer(SelectionRole):
             if spec.name in done:
                 continue
             if not spec.marginal_keys:  # a selected release: its pairs come from the rounds
-                picks = self._run_selection(session_id, plan, seeds)
-                if self.public(session_id).selection.mode == "noisy-greedy":
-                    spec = selected_release(spec, plan.keys_of_pairs(picks))
-                else:
-                    spec = ReleaseSpec(spec.name, plan.keys_of_pairs(picks), spec.rho,
-                                       spec.sigma2)
+                spec = plan.resolve(spec, self._run_selection(session_id, plan, seeds))
                 if not spec.marginal_keys:  # nothing chosen: the key server recorded it empty
                     result = self._peer("POST", f"/peer/sessions/{session_id}/releases/"
                                         f"{spec.name}/finalize", wire.ReleaseResult)
@@ -371,10 +357,8 @@ class ComputeServer(SelectionRole):
         cells = plan.layout.cells_of(plan.slots_of(spec))
         select_full = np.zeros_like(mask_sum)
         select_full[cells] = 1
-        selection = public.selection
         noise_full = np.zeros_like(mask_sum)
-        noise_full[cells] = self.pool_noise(session_id, noise_label(
-            spec, None if selection is None else selection.mode), cells)
+        noise_full[cells] = self.pool_noise(session_id, plan.noise_label(spec), cells)
         server, keys = self._circuit(session_id)
         outputs = []
         for c in sorted(set((cells // chunk).tolist())):
@@ -386,23 +370,3 @@ class ComputeServer(SelectionRole):
             outputs.append(out.serialize())
         return pack_blobs(outputs)
 
-
-def _noise_draws(public: wire.SessionPublic):
-    selection = public.selection
-    return noise_draws(_layout(public), tuple(_release_spec(r) for r in public.releases),
-                       None if selection is None else selection.mode,
-                       None if selection is None or selection.noise_sigma2 is None
-                       else Fraction(selection.noise_sigma2))
-
-
-def _layout(public: wire.SessionPublic) -> MarginalLayout:
-    schema = Schema.from_dict(public.schema_)
-    return MarginalLayout.build(schema.domain_sizes, [tuple(p) for p in public.pairs])
-
-
-def _params(public: wire.SessionPublic) -> ParameterSet:
-    return ParameterSet(**public.parameter_set)
-
-
-def _release_spec(r: wire.ReleasePlan) -> ReleaseSpec:
-    return ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho), Fraction(r.sigma2))

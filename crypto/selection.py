@@ -175,16 +175,25 @@ class SelectionStep:
     epsilon_total: Fraction  # epsilon + 4 eta, rounded up
     rho: Fraction            # charged, rounded up
 
+    @classmethod
+    def of(cls, epsilon: Fraction, eta: float) -> SelectionStep:
+        """The step of PF epsilon ``epsilon`` with weights' deviation ``eta``: its total
+        rounded up to the 1e-12 grid, charged total^2 / 2."""
+        total = Fraction(math.ceil((float(epsilon) + 4 * eta) * _STEP_GRID) + 1, _STEP_GRID)
+        return cls(epsilon, eta, total, total * total / 2)
+
+
+# The grid of a step's epsilon and of its rounded-up total.
+_STEP_GRID = 10 ** 12
+
 
 def plan_step(rho_step: Fraction, shape: SelectionShape) -> SelectionStep:
     """The largest PF epsilon (bisection on a 1e-12 grid, 60 steps) whose total loss,
     numerical error included, fits ``rho_step``; fails closed if none does."""
-    grid = 10 ** 12
+    grid = _STEP_GRID
 
     def step(eps: Fraction) -> SelectionStep:
-        eta = step_eta(shape, eps)
-        total = Fraction(math.ceil((float(eps) + 4 * eta) * grid) + 1, grid)
-        return SelectionStep(eps, eta, total, total * total / 2)
+        return SelectionStep.of(eps, step_eta(shape, eps))
 
     low, high = 0, math.floor(math.sqrt(2 * float(rho_step)) * grid)
     best = None

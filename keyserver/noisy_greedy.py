@@ -75,19 +75,6 @@ class NoisyScoreKeys(ScoreModuleKeys):
         return decode_noisy_score(digits.tolist(), self.shape)
 
 
-def noisy_greedy_public(plan: SessionPlan, bootstraps: int) -> wire.SelectionPublic:
-    chosen = plan.selection
-    return wire.SelectionPublic(
-        mode=chosen.mode, rounds=0, parameter_set=chosen.parameters.to_dict(),
-        indif_bits=chosen.indif_bits, score_bits=chosen.score_bits, max_rows=chosen.max_rows,
-        chunk_sizes=list(plan.used_chunk_sizes()), p_error=chosen.p_error,
-        bootstraps=bootstraps, fhe_delta=chosen.fhe_delta(plan.pair_cells(), bootstraps),
-        row_bound_delta=chosen.row_bound_delta(plan.delta, plan.epsilon),
-        delta_terms=plan.delta_terms(bootstraps),
-        rho=str(chosen.rho_charged), noise_sigma2=str(chosen.noise_sigma2),
-        noise_bits=chosen.noise_bits, noise_tail_probability=chosen.noise_tail_probability())
-
-
 class NoisyGreedyRole:
     """Mixed into :class:`keyserver.service.KeyServer` (through ``SelectionRole``)."""
 

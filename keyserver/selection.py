@@ -35,9 +35,7 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
 from crypto.selection import random_priorities, random_share, thresholds
 from keyserver.keys import SelectionKeys
-from keyserver.noisy_greedy import (NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys,
-                                    noisy_greedy_public)
-from params.selection_plan import row_bound
+from keyserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys
 from params.session_plan import ReleaseSpec, SessionPlan
 
 SELECTION_SQL = """
@@ -65,27 +63,6 @@ def compiled_bootstraps(plan: SessionPlan, per_function: dict[str, int]) -> int:
         raise ServiceError(500, f"the selection module compiled to {compiled} bootstraps, more "
                                 f"than the {planned} its delta reserve was planned for")
     return compiled
-
-
-def selection_public(plan: SessionPlan,
-                     per_function: dict[str, int] | None) -> wire.SelectionPublic | None:
-    chosen = plan.selection
-    if chosen is None:
-        return None
-    bootstraps = compiled_bootstraps(plan, per_function)
-    if chosen.mode == "noisy-greedy":
-        return noisy_greedy_public(plan, bootstraps)
-    return wire.SelectionPublic(
-        mode=chosen.mode, rounds=chosen.rounds, parameter_set=chosen.parameters.to_dict(),
-        rho_round=str(chosen.step.rho),
-        epsilon_round=str(chosen.step.epsilon), eta=chosen.step.eta,
-        indif_bits=chosen.indif_bits, score_bits=chosen.score_bits,
-        max_rows=chosen.max_rows, chunk_sizes=list(plan.used_chunk_sizes()), nb=chosen.shape.nb,
-        kappa_prime=list(chosen.shape.kappa_prime),
-        thresholds=thresholds(chosen.shape, chosen.step.epsilon), p_error=chosen.p_error,
-        bootstraps=bootstraps, fhe_delta=chosen.fhe_delta(plan.pair_cells(), bootstraps),
-        row_bound_delta=chosen.row_bound_delta(plan.delta, plan.epsilon),
-        delta_terms=plan.delta_terms(bootstraps))
 
 
 class SelectionRole(NoisyGreedyRole):
@@ -144,9 +121,8 @@ class SelectionRole(NoisyGreedyRole):
             row = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
                                "release = 'one_way'", (session_id,)).fetchone()
         result = wire.ReleaseResult.model_validate_json(row["result_json"])
-        check = row_bound([result.marginals[slot.key].counts for slot in plan.layout.one_way],
-                          plan.release("one_way").sigma2, 2, plan.selection.max_rows,
-                          plan.selection.row_bound_delta(plan.delta, plan.epsilon))
+        check = plan.check_row_bound([result.marginals[slot.key].counts
+                                      for slot in plan.layout.one_way])
         if not check.holds:
             raise ServiceError(409, f"selection refused: {check.message()}")
 

@@ -36,9 +36,9 @@ from crypto.blobs import pack_blobs
 from dp.accounting import rho_to_eps
 from dp.noise_pool import draw_pool, pool_noise
 from keyserver.keys import SessionKeys
-from keyserver.selection import SELECTION_SQL, SelectionRole, selection_public
+from keyserver.selection import SELECTION_SQL, SelectionRole, compiled_bootstraps
 from params.schema import Schema, SchemaError
-from params.session_plan import NOISE_TAIL_SIGMAS, SessionPlan, noise_label
+from params.session_plan import NOISE_TAIL_SIGMAS, SessionPlan
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -106,12 +106,13 @@ class KeyServer(SelectionRole):
         directory = self.session_dir(session_id)
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
-        bootstraps = self._create_selection(plan, directory)
+        per_function = self._create_selection(plan, directory)
+        bootstraps = None if per_function is None else compiled_bootstraps(plan, per_function)
         # Every noise this server may add, drawn now, before any data (dp.noise_pool).
         write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
         write_private(directory / "server.zip", server_zip)
         write_private(directory / "evaluation_keys.bin", evaluation_keys)
-        public = self._public(session_id, plan, request, bootstraps)
+        public = plan.to_public(session_id, request.clients, bootstraps)
         tokens = {c: new_token() for c in request.clients}
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
@@ -125,20 +126,6 @@ class KeyServer(SelectionRole):
         log.info("session %s created: %d clients, %d cells, rho_total=%s", session_id,
                  len(request.clients), plan.layout.total_cells, plan.rho_total)
         return wire.SessionCreated(session=public, client_tokens=tokens)
-
-    @staticmethod
-    def _public(session_id: str, plan: SessionPlan, request: wire.SessionCreate,
-                bootstraps: dict[str, int] | None) -> wire.SessionPublic:
-        return wire.SessionPublic(
-            session_id=session_id, schema=plan.schema.to_dict(),
-            schema_fingerprint=plan.schema.fingerprint(), clients=request.clients,
-            pairs=plan.layout.pairs, parameter_set=plan.parameters.to_dict(),
-            total_cells=plan.layout.total_cells,
-            releases=[wire.ReleasePlan(name=r.name, marginals=list(r.marginal_keys),
-                                       rho=str(r.rho), sigma2=str(r.sigma2))
-                      for r in plan.releases],
-            epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
-            rho_total=str(plan.rho_total), selection=selection_public(plan, bootstraps))
 
     def public(self, session_id: str) -> wire.SessionPublic:
         with self.db.connect() as conn:
@@ -407,8 +394,7 @@ class KeyServer(SelectionRole):
             raise ServiceError(409, f"release {name!r} still misses chunks {missing}")
         noised_by_cs = np.concatenate([parts[c] for c in sorted(parts)])
         _, cells = self.release_chunks(session_id, plan, name)
-        noise = self.pool_noise(session_id, noise_label(spec, plan.selection and
-                                                        plan.selection.mode), cells)
+        noise = self.pool_noise(session_id, plan.noise_label(spec), cells)
         released = publish_counts(noised_by_cs, noise, plan.parameters.count_bits)
         result = self._result(session_id, plan, spec, released)
         with self.db.transaction() as conn:

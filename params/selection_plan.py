@@ -46,9 +46,11 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from common import wire
 from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
-from crypto.selection import SelectionShape, SelectionStep, choose_shape, pbs_estimate, plan_step
+from crypto.selection import (SelectionShape, SelectionStep, choose_shape, pbs_estimate,
+                              plan_step, thresholds)
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for",
@@ -143,6 +145,52 @@ class SelectionPlan:
                              clamp_exponent=parameters.clamp_exponent)
         step = plan_step(rho_step, shape)
         return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape, **common)
+
+    def to_public(self, pair_cells: list[int], used_chunk_sizes: tuple[int, ...],
+                  epsilon: float, delta: float, delta_terms: dict[str, float],
+                  bootstraps: int | None) -> wire.SelectionPublic:
+        """The public record of this selection (what both servers derive their part from):
+        widths, the per-round budget with its numerical part (em), the noise and its budget
+        (noisy-greedy), the delta terms; ``bootstraps``: the compiled module's count."""
+        common = dict(
+            mode=self.mode, parameter_set=self.parameters.to_dict(),
+            indif_bits=self.indif_bits, score_bits=self.score_bits, max_rows=self.max_rows,
+            chunk_sizes=list(used_chunk_sizes), p_error=self.p_error, bootstraps=bootstraps,
+            fhe_delta=self.fhe_delta(pair_cells, bootstraps),
+            row_bound_delta=self.row_bound_delta(delta, epsilon), delta_terms=delta_terms)
+        if self.mode == "noisy-greedy":
+            return wire.SelectionPublic(
+                rounds=0, rho=str(self.rho_charged), noise_sigma2=str(self.noise_sigma2),
+                noise_bits=self.noise_bits,
+                noise_tail_probability=self.noise_tail_probability(), **common)
+        return wire.SelectionPublic(
+            rounds=self.rounds, rho_round=str(self.step.rho),
+            epsilon_round=str(self.step.epsilon), eta=self.step.eta, nb=self.shape.nb,
+            kappa_prime=list(self.shape.kappa_prime),
+            thresholds=thresholds(self.shape, self.step.epsilon), **common)
+
+    @classmethod
+    def from_public(cls, public: wire.SelectionPublic, pairs: int) -> SelectionPlan:
+        """The plan a public record describes (:meth:`to_public`), for ``pairs`` candidates.
+        The record carries what the selection charges, not the share it was planned from:
+        ``rho`` is the charged budget (the rest is already in the 2-way release's rho)."""
+        raw = dict(public.parameter_set)
+        parameters = SelectionParameterSet(**{**raw, "relative_loss": Fraction(
+            raw["relative_loss"]), "chunk_sizes": tuple(raw["chunk_sizes"])})
+        common = dict(p_error=public.p_error, max_rows=public.max_rows, parameters=parameters,
+                      chunk_sizes=parameters.chunk_sizes)
+        if public.mode == "noisy-greedy":
+            return cls(public.mode, 0, Fraction(public.rho), public.indif_bits,
+                       public.score_bits, noise_sigma2=Fraction(public.noise_sigma2),
+                       pairs=pairs, noise_bits=public.noise_bits, **common)
+        shape = SelectionShape(candidates=pairs, score_bits=public.score_bits, drop_bits=0,
+                               nb=public.nb, kappa_prime=tuple(public.kappa_prime))
+        step = SelectionStep.of(Fraction(public.epsilon_round), public.eta)
+        if step.rho != Fraction(public.rho_round):
+            raise ValueError("the selection's public record is inconsistent: its per-round "
+                             "rho does not follow from its epsilon and eta")
+        return cls(public.mode, public.rounds, step.rho * public.rounds, public.indif_bits,
+                   public.score_bits, step=step, shape=shape, **common)
 
     @property
     def rho_charged(self) -> Fraction:

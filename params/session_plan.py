@@ -32,12 +32,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from common import wire
 from dp.accounting import eps_delta_to_rho, gaussian_sigma2
 from dp.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.schema import Schema
-from params.selection_plan import DEFAULT_SPLITS, SelectionPlan, chunk_sizes_for
+from params.selection_plan import (DEFAULT_SPLITS, RowBound, SelectionPlan, chunk_sizes_for,
+                                   row_bound)
 
 __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
            "selected_release", "noise_draws", "noise_label", "SCORE_NOISE", "split_share",
@@ -222,6 +224,41 @@ class SessionPlan:
         plan.check_capacity(max_rows)
         return plan
 
+    def to_public(self, session_id: str, clients: list[str],
+                  bootstraps: int | None = None) -> wire.SessionPublic:
+        """The session's public record: the one mapping from which both servers (and anyone
+        with the release) derive the plan (:meth:`from_public`). ``bootstraps``: the
+        selection module's compiled count (its delta terms are computed from it)."""
+        selection = None
+        if self.selection is not None:
+            selection = self.selection.to_public(
+                self.pair_cells(), self.used_chunk_sizes(), self.epsilon, self.delta,
+                self.delta_terms(bootstraps), bootstraps)
+        return wire.SessionPublic(
+            session_id=session_id, schema=self.schema.to_dict(),
+            schema_fingerprint=self.schema.fingerprint(), clients=clients,
+            pairs=self.layout.pairs, parameter_set=self.parameters.to_dict(),
+            total_cells=self.layout.total_cells,
+            releases=[wire.ReleasePlan(name=r.name, marginals=list(r.marginal_keys),
+                                       rho=str(r.rho), sigma2=str(r.sigma2))
+                      for r in self.releases],
+            epsilon=self.epsilon, delta=self.delta, delta_conversion=self.delta_conversion,
+            rho_total=str(self.rho_total), selection=selection)
+
+    @classmethod
+    def from_public(cls, public: wire.SessionPublic) -> SessionPlan:
+        """The plan a public record describes (:meth:`to_public`): layout, releases with
+        their exact rho and sigma2, the selection's widths and budget."""
+        schema = Schema.from_dict(public.schema_)
+        layout = MarginalLayout.build(schema.domain_sizes, [tuple(p) for p in public.pairs])
+        selection = (None if public.selection is None
+                     else SelectionPlan.from_public(public.selection, len(layout.two_way)))
+        releases = tuple(ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho),
+                                     Fraction(r.sigma2)) for r in public.releases)
+        return cls(schema, layout, ParameterSet(**public.parameter_set), public.epsilon,
+                   public.delta, Fraction(public.rho_total), releases, selection,
+                   public.delta_conversion, 0 if selection is None else selection.max_rows)
+
     def delta_terms(self, bootstraps: int | None = None) -> dict[str, float]:
         """The selection's reserved delta terms (``params.selection_plan``); ``bootstraps``:
         the compiled count (default: the plan's upper bound)."""
@@ -247,6 +284,17 @@ class SessionPlan:
             return ReleaseSpec(release.name, self.keys_of_pairs(selected), release.rho,
                                release.sigma2)
         return selected_release(release, self.keys_of_pairs(selected))
+
+    def noise_label(self, release: ReleaseSpec) -> str:
+        """The pool label of a resolved release's noise (:func:`noise_label`)."""
+        return noise_label(release, None if self.selection is None else self.selection.mode)
+
+    def check_row_bound(self, one_way: list) -> RowBound:
+        """The selection's row-bound check on the published 1-ways, the one rule both
+        servers apply before any score is computed or charged
+        (``params.selection_plan.row_bound``)."""
+        return row_bound(one_way, self.release("one_way").sigma2, 2, self.selection.max_rows,
+                         self.selection.row_bound_delta(self.delta, self.epsilon))
 
     def noise_draws(self) -> list[NoiseDraw]:
         mode = None if self.selection is None else self.selection.mode

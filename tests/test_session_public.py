@@ -1,0 +1,43 @@
+"""One mapping between a session's plan and its public record, for both servers.
+
+The key server publishes ``SessionPlan.to_public``; the compute server derives its plan with
+``SessionPlan.from_public``: the round trip must give back every release, the selection's
+widths and budget, and every noise draw, or the two servers would noise or decrypt
+different cells.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from params.schema import Schema
+from params.session_plan import SessionPlan
+
+SCHEMA = Schema.load(Path(__file__).resolve().parents[1] / "params" / "schemas"
+                     / "fed_heart_disease.schema.json")
+
+
+@pytest.mark.parametrize("selection", ["none", "em", "noisy-greedy"])
+def test_public_record_gives_back_the_plan(selection):
+    plan = SessionPlan.build(SCHEMA, None, 1.0, 1e-5, None, "default", 1143,
+                             selection=selection, rounds=4 if selection == "em" else None)
+    public = plan.to_public("s-test", ["h0", "h1"])
+    again = SessionPlan.from_public(public)
+    assert again.releases == plan.releases
+    assert again.layout == plan.layout and again.parameters == plan.parameters
+    assert again.rho_total == plan.rho_total
+    assert again.delta_conversion == plan.delta_conversion
+    assert again.delta_terms() == plan.delta_terms()
+    assert [(d.label, d.sigma2, d.positions.tolist()) for d in again.noise_draws()] == \
+        [(d.label, d.sigma2, d.positions.tolist()) for d in plan.noise_draws()]
+    assert again.to_public("s-test", ["h0", "h1"]) == public
+    if selection != "none":
+        assert again.selection.rho_charged == plan.selection.rho_charged
+        assert again.selection.shape == plan.selection.shape
+        assert again.selection.step == plan.selection.step
+        assert again.used_chunk_sizes() == plan.used_chunk_sizes()
+        pairs = plan.layout.pairs[:4]
+        two_way = plan.release("two_way")
+        assert again.resolve(two_way, pairs) == plan.resolve(two_way, pairs)
+        assert again.noise_label(plan.resolve(two_way, pairs)) == \
+            plan.noise_label(plan.resolve(two_way, pairs))
