@@ -88,7 +88,8 @@ def main() -> None:
               f" ms CPU per noisy cell ({sum(x['cells'] for x in mea)} cells)")
     print("selected:", rep["selected"], "rho spent", rep["rho_spent"],
           "extra delta", rep["selection_extra_delta"] + rep["measurement_extra_delta"])
-    from synthesis.aim import GraphicalModel, PlainOracle, aim
+    from synthesis.aim import PlainOracle, aim
+    from synthesis.graphical_model import GraphicalModel
     from synthesis.evaluate import workload_error
     from synthesis.marginals import NoisyMarginal
     model = GraphicalModel(sizes)

@@ -40,7 +40,8 @@ from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # n
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:
     from distaim.oracle import MpcOracle
     from distaim.protocol import Layout, client_vector
-    from synthesis.aim import GraphicalModel, completion, workload_weights
+    from synthesis.aim import completion, workload_weights
+    from synthesis.graphical_model import GraphicalModel
     from synthesis.marginals import NoisyMarginal
 
     records, sizes = adult()

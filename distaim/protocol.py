@@ -57,7 +57,7 @@ class Layout:
 
 def client_vector(records: np.ndarray, layout: Layout) -> np.ndarray:
     """A client's workload answers, concatenated in the layout's order (exact counts)."""
-    from synthesis.aim import marginal_counts
+    from synthesis.graphical_model import marginal_counts
     return np.concatenate([marginal_counts(records, c, layout.domain_sizes)
                            for c in layout.cliques])
 

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _synthesize(measurements: list[NoisyMarginal], sizes, rows, seed: int):
-    from synthesis.aim import GraphicalModel
+    from synthesis.graphical_model import GraphicalModel
     model = GraphicalModel(sizes)
     model.fit(measurements)
     return model.sample(rows, np.random.default_rng(seed))

@@ -16,7 +16,7 @@ import numpy as np
 
 from distaim.party import session_modulus, write_client_upload
 from distaim.protocol import Layout, client_vector
-from synthesis.aim import marginal_counts
+from synthesis.graphical_model import marginal_counts
 
 from tests.test_distaim_loopback import _run_parties
 

@@ -9,7 +9,8 @@ from scipy import stats
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
 from distaim.oracle import MpcOracle, score_penalty
 from distaim.protocol import Layout, Participation, aggregate, client_vector
-from synthesis.aim import aim, marginal_counts
+from synthesis.aim import aim
+from synthesis.graphical_model import marginal_counts
 
 ALPHA = 1e-6
 

@@ -62,8 +62,8 @@ import numpy as np
 
 from dp.discrete_gaussian import CSPRNG, ExactSampler
 from dp.exponential_mechanism import em_rho, exponential_mechanism
-from synthesis.aim import (GraphicalModel, completion, eps_within, exact_scores,
-                           marginal_counts, workload_weights)
+from synthesis.aim import completion, eps_within, exact_scores, workload_weights
+from synthesis.graphical_model import GraphicalModel, marginal_counts
 from synthesis.marginals import NoisyMarginal
 
 ROUNDS = 10
