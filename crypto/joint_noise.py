@@ -1,0 +1,221 @@
+"""One noise for both servers' views: Primitive 1's release with a noise neither server knows.
+
+Design note (issue 14)
+----------------------
+**Construction.** Per released cell the noise is Z = sum_j w_j (a_j xor b_j) - sum_j w_j / 2
+over K bit positions with public weights w_j (:class:`dp.joint_noise_accounting.JointNoiseShape`).
+The key server (KS) draws a_j offline, before any data, from ``secrets`` and encrypts them;
+the compute server (CS) draws b_j from ``secrets`` and never shows them. With b_j clear,
+
+    w_j (a_j xor b_j) = w_j b_j + (w_j (1 - 2 b_j)) Enc(a_j),
+
+so the CS adds sum_j s_j Enc(a_j) (s_j = +-w_j, clear) inside the P1 circuit and folds
+sum_j w_j b_j - sum_j w_j / 2 into P1's clear offset (``crypto.aggregation.release_offset``,
+in place of its own Gaussian draw). The circuit stays leveled: additions and clear
+multiplications, no bootstrap, no evaluation keys. The KS decrypts and publishes the centred
+residue (``decode_release``) **without adding noise of its own**.
+
+**Why each view is exactly the shape's law.** For fixed b, a_j xor b_j is a bijection of
+a_j, so the KS's uniform a makes (a xor b) uniform on {0,1}^K given the CS's bits; for fixed a
+the same holds with b. Z is the same function of a uniform K-bit vector in both cases. The
+KS's view is its a, the decryption count + Z (mod 2^k, with P1's fresh bit above) and public
+data, so it is a post-processing of count + Z with Z independent of what it holds. The CS's
+view is its b, the masks, ciphertexts under the KS's key (semantically secure: computational
+DP as for the rest of the protocol) and the published count + Z. Shapes:
+
+* coins (K = n, w_j = 1): Z = Binomial(n, 1/2) - n/2, variance n/4;
+* uniforms (n_u groups of w bits, w_j = 2^(j mod w)): each group is the XOR of two w-bit
+  values, bit by bit, hence uniform on {0..2^w - 1}; Z is a centred discrete Irwin-Hall sum,
+  variance n_u (4^w - 1) / 12. XOR has no carry, so no reduction mod 2^w (no lookup) is
+  needed: the additive form (a + b) mod 2^w needs one lookup per uniform, and in the k-bit
+  release circuit that lookup did not fit (concrete's compile passed 20 GB at k = 20, w = 7;
+  alone, 5-bit lookups ran at 0.28 s each: ``bench/bench_joint_noise.py``).
+
+**Width.** Negative intermediates (s_j = -w_j) do not widen the circuit: concrete's widths
+come from the input set's node ranges, the input set keeps every node below 2^k, and the
+run-time arithmetic is modular (mod 2^(k+1)) exactly as P1's mask wrap-around; the compile
+checks the width equals ``count_bits``. The only clear-type constraint is that s_j fits the
+signed width the input set gave it (it is drawn from the same +-w_j range).
+
+**Cost** (measured by ``bench/bench_joint_noise.py``): K encrypted bits per released cell,
+~24 bytes each (compressed), KS encryption ~0.1 ms and CS run ~0.2 ms per bit; coins need
+K = n ~ 4 sigma^2 (7,892 per 1-way count of the Fed-Heart-Disease demo at eps 1), uniforms
+far fewer (24 uniforms of 5 bits = 120 bits for the same count at 1.04 x its variance).
+
+**When it fits.** Use the joint noise for a release when its matched shape
+(``dp.joint_noise_accounting``: the M-fold conditioned Renyi curve below a * rho_R at the
+orders of the session's conversion) fits the count width (max_rows + span/2 < 2^(k-1),
+:func:`check_room`) and its offline bits (cells x K x 24 bytes) fit the operator's budget for
+the KS-to-CS transfer; the cheapest matching shape within 10% of the coins' variance is
+chosen (:func:`choose_shape`). Otherwise the two-noise path stays, and the release document
+says which noise each count carries. Either way the count's variance is at most half of
+today's 2 sigma^2 whenever the joint path is taken (ratio measured per release).
+
+>>> shape = JointNoiseShape(uniforms=2, bits=2)
+>>> ks = np.array([[1, 0, 1, 1]]); cs = np.array([[1, 1, 0, 0]])
+>>> joint_noise_plaintext(shape, ks, cs).tolist()  # (0 + 2*1) + (1 + 2*1) - 3
+[2]
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+from concrete import fhe
+
+from crypto._concrete import ensure_tag_stack
+from crypto.aggregation import release_offset
+from dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, orders_for,
+                                       smallest_coins)
+
+__all__ = ["JointNoiseShape", "compile_joint_release", "draw_bits", "signed_weights",
+           "joint_offset", "encrypt_key_server_bits", "joint_noise_plaintext",
+           "joint_release_plaintext", "check_room", "choose_shape", "COINS_ARGUMENT"]
+
+# The KS's encrypted bits follow the n client inputs in the circuit's signature.
+COINS_ARGUMENT = "coins"
+# A uniforms shape is chosen over coins only within this factor of the coins' variance.
+VARIANCE_SLACK = Fraction(11, 10)
+
+
+def _release_function(n_clients: int):
+    # concrete traces by calling with keyword arguments named after the signature.
+    def release(**kwargs):
+        total = kwargs["m0"]
+        for i in range(1, n_clients):
+            total = total + kwargs[f"m{i}"]
+        noise = np.sum(kwargs[COINS_ARGUMENT] * kwargs["weights"], axis=1)
+        return total * kwargs["select"] + kwargs["offset"] + noise
+
+    names = [f"m{i}" for i in range(n_clients)] + [COINS_ARGUMENT, "weights", "select",
+                                                   "offset"]
+    release.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names])
+    return release
+
+
+def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
+                          shape: JointNoiseShape, p_error: float) -> fhe.Circuit:
+    """P1 over ``chunk_cells`` cells plus the joint noise of ``shape`` on every cell.
+
+    Inputs: m0..m{n-1} (encrypted masked vectors), ``coins`` (encrypted KS bits,
+    chunk_cells x K), ``weights`` (clear s_j = +-w_j, :func:`signed_weights`), ``select`` and
+    ``offset`` (clear, :func:`joint_offset`)."""
+    if n_clients < 1:
+        raise ValueError("need at least one client")
+    top_weight = max(shape.weights())
+    if shape.span >= 1 << (count_bits - 1):
+        raise ValueError("the noise's span does not fit the count width")
+    ensure_tag_stack()
+    encryption = {f"m{i}": "encrypted" for i in range(n_clients)}
+    encryption.update({COINS_ARGUMENT: "encrypted", "weights": "clear", "select": "clear",
+                       "offset": "clear"})
+    compiler = fhe.Compiler(_release_function(n_clients), encryption)
+    k_bits = shape.ciphertexts
+    cells = np.zeros(chunk_cells, dtype=np.int64)
+    zero_bits = np.zeros((chunk_cells, k_bits), dtype=np.int64)
+    one_bits = np.ones((chunk_cells, k_bits), dtype=np.int64)
+    plus = np.tile(np.array(shape.weights(), dtype=np.int64), (chunk_cells, 1))
+    # Every node of this input set stays in [0, 2^k): the coin sum is at most span, so the
+    # counts leave it that room. The weights' extremes +-w_max fix their clear type.
+    top = (1 << count_bits) - 1 - shape.span
+    share = np.full(chunk_cells, top // n_clients, dtype=np.int64)
+    one = np.ones(chunk_cells, dtype=np.int64)
+    full = np.full(chunk_cells, top, dtype=np.int64)
+    inputset = [
+        tuple([cells] * n_clients + [zero_bits, -plus, cells, cells]),
+        tuple([share] * n_clients + [one_bits, plus, one, cells]),
+        tuple([cells] * n_clients + [one_bits, -plus, one, full + shape.span]),
+        tuple([cells] * n_clients + [zero_bits, plus * 0 + top_weight, one, full]),
+    ]
+    configuration = fhe.Configuration(compress_input_ciphertexts=True,
+                                      compress_evaluation_keys=True, show_progress=False,
+                                      p_error=p_error, global_p_error=None)
+    circuit = compiler.compile(inputset, configuration)
+    width = circuit.graph.maximum_integer_bit_width()
+    if width != count_bits:
+        raise RuntimeError(f"joint release width {width} != count_bits {count_bits}")
+    if circuit.statistics["programmable_bootstrap_count"]:
+        raise RuntimeError("the joint release must be leveled")
+    return circuit
+
+
+def draw_bits(cells: int, shape: JointNoiseShape,
+              token_bytes: Callable[[int], bytes] = secrets.token_bytes) -> np.ndarray:
+    """One server's uniform bits (cells x K) from a CSPRNG; a short answer from the source
+    raises (fail closed) instead of padding."""
+    count = cells * shape.ciphertexts
+    need = -(-count // 8)
+    raw = token_bytes(need)
+    if len(raw) != need:
+        raise RuntimeError("the random source returned too few bytes")
+    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:count]
+    return bits.astype(np.int64).reshape(cells, shape.ciphertexts)
+
+
+def signed_weights(shape: JointNoiseShape, cs_bits: np.ndarray,
+                   select: np.ndarray) -> np.ndarray:
+    """The CS's clear multipliers w_j (1 - 2 b_j); zero on unselected cells, so padding
+    cells carry no noise and spend no coins' worth of anything."""
+    weights = np.array(shape.weights(), dtype=np.int64)
+    signs = 1 - 2 * np.asarray(cs_bits, dtype=np.int64)
+    return weights * signs * np.asarray(select, dtype=np.int64)[:, None]
+
+
+def joint_offset(shape: JointNoiseShape, mask_sum: np.ndarray, cs_bits: np.ndarray,
+                 select: np.ndarray, count_bits: int) -> np.ndarray:
+    """P1's clear offset with the clear half of the XOR identity, sum_j w_j b_j - span/2, in
+    place of the CS's own noise (``crypto.aggregation.release_offset``: mod 2^k, plus a fresh
+    uniform multiple of 2^k)."""
+    weights = np.array(shape.weights(), dtype=np.int64)
+    clear_part = np.asarray(cs_bits, dtype=np.int64) @ weights - shape.span // 2
+    return release_offset(mask_sum, clear_part, select, count_bits)
+
+
+def encrypt_key_server_bits(client, n_clients: int, ks_bits: np.ndarray) -> fhe.Value:
+    """The KS's offline step: encrypt one chunk's bits as the circuit's ``coins`` input.
+    ``client`` is the circuit's ``fhe.Client`` (or the circuit): only the KS can do this."""
+    args: list = [None] * (n_clients + 4)
+    args[n_clients] = np.asarray(ks_bits, dtype=np.int64)
+    return client.encrypt(*args)[n_clients]
+
+
+def joint_noise_plaintext(shape: JointNoiseShape, ks_bits: np.ndarray,
+                          cs_bits: np.ndarray) -> np.ndarray:
+    """Z per cell: sum_j w_j (a_j xor b_j) - span/2 (the noise the release carries)."""
+    weights = np.array(shape.weights(), dtype=np.int64)
+    return (np.bitwise_xor(ks_bits, cs_bits).astype(np.int64) @ weights) - shape.span // 2
+
+
+def joint_release_plaintext(masked: list[np.ndarray], ks_bits: np.ndarray,
+                            weights: np.ndarray, select: np.ndarray, offset: np.ndarray,
+                            count_bits: int) -> np.ndarray:
+    """The exact integer model of the circuit, modulo its plaintext space 2^(k+1)."""
+    total = np.sum(np.asarray(masked, dtype=np.int64), axis=0)
+    noise = np.sum(np.asarray(ks_bits, dtype=np.int64) * weights, axis=1)
+    return (total * np.asarray(select) + np.asarray(offset) + noise) % (1 << (count_bits + 1))
+
+
+def check_room(shape: JointNoiseShape, max_rows: int, count_bits: int) -> None:
+    """A count plus the noise must decode from k bits: |Z| <= span/2 always (no tail)."""
+    if max_rows + shape.span // 2 >= 1 << (count_bits - 1):
+        raise ValueError(f"max_rows {max_rows} plus the noise's half-span {shape.span // 2} "
+                         f"does not fit {count_bits}-bit counts")
+
+
+def choose_shape(marginals: int, rho: Fraction, rho_total: Fraction, delta: float,
+                 tail: float) -> JointNoiseShape:
+    """The release's shape: the cheapest (fewest encrypted bits) of the smallest matching
+    coins and the cheapest matching uniforms within VARIANCE_SLACK of the coins' variance."""
+    orders = orders_for(rho_total, delta)
+    coins = smallest_coins(marginals, rho, orders)
+    try:
+        uniforms = cheapest_uniforms(marginals, rho, orders, tail,
+                                     coins.variance * VARIANCE_SLACK)
+    except ValueError:
+        return coins
+    return uniforms if uniforms.ciphertexts < coins.ciphertexts else coins
