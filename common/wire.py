@@ -28,6 +28,19 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class DocumentModel(StrictModel):
+    """A part of a published document that also reads as its JSON reads (``part["field"]``,
+    ``part.get("field")``), so code written against the JSON runs on the typed model."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in type(self).model_fields else default
+
+
 class BudgetSpec(StrictModel):
     """The session's total budget as (epsilon, delta)-DP, and how rho is split over releases."""
 
@@ -231,7 +244,7 @@ class SessionStatus(StrictModel):
     detail: str = ""
 
 
-class LedgerEntry(StrictModel):
+class LedgerEntry(DocumentModel):
     release: str
     rho: str
     at: float
@@ -289,6 +302,60 @@ class ReleaseResult(StrictModel):
     marginals: dict[str, ReleasedMarginal]
 
 
+class NoSelectionAccounting(DocumentModel):
+    """A session that releases every pair (or the pairs it was given): no selection."""
+
+    mode: Literal["none"]
+
+
+class EmSelectionAccounting(SelectionPublic, DocumentModel):
+    """The private selection's public record (:class:`SelectionPublic`) with its outcome."""
+
+    mode: Literal["em"]
+    selected_pairs: list[tuple[int, int]] | None = Field(
+        description="the pairs chosen, round by round")
+    rho_charged: str = Field(description="zCDP charged for every round, exact rational")
+    numerical_extra_epsilon_per_round: float = Field(
+        description="4 eta: what the fixed-point weights add to a round's epsilon")
+    note: str
+
+
+class NoisyGreedySelectionAccounting(SelectionPublic, DocumentModel):
+    """The noisy-greedy selection's public record (:class:`SelectionPublic`) with its
+    outcome."""
+
+    mode: Literal["noisy-greedy"]
+    selected_pairs: list[tuple[int, int]] | None = Field(
+        description="the pairs PrivSyn's greedy rule kept")
+    rho_charged: str = Field(description="zCDP charged for the selection, exact rational")
+    noise_tail_delta: float = Field(
+        description="the compute server's bounded noise failing closed, as a delta term")
+    note: str
+
+
+SelectionAccounting = Annotated[
+    NoSelectionAccounting | EmSelectionAccounting | NoisyGreedySelectionAccounting,
+    Field(discriminator="mode")]
+
+
+class ReleaseAccounting(DocumentModel):
+    """The published privacy claim of a session, as the key server's ledger recorded it."""
+
+    neighbouring: str
+    rho_total: str
+    rho_spent: str
+    epsilon_spent: float
+    delta: float
+    delta_conversion: float
+    epsilon_budget: float
+    conversion: str
+    entries: list[LedgerEntry]
+    selection: SelectionAccounting
+    delta_total: float | None = Field(
+        default=None, description="with a selection: delta_conversion plus the selection's "
+                                  "reserved terms (at most delta)")
+
+
 class ReleaseDocument(StrictModel):
     """Everything published for a session: the noisy marginals and the accounting."""
 
@@ -296,7 +363,7 @@ class ReleaseDocument(StrictModel):
     schema_: dict[str, Any] = Field(alias="schema")
     parameter_set: dict[str, Any]
     noise: dict[str, Any]
-    accounting: dict[str, Any]
+    accounting: ReleaseAccounting
     releases: list[ReleaseResult]
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -306,7 +306,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     union = np.concatenate([encode_csv(p, schema).records for p in csvs])
     error = workload_error(union, records, schema.domain_sizes)
     t = time.time()
-    chosen = document.accounting["selection"].get("selected_pairs")
+    accounting = document.accounting
+    chosen = getattr(accounting.selection, "selected_pairs", None)
     # The central reference: the same released marginals on the union with one noise (it
     # reuses the federated selection's pairs, so it pays nothing for selecting them).
     split = DEFAULT_SPLITS[selection]
@@ -331,13 +332,13 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         "rows_synthetic": int(len(records)),
         "method": method,
         "epsilon_budget": epsilon,
-        "epsilon_spent": document.accounting["epsilon_spent"],
+        "epsilon_spent": accounting.epsilon_spent,
         "delta": delta,
-        "delta_total": document.accounting.get("delta_total", delta),
-        "delta_conversion": document.accounting.get("delta_conversion", delta),
+        "delta_total": delta if accounting.delta_total is None else accounting.delta_total,
+        "delta_conversion": accounting.delta_conversion,
         "selected_pairs": [[schema.names[a] for a in p] for p in chosen] if chosen else None,
-        "selection": _selection_summary(document.accounting["selection"]),
-        "rho_spent": document.accounting["rho_spent"],
+        "selection": _selection_summary(accounting.selection),
+        "rho_spent": accounting.rho_spent,
         "noise": document.noise,
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "upload_bytes_per_client": upload_bytes,
@@ -349,28 +350,26 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     return report
 
 
-def _selection_summary(accounting: dict) -> dict:
+def _selection_summary(selection: wire.SelectionAccounting) -> dict:
     """The selection's spent budget for the report, the numerical extra loss included."""
-    if accounting.get("mode", "none") == "none":
+    if selection.mode == "none":
         return {"mode": "none"}
-    if accounting["mode"] == "noisy-greedy":
-        return {"mode": "noisy-greedy", "pairs_selected": len(accounting["selected_pairs"]),
-                "rho_charged": float(Fraction(accounting["rho_charged"])),
-                "noise_sigma2_per_server": float(Fraction(accounting["noise_sigma2"])),
-                "noise_bits": accounting["noise_bits"], "fhe_delta": accounting["fhe_delta"],
-                "noise_tail_delta": accounting["noise_tail_delta"],
-                "bootstraps": accounting.get("bootstraps"),
-                "delta_terms": accounting.get("delta_terms")}
-    rounds = accounting["rounds"]
-    return {"mode": accounting["mode"], "rounds": rounds,
-            "rho_charged": float(Fraction(accounting["rho_charged"])),
-            "epsilon_per_round": float(Fraction(accounting["epsilon_round"])),
-            "numerical_extra_epsilon_per_round": accounting["numerical_extra_epsilon_per_round"],
-            "epsilon_per_round_charged": float(Fraction(accounting["epsilon_round"]))
-            + accounting["numerical_extra_epsilon_per_round"],
+    if selection.mode == "noisy-greedy":
+        return {"mode": "noisy-greedy", "pairs_selected": len(selection.selected_pairs),
+                "rho_charged": float(Fraction(selection.rho_charged)),
+                "noise_sigma2_per_server": float(Fraction(selection.noise_sigma2)),
+                "noise_bits": selection.noise_bits, "fhe_delta": selection.fhe_delta,
+                "noise_tail_delta": selection.noise_tail_delta,
+                "bootstraps": selection.bootstraps, "delta_terms": selection.delta_terms}
+    return {"mode": selection.mode, "rounds": selection.rounds,
+            "rho_charged": float(Fraction(selection.rho_charged)),
+            "epsilon_per_round": float(Fraction(selection.epsilon_round)),
+            "numerical_extra_epsilon_per_round": selection.numerical_extra_epsilon_per_round,
+            "epsilon_per_round_charged": float(Fraction(selection.epsilon_round))
+            + selection.numerical_extra_epsilon_per_round,
             # per round: pure DP (delta 0: the hidden order has no ties); the session's
             # delta terms (bootstrap failures, the row bound) are reserved out of delta.
             "delta_per_round": 0.0,
-            "bootstraps": accounting.get("bootstraps"),
-            "fhe_delta": accounting["fhe_delta"],
-            "delta_terms": accounting.get("delta_terms")}
+            "bootstraps": selection.bootstraps,
+            "fhe_delta": selection.fhe_delta,
+            "delta_terms": selection.delta_terms}

@@ -120,13 +120,13 @@ def create_app(state_dir: Path, peer_token: str, *,
     @peers.get("/{session_id}/selection/inputs", response_class=Response,
                responses={200: {"content": {"application/octet-stream": {}}}})
     def selection_inputs(session_id: wire.SessionId) -> Response:
-        return Response(service.selection_inputs(session_id),
+        return Response(service.selection.inputs(session_id),
                         media_type="application/octet-stream")
 
     @peers.post("/{session_id}/selection/rounds/{round_}/randomness", response_class=Response,
                 responses={200: {"content": {"application/octet-stream": {}}}})
     def selection_randomness(session_id: wire.SessionId, round_: wire.RoundIndex) -> Response:
-        return Response(service.selection_randomness(session_id, round_),
+        return Response(service.selection.randomness(session_id, round_),
                         media_type="application/octet-stream")
 
     @peers.put("/{session_id}/selection/rounds/{round_}", response_model=wire.SelectionRound,
@@ -135,7 +135,7 @@ def create_app(state_dir: Path, peer_token: str, *,
     async def decide_round(session_id: wire.SessionId, round_: wire.RoundIndex,
                            request: Request) -> wire.SelectionRound:
         body = await request.body()
-        return await run_in_threadpool(service.decide_round, session_id, round_, body)
+        return await run_in_threadpool(service.selection.decide_round, session_id, round_, body)
 
     @peers.put("/{session_id}/selection/noisy-scores", response_model=wire.NoisyGreedyDecision,
                openapi_extra={"requestBody": {"content": {"application/octet-stream": {
@@ -143,7 +143,8 @@ def create_app(state_dir: Path, peer_token: str, *,
     async def decide_noisy_greedy(session_id: wire.SessionId,
                                   request: Request) -> wire.NoisyGreedyDecision:
         body = await request.body()
-        return await run_in_threadpool(service.decide_noisy_greedy, session_id, body)
+        return await run_in_threadpool(service.selection.noisy_greedy.decide, session_id,
+                                     body)
 
     @peers.post("/{session_id}/releases/{release}/finalize", response_model=wire.ReleaseResult)
     def finalize_release(session_id: wire.SessionId,

@@ -27,6 +27,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -41,7 +42,9 @@ from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_n
 from crypto.private_selection import indif_name
 from dp.pair_selection import greedy_select
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
-from params.session_plan import SCORE_NOISE, ReleaseSpec, SessionPlan
+from keyserver.ledger import PrivacyLedger
+from keyserver.store import SessionStore
+from params.session_plan import SCORE_NOISE, SessionPlan
 
 NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy (
@@ -76,9 +79,18 @@ class NoisyScoreKeys(ScoreModuleKeys):
 
 
 class NoisyGreedyRole:
-    """Mixed into :class:`keyserver.service.KeyServer` (through ``SelectionRole``)."""
+    """The key server's part of a noisy-greedy selection, built from its sessions, its
+    ledger, the selection's keys and the row-bound check (``keyserver.selection``)."""
 
-    def _create_noisy_greedy(self, plan: SessionPlan, directory: Path) -> dict[str, int]:
+    def __init__(self, store: SessionStore, ledger: PrivacyLedger,
+                 keys: Callable[[str], NoisyScoreKeys],
+                 check_row_bound: Callable[[str, SessionPlan], None]):
+        self._store = store
+        self._ledger = ledger
+        self._keys = keys
+        self._check_row_bound = check_row_bound
+
+    def create(self, plan: SessionPlan, directory: Path) -> dict[str, int]:
         keys, server_zip, evaluation_keys = NoisyScoreKeys.create(
             plan.selection.noisy_shape(plan.used_chunk_sizes()), plan.selection.p_error,
             directory)
@@ -86,43 +98,41 @@ class NoisyGreedyRole:
         write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
         return keys.bootstraps_per_function
 
-    def _noisy_greedy_row(self, session_id: str):
-        with self.db.connect() as conn:
+    def _row(self, session_id: str):
+        with self._store.db.connect() as conn:
             return conn.execute("SELECT request_digest, pairs_json FROM noisy_greedy WHERE "
                                 "session_id = ?", (session_id,)).fetchone()
 
-    def noisy_greedy_pairs(self, session_id: str) -> list[tuple[int, int]] | None:
-        row = self._noisy_greedy_row(session_id)
+    def pairs(self, session_id: str) -> list[tuple[int, int]] | None:
+        """The chosen pairs once decided, else None."""
+        row = self._row(session_id)
         return None if row is None else [tuple(p) for p in json.loads(row["pairs_json"])]
 
-    def decide_noisy_greedy(self, session_id: str, body: bytes) -> wire.NoisyGreedyDecision:
+    def decide(self, session_id: str, body: bytes) -> wire.NoisyGreedyDecision:
         """Charge, decrypt InDif + z_CS, add z_KS, choose greedily (module docstring)."""
-        plan = self._selection_plan(session_id)
+        plan = self._store.plan(session_id)
+        if plan.selection is None:
+            raise ServiceError(404, "this session has no private selection")
         if plan.selection.mode != "noisy-greedy":
             raise ServiceError(404, "this session's selection is not noisy-greedy")
         rho = plan.selection.rho_charged
         digest = hashlib.sha256(body).hexdigest()
-        row = self._noisy_greedy_row(session_id)
+        row = self._row(session_id)
         if row is not None:
             if not secrets.compare_digest(row["request_digest"], digest):
                 raise ServiceError(409, "the selection was decided on other noisy scores; a "
                                         "second decryption would be a second noisy view")
-            return wire.NoisyGreedyDecision(pairs=self.noisy_greedy_pairs(session_id),
-                                            rho=str(rho))
+            return wire.NoisyGreedyDecision(pairs=self.pairs(session_id), rho=str(rho))
         self._check_row_bound(session_id, plan)
         pairs = [slot.attrs for slot in plan.layout.two_way]
-        keys = self.selection_keys(session_id)
+        keys = self._keys(session_id)
         try:
             values = [keys.parse(item) for item in unpack_blobs(body, expected=len(pairs))]
         except Exception:
             raise ServiceError(422, f"the noisy scores are {len(pairs)} ciphertexts of this "
                                     "session's selection module") from None
-        with self.db.transaction() as conn:
-            if not self._charged_for(conn, session_id, LEDGER_NAME, digest):
-                self._check_budget(conn, plan, session_id,
-                                   ReleaseSpec(LEDGER_NAME, (), rho, plan.selection.noise_sigma2))
-                conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
-                             (session_id, LEDGER_NAME, str(rho), digest, time.time(), "{}"))
+        with self._store.db.transaction() as conn:
+            self._ledger.charge(conn, plan, session_id, LEDGER_NAME, rho, digest)
         try:
             noised_by_cs = np.array([keys.decrypt_noisy_score(v) for v in values],
                                     dtype=np.int64)
@@ -130,11 +140,12 @@ class NoisyGreedyRole:
             # Charged and refused: the budget is spent on what this server may have seen.
             raise ServiceError(422, "the noisy scores do not decrypt under this session's "
                                     "selection keys") from None
-        noisy = noised_by_cs + self.pool_noise(session_id, SCORE_NOISE, np.arange(len(pairs)))
+        noisy = noised_by_cs + self._store.pool_noise(session_id, SCORE_NOISE,
+                                                       np.arange(len(pairs)))
         chosen = greedy_select({p: int(v) for p, v in zip(pairs, noisy)},
                                {slot.attrs: slot.size for slot in plan.layout.two_way},
                                plan.release("two_way").rho)
-        with self.db.transaction() as conn:
+        with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO noisy_greedy VALUES (?, ?, ?, ?, ?)",
                          (session_id, digest, json.dumps([list(p) for p in chosen]),
                           json.dumps(noisy.tolist()), time.time()))
@@ -144,20 +155,20 @@ class NoisyGreedyRole:
                 conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?, ?)",
                              (session_id, "two_way", empty.model_dump_json(), time.time()))
         # A concurrent identical request may have recorded first: answer what is recorded.
-        return wire.NoisyGreedyDecision(pairs=self.noisy_greedy_pairs(session_id), rho=str(rho))
+        return wire.NoisyGreedyDecision(pairs=self.pairs(session_id), rho=str(rho))
 
-    def _noisy_greedy_accounting(self, session_id: str, public: wire.SessionPublic) -> dict:
+    def accounting(self, session_id: str,
+                   public: wire.SessionPublic) -> wire.NoisyGreedySelectionAccounting:
+        """The selection's part of the release document's accounting."""
         chosen = public.selection
         tail = noise_tail_delta(Fraction(chosen.noise_sigma2), chosen.noise_bits,
                                 len(public.pairs), public.epsilon)
-        return {"selection": {
-            **chosen.model_dump(exclude_none=True),
-            "selected_pairs": self.noisy_greedy_pairs(session_id),
-            "rho_charged": chosen.rho, "noise_tail_delta": tail,
-            "note": "PrivSyn's greedy rule on InDif + z_CS + z_KS, each noise N_Z(0, "
-                    "noise_sigma2) (L2 sensitivity sqrt(pairs)); each server's view is "
-                    "rho-zCDP by the other's noise; only the chosen pairs are published. "
-                    "delta_terms (a bootstrap failure, a union above max_rows passing the row "
-                    "bound, the compute server's bounded noise failing closed) are reserved "
-                    "out of the requested delta"},
-            "delta_total": public.delivered_delta()}
+        return wire.NoisyGreedySelectionAccounting(
+            **chosen.model_dump(), selected_pairs=self.pairs(session_id),
+            rho_charged=chosen.rho, noise_tail_delta=tail,
+            note="PrivSyn's greedy rule on InDif + z_CS + z_KS, each noise N_Z(0, "
+                 "noise_sigma2) (L2 sensitivity sqrt(pairs)); each server's view is "
+                 "rho-zCDP by the other's noise; only the chosen pairs are published. "
+                 "delta_terms (a bootstrap failure, a union above max_rows passing the row "
+                 "bound, the compute server's bounded noise failing closed) are reserved "
+                 "out of the requested delta")

@@ -24,7 +24,7 @@ import base64
 import hashlib
 import json
 import secrets
-import time
+import threading
 from fractions import Fraction
 
 import numpy as np
@@ -35,8 +35,10 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
 from crypto.selection import random_priorities, random_share, thresholds
 from keyserver.keys import SelectionKeys
+from keyserver.ledger import PrivacyLedger
 from keyserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys
-from params.session_plan import ReleaseSpec, SessionPlan
+from keyserver.store import SessionStore
+from params.session_plan import SessionPlan
 
 SELECTION_SQL = """
 CREATE TABLE IF NOT EXISTS selection_randomness (
@@ -65,15 +67,24 @@ def compiled_bootstraps(plan: SessionPlan, per_function: dict[str, int]) -> int:
     return compiled
 
 
-class SelectionRole(NoisyGreedyRole):
-    """Mixed into :class:`keyserver.service.KeyServer` (shares its db, plans and lock)."""
+class SelectionRole:
+    """The key server's part of a session's selection, built from its sessions and its
+    ledger; noisy-greedy's part is :attr:`noisy_greedy`."""
 
-    def _create_selection(self, plan: SessionPlan, directory) -> dict[str, int] | None:
+    def __init__(self, store: SessionStore, ledger: PrivacyLedger):
+        self._store = store
+        self._ledger = ledger
+        self._keys: dict[str, SelectionKeys | NoisyScoreKeys] = {}
+        self._lock = threading.Lock()
+        self.noisy_greedy = NoisyGreedyRole(store, ledger, self.selection_keys,
+                                            self.check_row_bound)
+
+    def create(self, plan: SessionPlan, directory) -> dict[str, int] | None:
         """Compile and key the selection module; its bootstraps per function call."""
         if plan.selection is None:
             return None
         if plan.selection.mode == "noisy-greedy":
-            return self._create_noisy_greedy(plan, directory)
+            return self.noisy_greedy.create(plan, directory)
         keys, server_zip, evaluation_keys = SelectionKeys.create(
             module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
             plan.selection.p_error, directory)
@@ -82,29 +93,46 @@ class SelectionRole(NoisyGreedyRole):
         return keys.bootstraps_per_function
 
     def selection_keys(self, session_id: str) -> SelectionKeys | NoisyScoreKeys:
-        cache_key = f"selection:{session_id}"
         with self._lock:
-            if cache_key in self._keys:
-                return self._keys[cache_key]
-        plan = self._selection_plan(session_id)
+            if session_id in self._keys:
+                return self._keys[session_id]
+        plan = self.selection_plan(session_id)
+        directory = self._store.session_dir(session_id)
         if plan.selection.mode == "noisy-greedy":
-            keys = NoisyScoreKeys.load(self.session_dir(session_id),
+            keys = NoisyScoreKeys.load(directory,
                                        plan.selection.noisy_shape(plan.used_chunk_sizes()))
         else:
-            keys = SelectionKeys.load(self.session_dir(session_id), module_shape(plan))
+            keys = SelectionKeys.load(directory, module_shape(plan))
         with self._lock:
-            self._keys[cache_key] = keys
+            self._keys[session_id] = keys
         return keys
 
-    def _selection_plan(self, session_id: str) -> SessionPlan:
-        plan = self.plan(session_id)
+    def selection_plan(self, session_id: str) -> SessionPlan:
+        plan = self._store.plan(session_id)
         if plan.selection is None:
             raise ServiceError(404, "this session has no private selection")
         return plan
 
-    def peer_selection_artefacts(self, session_id: str) -> dict[str, str | None]:
-        directory = self.session_dir(session_id)
-        if self.plan(session_id).selection is None:
+    def accounting(self, session_id: str,
+                   public: wire.SessionPublic) -> wire.SelectionAccounting:
+        """The selection's part of the release document's accounting."""
+        chosen = public.selection
+        if chosen is None:
+            return wire.NoSelectionAccounting(mode="none")
+        if chosen.mode == "noisy-greedy":
+            return self.noisy_greedy.accounting(session_id, public)
+        return wire.EmSelectionAccounting(
+            **chosen.model_dump(), selected_pairs=self.selected_pairs(session_id),
+            rho_charged=str(Fraction(chosen.rho_round) * chosen.rounds),
+            numerical_extra_epsilon_per_round=4 * chosen.eta,
+            note="each round is (eps + 4 eta)-DP permute-and-flip with fixed-point weights "
+                 "in an order neither server knows, charged (eps + 4 eta)^2 / 2; "
+                 "delta_terms (a bootstrap failure in P2/P3, a union above max_rows passing "
+                 "the row bound) are reserved out of the requested delta")
+
+    def peer_artefacts(self, session_id: str) -> dict[str, str | None]:
+        directory = self._store.session_dir(session_id)
+        if self._store.plan(session_id).selection is None:
             return {}
         return {"selection_server_zip_b64": base64.b64encode(
                     (directory / "selection_server.zip").read_bytes()).decode(),
@@ -112,12 +140,12 @@ class SelectionRole(NoisyGreedyRole):
                     (directory / "selection_evaluation_keys.bin").read_bytes()).decode()}
 
     # ------------------------------------------------------------ row bound
-    def _check_row_bound(self, session_id: str, plan: SessionPlan) -> None:
+    def check_row_bound(self, session_id: str, plan: SessionPlan) -> None:
         """409 before anything of the selection is encrypted, decrypted or charged when the
         published 1-ways say the union may exceed max_rows (``params.selection_plan``)."""
-        if "one_way" not in self.releases_done(session_id):
+        if "one_way" not in self._store.releases_done(session_id):
             raise ServiceError(409, "selection starts after the 1-way release is published")
-        with self.db.connect() as conn:
+        with self._store.db.connect() as conn:
             row = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
                                "release = 'one_way'", (session_id,)).fetchone()
         result = wire.ReleaseResult.model_validate_json(row["result_json"])
@@ -127,20 +155,20 @@ class SelectionRole(NoisyGreedyRole):
             raise ServiceError(409, f"selection refused: {check.message()}")
 
     # ------------------------------------------------------------ P2 inputs
-    def selection_inputs(self, session_id: str) -> bytes:
+    def inputs(self, session_id: str) -> bytes:
         """Encrypted M mod 2^k per 2-way cell, one ciphertext per P2 chunk (module docstring)."""
-        plan = self._selection_plan(session_id)
-        public = self.public(session_id)
-        if len(self.uploaded_clients(session_id)) < len(public.clients):
+        plan = self.selection_plan(session_id)
+        public = self._store.public(session_id)
+        if len(self._store.uploaded_clients(session_id)) < len(public.clients):
             raise ServiceError(409, "the selection's inputs exist once every client uploaded")
-        self._check_row_bound(session_id, plan)
-        path = self.session_dir(session_id) / "selection_inputs.bin"
+        self.check_row_bound(session_id, plan)
+        path = self._store.session_dir(session_id) / "selection_inputs.bin"
         if path.exists():
             return path.read_bytes()
         modulus = 1 << plan.parameters.count_bits
         total = np.zeros(plan.layout.total_cells, dtype=np.int64)
         for client_id in public.clients:
-            vector = np.frombuffer((self.session_dir(session_id) / "masked"
+            vector = np.frombuffer((self._store.session_dir(session_id) / "masked"
                                     / f"{client_id}.npy").read_bytes(), dtype=np.int64)
             total = (total + vector) % modulus
         k2 = plan.selection.indif_bits
@@ -155,19 +183,21 @@ class SelectionRole(NoisyGreedyRole):
         return data
 
     # ------------------------------------------------------------ P3 rounds
-    def _decided(self, session_id: str) -> dict[int, tuple[int, int]]:
-        with self.db.connect() as conn:
+    def decided(self, session_id: str) -> dict[int, tuple[int, int]]:
+        """The em rounds decided so far: round -> pair."""
+        with self._store.db.connect() as conn:
             return {r["round"]: tuple(json.loads(r["pair_json"])) for r in conn.execute(
                 "SELECT round, pair_json FROM selection_rounds WHERE session_id = ?",
                 (session_id,))}
 
     def selected_pairs(self, session_id: str) -> list[tuple[int, int]] | None:
-        plan = self.plan(session_id)
+        """Every chosen pair once the selection is decided, else None."""
+        plan = self._store.plan(session_id)
         if plan.selection is None:
             return None
         if plan.selection.mode == "noisy-greedy":
-            return self.noisy_greedy_pairs(session_id)
-        decided = self._decided(session_id)
+            return self.noisy_greedy.pairs(session_id)
+        decided = self.decided(session_id)
         if len(decided) < plan.selection.rounds:
             return None
         return [decided[t] for t in range(plan.selection.rounds)]
@@ -176,24 +206,24 @@ class SelectionRole(NoisyGreedyRole):
         if not 0 <= round_ < plan.selection.rounds:
             raise ServiceError(404, f"round {round_} is not one of this session's "
                                     f"{plan.selection.rounds} selection rounds")
-        self._check_row_bound(session_id, plan)
-        if round_ > len(self._decided(session_id)):
+        self.check_row_bound(session_id, plan)
+        if round_ > len(self.decided(session_id)):
             raise ServiceError(409, f"round {round_} comes after round "
-                                    f"{len(self._decided(session_id))}")
+                                    f"{len(self.decided(session_id))}")
 
-    def selection_randomness(self, session_id: str, round_: int) -> bytes:
+    def randomness(self, session_id: str, round_: int) -> bytes:
         """This server's encrypted shares of round ``round_``'s coins and order, packed
         (R^KS, priorities); the same on a retry."""
-        plan = self._selection_plan(session_id)
+        plan = self.selection_plan(session_id)
         self._check_round(plan, session_id, round_)
-        with self.db.connect() as conn:
+        with self._store.db.connect() as conn:
             row = conn.execute("SELECT value FROM selection_randomness WHERE session_id = ? "
                                "AND round = ?", (session_id, round_)).fetchone()
         if row is not None:
             return bytes(row["value"])
         value = pack_blobs(self.selection_keys(session_id).encrypt_randomness(
             random_share(plan.selection.shape), random_priorities(plan.selection.shape)))
-        with self.db.transaction() as conn:
+        with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO selection_randomness VALUES (?, ?, ?)",
                          (session_id, round_, value))
             row = conn.execute("SELECT value FROM selection_randomness WHERE session_id = ? "
@@ -202,11 +232,11 @@ class SelectionRole(NoisyGreedyRole):
 
     def decide_round(self, session_id: str, round_: int, body: bytes) -> wire.SelectionRound:
         """Charge the round, decrypt its one-hot outputs (candidate order), record the pair."""
-        plan = self._selection_plan(session_id)
+        plan = self.selection_plan(session_id)
         digest = hashlib.sha256(body).hexdigest()
-        decided = self._decided(session_id)
+        decided = self.decided(session_id)
         rho = plan.selection.step.rho
-        with self.db.connect() as conn:
+        with self._store.db.connect() as conn:
             row = conn.execute("SELECT request_digest FROM selection_rounds WHERE "
                                "session_id = ? AND round = ?", (session_id, round_)).fetchone()
         if row is not None:
@@ -223,13 +253,10 @@ class SelectionRole(NoisyGreedyRole):
             raise ServiceError(422, f"a selection round carries {s} ciphertexts of this "
                                     "session's selection module") from None
         name = f"select-{round_}"
-        with self.db.transaction() as conn:
+        with self._store.db.transaction() as conn:
             # Charged once, bound to these outputs; other outputs for a charged round would be
             # a second decryption for one charge.
-            if not self._charged_for(conn, session_id, name, digest):
-                self._check_budget(conn, plan, session_id, ReleaseSpec(name, (), rho, Fraction(0)))
-                conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
-                             (session_id, name, str(rho), digest, time.time(), "{}"))
+            self._ledger.charge(conn, plan, session_id, name, rho, digest)
         try:
             one_hot = keys.decrypt_one_hot(outputs)
         except Exception:
@@ -243,7 +270,7 @@ class SelectionRole(NoisyGreedyRole):
             raise ServiceError(422, f"round {round_}'s outputs are not a one-hot choice of a "
                                     "remaining candidate; the round is not recorded")
         pair = tuple(pairs[hits[0]])
-        with self.db.transaction() as conn:
+        with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO selection_rounds VALUES (?, ?, ?, ?)",
                          (session_id, round_, digest, json.dumps(list(pair))))
         return wire.SelectionRound(round=round_, pair=pair, rho=str(rho))

@@ -23,7 +23,6 @@ import logging
 import secrets
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +32,9 @@ from common.credentials import new_token, token_hash
 from common.serving import Database, ServiceError, already_stored, write_private
 from crypto.aggregation import chunk_ranges, decode_release, publish_counts
 from crypto.blobs import pack_blobs
-from dp.accounting import rho_to_eps
 from dp.noise_pool import draw_pool, pool_noise
 from keyserver.keys import SessionKeys
+from keyserver.ledger import LEDGER_SQL, PrivacyLedger
 from keyserver.selection import SELECTION_SQL, SelectionRole, compiled_bootstraps
 from params.schema import Schema, SchemaError
 from params.session_plan import NOISE_TAIL_SIGMAS, SessionPlan
@@ -53,10 +52,6 @@ CREATE TABLE IF NOT EXISTS masked (
     session_id TEXT NOT NULL, client_id TEXT NOT NULL, commitment TEXT NOT NULL,
     digest TEXT NOT NULL, received REAL NOT NULL, cipher_digest TEXT,
     PRIMARY KEY (session_id, client_id));
-CREATE TABLE IF NOT EXISTS ledger (
-    session_id TEXT NOT NULL, release TEXT NOT NULL, rho TEXT NOT NULL,
-    request_digest TEXT NOT NULL, charged_at REAL NOT NULL, manifest_json TEXT NOT NULL,
-    PRIMARY KEY (session_id, release));
 CREATE TABLE IF NOT EXISTS manifests (
     session_id TEXT NOT NULL, release TEXT NOT NULL, manifest_json TEXT NOT NULL,
     digest TEXT NOT NULL, PRIMARY KEY (session_id, release));
@@ -79,12 +74,18 @@ def _build_plan(request: wire.SessionCreate) -> SessionPlan:
                              selection_set=request.selection.parameter_set)
 
 
-class KeyServer(SelectionRole):
+class KeyServer:
+    """Sessions, uploads, the encryption job and releases; the ledger
+    (:attr:`privacy_ledger`) and the selection (:attr:`selection`) are its parts."""
+
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
-        self.db = Database(state_dir / "keyserver.sqlite", _SCHEMA_SQL + SELECTION_SQL)
+        self.db = Database(state_dir / "keyserver.sqlite",
+                           _SCHEMA_SQL + LEDGER_SQL + SELECTION_SQL)
+        self.privacy_ledger = PrivacyLedger(self.db)
+        self.selection = SelectionRole(self, self.privacy_ledger)
         self._keys: dict[str, SessionKeys] = {}
         self._plans: dict[str, SessionPlan] = {}
         self._lock = threading.Lock()
@@ -106,7 +107,7 @@ class KeyServer(SelectionRole):
         directory = self.session_dir(session_id)
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
-        per_function = self._create_selection(plan, directory)
+        per_function = self.selection.create(plan, directory)
         bootstraps = None if per_function is None else compiled_bootstraps(plan, per_function)
         # Every noise this server may add, drawn now, before any data (dp.noise_pool).
         write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
@@ -192,8 +193,7 @@ class KeyServer(SelectionRole):
                 return wire.UploadReceipt(session_id=session_id, client_id=client_id,
                                           stored=False, digest=digest)
             # An identical retry is answered above even after release; anything new is late.
-            if conn.execute("SELECT 1 FROM ledger WHERE session_id = ?",
-                            (session_id,)).fetchone():
+            if self.privacy_ledger.has_entries(conn, session_id):
                 raise ServiceError(409, "session already released; uploads are closed")
             write_private(path, vector.tobytes())
             conn.execute("INSERT INTO masked VALUES (?, ?, ?, ?, ?, NULL)",
@@ -272,7 +272,7 @@ class KeyServer(SelectionRole):
                                     f"registered: {[r.name for r in plan.releases]}") from None
         if spec.marginal_keys or plan.selection is None:
             return spec
-        selected = self.selected_pairs(session_id)
+        selected = self.selection.selected_pairs(session_id)
         if selected is None:
             raise ServiceError(409, f"release {name!r} waits for the selection rounds")
         return plan.resolve(spec, selected)
@@ -292,8 +292,8 @@ class KeyServer(SelectionRole):
             raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
         with self.db.transaction() as conn:
-            if not self._charged_for(conn, session_id, name, manifest.digest()):
-                self._check_budget(conn, plan, session_id, spec)
+            if not self.privacy_ledger.charged_for(conn, session_id, name, manifest.digest()):
+                self.privacy_ledger.check_budget(conn, plan, session_id, name, spec.rho)
                 conn.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?, ?, ?)",
                              (session_id, name, manifest.model_dump_json(), manifest.digest()))
         return self.release_progress(session_id, name)
@@ -414,7 +414,7 @@ class KeyServer(SelectionRole):
         plan = self.plan(session_id)
         digest = manifest.digest()
         with self.db.transaction() as conn:
-            if self._charged_for(conn, session_id, spec.name, digest):
+            if self.privacy_ledger.charged_for(conn, session_id, spec.name, digest):
                 return
             # The charge must bind the manifest that is registered at this instant: a peer
             # replacing it between a chunk's check and this charge would otherwise get chunks
@@ -424,31 +424,8 @@ class KeyServer(SelectionRole):
             if registered is not None and registered["digest"] != digest:
                 raise ServiceError(409, f"the manifest of release {spec.name!r} changed while "
                                         "this chunk was being checked; send it again")
-            self._check_budget(conn, plan, session_id, spec)
-            conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
-                         (session_id, spec.name, str(spec.rho), digest, time.time(),
-                          manifest.model_dump_json()))
-
-    @staticmethod
-    def _charged_for(conn, session_id: str, name: str, digest: str) -> bool:
-        """True if ``name`` is already charged for this manifest digest; 409 if for another."""
-        charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? AND "
-                               "release = ?", (session_id, name)).fetchone()
-        if charged is None:
-            return False
-        if charged["request_digest"] != digest:
-            raise ServiceError(409, f"release {name!r} was already charged for other "
-                                    "ciphertexts; a second decryption would spend budget twice")
-        return True
-
-    @staticmethod
-    def _check_budget(conn, plan: SessionPlan, session_id: str, spec) -> None:
-        spent = sum((Fraction(r["rho"]) for r in conn.execute(
-            "SELECT rho FROM ledger WHERE session_id = ?", (session_id,))), Fraction(0))
-        if spent + spec.rho > plan.rho_total:
-            raise ServiceError(403, f"budget exceeded: release {spec.name!r} needs rho="
-                                    f"{float(spec.rho):.6g}, remaining "
-                                    f"{float(plan.rho_total - spent):.6g}")
+            self.privacy_ledger.charge(conn, plan, session_id, spec.name, spec.rho, digest,
+                                       manifest.model_dump_json())
 
     @staticmethod
     def _result(session_id, plan, spec, released) -> wire.ReleaseResult:
@@ -473,17 +450,7 @@ class KeyServer(SelectionRole):
                 "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
 
     def ledger(self, session_id: str) -> wire.LedgerView:
-        plan = self.plan(session_id)
-        with self.db.connect() as conn:
-            rows = conn.execute("SELECT release, rho, charged_at FROM ledger WHERE "
-                                "session_id = ? ORDER BY charged_at", (session_id,)).fetchall()
-        spent = sum((Fraction(r["rho"]) for r in rows), Fraction(0))
-        return wire.LedgerView(
-            session_id=session_id, rho_total=str(plan.rho_total), rho_spent=str(spent),
-            epsilon_spent=rho_to_eps(spent, plan.delta_conversion) if spent else 0.0,
-            delta=plan.delta,
-            entries=[wire.LedgerEntry(release=r["release"], rho=r["rho"], at=r["charged_at"])
-                     for r in rows])
+        return self.privacy_ledger.view(session_id, self.plan(session_id))
 
     def status(self, session_id: str) -> wire.SessionStatus:
         public = self.public(session_id)
@@ -499,10 +466,11 @@ class KeyServer(SelectionRole):
         detail = ""
         if (public.selection is not None and public.selection.mode == "noisy-greedy"
                 and state == "computing" and "one_way" in done):
-            detail = ("noisy-greedy selection decided" if self.noisy_greedy_pairs(session_id)
-                      is not None else "waiting for the noisy dependency scores")
+            detail = ("noisy-greedy selection decided"
+                      if self.selection.noisy_greedy.pairs(session_id) is not None
+                      else "waiting for the noisy dependency scores")
         elif public.selection is not None and state == "computing" and "one_way" in done:
-            detail = (f"selection round {len(self._decided(session_id))} of "
+            detail = (f"selection round {len(self.selection.decided(session_id))} of "
                       f"{public.selection.rounds} decided")
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
                                   clients_missing=[c for c in public.clients if c not in uploaded],
@@ -526,33 +494,18 @@ class KeyServer(SelectionRole):
                    "note": "each server adds independent N_Z(0, sigma2_per_server); the "
                            "published counts carry both (variance 2 sigma2); each server's "
                            "view is rho-zCDP on its own"},
-            accounting={"neighbouring": "add/remove one record of the union",
-                        "rho_total": ledger.rho_total, "rho_spent": ledger.rho_spent,
-                        "epsilon_spent": ledger.epsilon_spent, "delta": ledger.delta,
-                        "delta_conversion": public.conversion_delta(),
-                        "epsilon_budget": public.epsilon,
-                        "conversion": "zCDP -> (eps, delta_conversion): Canonne-Kamath-Steinke "
-                                      "2020, rounded up; delta_total = delta_conversion + the "
-                                      "selection's reserved terms <= delta",
-                        "entries": [e.model_dump() for e in ledger.entries],
-                        **self._selection_accounting(session_id, public)},
+            accounting=wire.ReleaseAccounting(
+                neighbouring="add/remove one record of the union",
+                rho_total=ledger.rho_total, rho_spent=ledger.rho_spent,
+                epsilon_spent=ledger.epsilon_spent, delta=ledger.delta,
+                delta_conversion=public.conversion_delta(), epsilon_budget=public.epsilon,
+                conversion="zCDP -> (eps, delta_conversion): Canonne-Kamath-Steinke 2020, "
+                           "rounded up; delta_total = delta_conversion + the selection's "
+                           "reserved terms <= delta",
+                entries=ledger.entries,
+                selection=self.selection.accounting(session_id, public),
+                delta_total=None if public.selection is None else public.delivered_delta()),
             releases=results)
-
-    def _selection_accounting(self, session_id: str, public: wire.SessionPublic) -> dict:
-        if public.selection is None:
-            return {"selection": {"mode": "none"}}
-        if public.selection.mode == "noisy-greedy":
-            return self._noisy_greedy_accounting(session_id, public)
-        chosen = public.selection
-        return {"selection": {
-            **chosen.model_dump(), "selected_pairs": self.selected_pairs(session_id),
-            "rho_charged": str(Fraction(chosen.rho_round) * chosen.rounds),
-            "numerical_extra_epsilon_per_round": 4 * chosen.eta,
-            "note": "each round is (eps + 4 eta)-DP permute-and-flip with fixed-point weights "
-                    "in an order neither server knows, charged (eps + 4 eta)^2 / 2; "
-                    "delta_terms (a bootstrap failure in P2/P3, a union above max_rows passing "
-                    "the row bound) are reserved out of the requested delta"},
-            "delta_total": public.delivered_delta()}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:
         public = self.public(session_id)
@@ -562,4 +515,4 @@ class KeyServer(SelectionRole):
             server_zip_b64=base64.b64encode((directory / "server.zip").read_bytes()).decode(),
             evaluation_keys_b64=base64.b64encode(
                 (directory / "evaluation_keys.bin").read_bytes()).decode(),
-            **self.peer_selection_artefacts(session_id))
+            **self.selection.peer_artefacts(session_id))
