@@ -22,11 +22,18 @@ from typing import Protocol
 from fastapi import HTTPException, Request
 
 from common import wire
-from common.serving import ServiceError, write_private
+from common.serving import Database, ServiceError, write_private
 
-__all__ = ["ClientTokens", "new_token", "token_hash", "token_matches", "read_or_create_token",
-           "bearer", "is_client", "client_of_token", "role_check", "own_client_check",
-           "member_check"]
+__all__ = ["ClientTokens", "CLIENT_TOKENS_SQL", "store_client_tokens", "stored_token_hashes",
+           "new_token", "token_hash", "token_matches", "read_or_create_token", "bearer",
+           "is_client", "client_of_token", "role_check", "own_client_check", "member_check"]
+
+# The table in which a server keeps its clients' token hashes (never the tokens).
+CLIENT_TOKENS_SQL = """
+CREATE TABLE IF NOT EXISTS client_tokens (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, token_hash TEXT NOT NULL,
+    PRIMARY KEY (session_id, client_id));
+"""
 
 
 class ClientTokens(Protocol):
@@ -34,6 +41,20 @@ class ClientTokens(Protocol):
 
     def client_token_hashes(self, session_id: str) -> Mapping[str, str]:
         """client id -> token hash; ``ServiceError(404)`` for an unknown session."""
+
+
+def store_client_tokens(conn, session_id: str, tokens: Mapping[str, str]) -> None:
+    """Keep the hashes of a new session's client tokens, in the caller's transaction."""
+    conn.executemany("INSERT INTO client_tokens VALUES (?, ?, ?)",
+                     [(session_id, c, token_hash(t)) for c, t in tokens.items()])
+
+
+def stored_token_hashes(db: Database, session_id: str) -> dict[str, str]:
+    """client id -> token hash of a session, from :data:`CLIENT_TOKENS_SQL`'s table."""
+    with db.connect() as conn:
+        return {r["client_id"]: r["token_hash"] for r in conn.execute(
+            "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
+            (session_id,))}
 
 
 def new_token() -> str:

@@ -308,29 +308,31 @@ class NoSelectionAccounting(DocumentModel):
     mode: Literal["none"]
 
 
-class EmSelectionAccounting(SelectionPublic, DocumentModel):
-    """The private selection's public record (:class:`SelectionPublic`) with its outcome."""
+class SelectionOutcome(DocumentModel):
+    """What a selection chose and what it was charged, next to its public record."""
 
-    mode: Literal["em"]
     selected_pairs: list[tuple[int, int]] | None = Field(
-        description="the pairs chosen, round by round")
-    rho_charged: str = Field(description="zCDP charged for every round, exact rational")
-    numerical_extra_epsilon_per_round: float = Field(
-        description="4 eta: what the fixed-point weights add to a round's epsilon")
+        description="the pairs chosen (em: round by round; noisy-greedy: the ones PrivSyn's "
+                    "greedy rule kept)")
+    rho_charged: str = Field(description="zCDP charged for the selection, exact rational")
     note: str
 
 
-class NoisyGreedySelectionAccounting(SelectionPublic, DocumentModel):
+class EmSelectionAccounting(SelectionPublic, SelectionOutcome):
+    """The private selection's public record (:class:`SelectionPublic`) with its outcome."""
+
+    mode: Literal["em"]
+    numerical_extra_epsilon_per_round: float = Field(
+        description="4 eta: what the fixed-point weights add to a round's epsilon")
+
+
+class NoisyGreedySelectionAccounting(SelectionPublic, SelectionOutcome):
     """The noisy-greedy selection's public record (:class:`SelectionPublic`) with its
     outcome."""
 
     mode: Literal["noisy-greedy"]
-    selected_pairs: list[tuple[int, int]] | None = Field(
-        description="the pairs PrivSyn's greedy rule kept")
-    rho_charged: str = Field(description="zCDP charged for the selection, exact rational")
     noise_tail_delta: float = Field(
         description="the compute server's bounded noise failing closed, as a delta term")
-    note: str
 
 
 SelectionAccounting = Annotated[

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from common import wire
-from common.credentials import new_token, token_hash
+from common.credentials import (CLIENT_TOKENS_SQL, new_token, store_client_tokens,
+                                stored_token_hashes)
 from common.serving import Database, ServiceError, already_stored, write_private
 from distaim import sharing
 from distaim.plan import SessionRequest, derive_plan, plan_digest
@@ -40,12 +41,6 @@ CREATE TABLE IF NOT EXISTS sessions (
     state TEXT NOT NULL,
     detail TEXT NOT NULL,
     at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS client_tokens (
-    session_id TEXT NOT NULL,
-    client_id TEXT NOT NULL,
-    token_hash TEXT NOT NULL,
-    PRIMARY KEY (session_id, client_id)
 );
 CREATE TABLE IF NOT EXISTS uploads (
     session_id TEXT NOT NULL,
@@ -70,7 +65,7 @@ class DistServer:
         self.mpc_address = mpc_address
         self.mpc_tls = mpc_tls
         self.modulus = session_modulus()
-        self.db = Database(state_dir / "intake.sqlite", _SCHEMA_SQL)
+        self.db = Database(state_dir / "intake.sqlite", CLIENT_TOKENS_SQL + _SCHEMA_SQL)
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._plans: dict[str, dict] = {}
@@ -132,8 +127,7 @@ class DistServer:
             write_private(folder / "session.json", json.dumps(local).encode())
             conn.execute("INSERT INTO sessions VALUES (?, ?, 'intake', '', ?)",
                          (request.session_id, digest, time.time()))
-            conn.executemany("INSERT INTO client_tokens VALUES (?, ?, ?)",
-                             [(request.session_id, c, token_hash(t)) for c, t in tokens.items()])
+            store_client_tokens(conn, request.session_id, tokens)
         return DistSessionCreated(session_id=request.session_id, party=self.x, created=True,
                                   plan_digest=digest, plan=plan, client_tokens=tokens), True
 
@@ -154,10 +148,7 @@ class DistServer:
     def client_token_hashes(self, session_id: str) -> dict[str, str]:
         """The session's client token hashes (``common.credentials.ClientTokens``)."""
         self.plan(session_id)
-        with self.db.connect() as conn:
-            return {r["client_id"]: r["token_hash"] for r in conn.execute(
-                "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
-                (session_id,))}
+        return stored_token_hashes(self.db, session_id)
 
     # ------------------------------------------------------------------ intake
 

@@ -17,11 +17,13 @@ The encrypted rounds' exact integer model is ``crypto.selection.em_rounds_model`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["expected_counts", "expected_counts_for_pairs", "indif_scores", "greedy_select"]
+__all__ = ["expected_counts", "expected_counts_for_pairs", "indif_scores", "greedy_by_error",
+           "greedy_select"]
 
 
 def expected_counts(one_way_j: np.ndarray, one_way_k: np.ndarray, total: float) -> np.ndarray:
@@ -50,10 +52,27 @@ def indif_scores(pair_counts: dict[tuple[int, int], np.ndarray],
             for p in expected}
 
 
+def greedy_by_error(candidates: list[tuple[int, int]],
+                    error: Callable[[list[tuple[int, int]]], float]) -> list[tuple[int, int]]:
+    """PrivSyn's greedy loop: add the candidate whose selection gives the least ``error``,
+    while that lowers it (ties to the smaller pair); at most one pass per candidate."""
+    chosen: list[tuple[int, int]] = []
+    best = error(chosen)
+    for _ in range(len(candidates)):  # bounded: one pair per pass
+        options = [(error(chosen + [p]), p) for p in candidates if p not in chosen]
+        if not options:
+            break
+        value, pick = min(options)
+        if value >= best:
+            break
+        chosen.append(pick)
+        best = value
+    return chosen
+
+
 def greedy_select(scores: dict[tuple[int, int], float], cells: dict[tuple[int, int], int],
                   rho_marginals: Fraction) -> list[tuple[int, int]]:
-    chosen: list[tuple[int, int]] = []
-    remaining = dict(scores)
+    """PrivSyn's rule with the pairs sharing ``rho_marginals`` evenly (module docstring)."""
     scale = math.sqrt(2 / math.pi)
 
     def total_error(selected: list) -> float:
@@ -61,15 +80,4 @@ def greedy_select(scores: dict[tuple[int, int], float], cells: dict[tuple[int, i
         return (sum(v for p, v in scores.items() if p not in selected)
                 + scale * sigma * sum(cells[p] for p in selected))
 
-    best_error = total_error([])
-    for _ in range(len(scores)):  # bounded: one pair per pass
-        options = [(total_error(chosen + [p]), p) for p in remaining]
-        if not options:
-            break
-        error, pick = min(options)
-        if error >= best_error:
-            break
-        chosen.append(pick)
-        del remaining[pick]
-        best_error = error
-    return chosen
+    return greedy_by_error(list(scores), total_error)

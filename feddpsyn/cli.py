@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from feddpsyn.distaim_cli import app as distaim_app
+from feddpsyn.terminal import fail, read_token
 
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
 
@@ -31,18 +32,11 @@ app.add_typer(distaim_app, name="distaim")  # the three-server path: serve, part
 
 
 def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg="red", err=True)
-    raise typer.Exit(2)
+    fail(message, 2)
 
 
 def _read_token(path: Path) -> str:
-    try:
-        token = path.read_text().strip()
-    except OSError as exc:
-        _fail(f"cannot read token file {path}: {exc.strerror}")
-    if not token:
-        _fail(f"token file {path} is empty")
-    return token
+    return read_token(path, 2)
 
 
 @app.command()

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import typer
 
+from feddpsyn.terminal import fail, read_token
+
 app = typer.Typer(help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers",
                   no_args_is_help=True)
 session_app = typer.Typer(help="Operator: create, inspect, run and delete a session at the "
@@ -36,8 +38,7 @@ _OPERATOR = typer.Option(..., help="the operator token file of each server, comm
 
 
 def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(1)
+    fail(message, 1)
 
 
 def _servers(text: str) -> list[str]:
@@ -51,15 +52,7 @@ def _operator_tokens(text: str) -> list[str]:
     paths = [Path(p.strip()) for p in text.split(",") if p.strip()]
     if len(paths) not in (1, 3):
         _fail("--operator-token-file: one file, or three (one per server)")
-    tokens = []
-    for p in paths:
-        try:
-            token = p.read_text().strip()
-        except OSError as exc:
-            _fail(f"{p}: {exc.strerror}")
-        if not token:
-            _fail(f"{p} is empty")
-        tokens.append(token)
+    tokens = [read_token(p, 1) for p in paths]
     return tokens * 3 if len(tokens) == 1 else tokens
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from common import wire
-from common.credentials import new_token, token_hash
+from common.credentials import (CLIENT_TOKENS_SQL, new_token, store_client_tokens,
+                                stored_token_hashes)
 from common.serving import Database, ServiceError, already_stored, write_private
 from crypto.aggregation import chunk_ranges, decode_release, publish_counts
 from crypto.blobs import pack_blobs
@@ -45,9 +46,6 @@ _SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, request_json TEXT NOT NULL, public_json TEXT NOT NULL,
     created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS client_tokens (
-    session_id TEXT NOT NULL, client_id TEXT NOT NULL, token_hash TEXT NOT NULL,
-    PRIMARY KEY (session_id, client_id));
 CREATE TABLE IF NOT EXISTS masked (
     session_id TEXT NOT NULL, client_id TEXT NOT NULL, commitment TEXT NOT NULL,
     digest TEXT NOT NULL, received REAL NOT NULL, cipher_digest TEXT,
@@ -83,7 +81,7 @@ class KeyServer:
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
         self.db = Database(state_dir / "keyserver.sqlite",
-                           _SCHEMA_SQL + LEDGER_SQL + SELECTION_SQL)
+                           CLIENT_TOKENS_SQL + _SCHEMA_SQL + LEDGER_SQL + SELECTION_SQL)
         self.privacy_ledger = PrivacyLedger(self.db)
         self.selection = SelectionRole(self, self.privacy_ledger)
         self._keys: dict[str, SessionKeys] = {}
@@ -119,8 +117,7 @@ class KeyServer:
             conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
                          (session_id, request.model_dump_json(by_alias=True),
                           public.model_dump_json(by_alias=True), time.time()))
-            conn.executemany("INSERT INTO client_tokens VALUES (?, ?, ?)",
-                             [(session_id, c, token_hash(t)) for c, t in tokens.items()])
+            store_client_tokens(conn, session_id, tokens)
         with self._lock:
             self._keys[session_id] = keys
             self._plans[session_id] = plan
@@ -167,10 +164,7 @@ class KeyServer:
     def client_token_hashes(self, session_id: str) -> dict[str, str]:
         """The session's client token hashes (``common.credentials.ClientTokens``)."""
         self.public(session_id)
-        with self.db.connect() as conn:
-            return {r["client_id"]: r["token_hash"] for r in conn.execute(
-                "SELECT client_id, token_hash FROM client_tokens WHERE session_id = ?",
-                (session_id,))}
+        return stored_token_hashes(self.db, session_id)
 
     # ---------------------------------------------------------------- uploads
     def store_masked(self, session_id: str, client_id: str,

@@ -34,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from dp.discrete_gaussian import discrete_gaussian_vector
+from dp.pair_selection import greedy_by_error
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
@@ -80,18 +81,7 @@ def privsyn_greedy(noisy_scores: dict[tuple[int, int], float], cells: dict[tuple
                     for p in selected)
         return sum(v for p, v in noisy_scores.items() if p not in selected) + noise
 
-    chosen: list[tuple[int, int]] = []
-    best = error(chosen)
-    for _ in range(len(noisy_scores)):  # bounded: one pair per pass
-        options = [(error(chosen + [p]), p) for p in noisy_scores if p not in chosen]
-        if not options:
-            break
-        value, pick = min(options)
-        if value >= best:
-            break
-        chosen.append(pick)
-        best = value
-    return chosen
+    return greedy_by_error(list(noisy_scores), error)
 
 
 def central_privsyn(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
