@@ -37,19 +37,26 @@ run-time arithmetic is modular (mod 2^(k+1)) exactly as P1's mask wrap-around; t
 checks the width equals ``count_bits``. The only clear-type constraint is that s_j fits the
 signed width the input set gave it (it is drawn from the same +-w_j range).
 
-**Cost** (measured by ``bench/bench_joint_noise.py``): K encrypted bits per released cell,
-~24 bytes each (compressed), KS encryption ~0.1 ms and CS run ~0.2 ms per bit; coins need
-K = n ~ 4 sigma^2 (7,892 per 1-way count of the Fed-Heart-Disease demo at eps 1), uniforms
-far fewer (24 uniforms of 5 bits = 120 bits for the same count at 1.04 x its variance).
+**Cost** (``bench/bench_joint_noise.py``, 2 shared cores, Fed-Heart-Disease demo at eps 1):
+K encrypted bits per released cell, 24 bytes each compressed; KS draw + encryption ~0.12 ms
+and CS run ~0.16 ms per bit (leveled; concrete expands the inputs at run time, so a call
+holds at most ~32k bits: cells per call = 32768 // K). Coins need K = n ~ 4 sigma^2: 7,892
+per 1-way count (190 KB and 1.2 s of CS time per cell, x2574 of today's P1 run); 24 XOR-shared
+5-bit uniforms give the same count 1.04 sigma^2 for K = 120 (2.9 KB, 20 ms per cell, x42 of
+P1, 1.2 s for the 60 cells). Per-count variance: 2046 against today's 2 sigma^2 = 3945.
+Compile and keys are free (no evaluation keys; the circuit's shape is fixed per release).
 
-**When it fits.** Use the joint noise for a release when its matched shape
-(``dp.joint_noise_accounting``: the M-fold conditioned Renyi curve below a * rho_R at the
-orders of the session's conversion) fits the count width (max_rows + span/2 < 2^(k-1),
-:func:`check_room`) and its offline bits (cells x K x 24 bytes) fit the operator's budget for
-the KS-to-CS transfer; the cheapest matching shape within 10% of the coins' variance is
-chosen (:func:`choose_shape`). Otherwise the two-noise path stays, and the release document
-says which noise each count carries. Either way the count's variance is at most half of
-today's 2 sigma^2 whenever the joint path is taken (ratio measured per release).
+**When it fits.** Each release takes the shape of :func:`choose_shape`: the fewest bits
+among the smallest matching coins and the matching uniforms within 10% of the coins'
+variance (``dp.joint_noise_accounting``: its M-fold conditioned Renyi curve below a * rho_R
+at the orders of the session's conversion, the session's eps confirmed end to end). Take
+the joint path when (1) the count width has room, max_rows + span/2 < 2^(k-1)
+(:func:`check_room`; no tail: |Z| <= span/2 always), and (2) cells x K x 24 bytes of
+offline bits and cells x K x ~0.16 ms of CS time fit the operator's budget. With uniforms
+(K of 60-250 at any budget tried: it grows with log sigma^2, not sigma^2) this holds even
+for Adult with every pair released at eps 0.5-2 (11,926 cells, K = 120-144: 34-41 MB,
+~4-5 CPU-min); the two-noise path stays only where a release's cells x K do not fit (or
+k has no room), and the release document says which noise each count carries.
 
 >>> shape = JointNoiseShape(uniforms=2, bits=2)
 >>> ks = np.array([[1, 0, 1, 1]]); cs = np.array([[1, 1, 0, 0]])
