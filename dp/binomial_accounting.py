@@ -171,7 +171,10 @@ class LossDistribution:
         [ln sum_E P(x) e^((a-1) L(x)) - a ln P(E)] / (a - 1), in log space."""
         keep = self.conditioning(tail)
         log_p, losses = self.log_masses[keep], self.losses[keep]
-        log_e = math.log1p(-min(self.failure(tail), 0.5))
+        failure = self.failure(tail)
+        if failure >= 1:
+            raise ValueError("the conditioning event has no mass")
+        log_e = math.log1p(-failure)  # failure is rounded up, so P(E) is rounded down
         out = {}
         for a in orders:
             if a <= 1:
