@@ -21,8 +21,9 @@ s/cell on a quiet machine, every score exact (after the add-width fix), full P2 
 ratio (x0.462) overstates the gain (modelled: x0.799).
 With P2's XORs packed two bits a lookup (2026-11-23, ``crypto.indif.XOR_PACK``): every score
 exact at Fed-Heart's widths in both configurations (modelled x0.835; the run shared the 2 cores
-with about six other processes, so its seconds are not comparable: see
-``bench/bench_p2_widths.py`` for an alternating old/new timing).
+with about six other processes, so its seconds are not comparable). Since P2 takes M's base-4
+digits (``crypto.indif``), ``bench/bench_p2_digits.py`` times it against the one-ciphertext
+form in one run.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, indif_exact,  # noqa: E402
-                          indif_offset)
+from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, digits_of,  # noqa: E402
+                          indif_exact, indif_offset)
 from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores  # noqa: E402
 from crypto.private_selection import indif_name  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
@@ -77,9 +78,9 @@ def score_pairs(module, pair_cells: list[int], sizes: tuple[int, ...], k: int,
             masked[:used] = (counts[part] + mask[part]) % 2 ** k
             offset[:used] = indif_offset(mask[part], expected[part], k)
             function = getattr(module, indif_name(size))
-            encrypted, _ = function.encrypt(masked, None)
+            encrypted, _ = function.encrypt(digits_of(masked, k), None)
             started = time.perf_counter()
-            score = function.run(encrypted, offset)
+            score = function.run(encrypted, digits_of(offset, k))
             if total is not None:
                 score = module.add.run(total, score)
             seconds += time.perf_counter() - started

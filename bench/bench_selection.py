@@ -9,7 +9,7 @@ Run: .venv/bin/python bench/bench_selection.py [--candidates 16] [--rows 48842]
 Widths follow the service's plan: score digits for InDif <= 2 * rows, the PF epsilon of one
 round from rho_select / rounds with the numerical loss included (crypto.selection.plan_step),
 n_b and kappa'_j from choose_shape. The selection phase of a session is sum over rounds of
-(remaining candidates) x (seconds per candidate); P2 per cell is bench/bench_indif.py.
+(remaining candidates) x (seconds per candidate); P2 per chunk is bench/bench_p2_digits.py.
 """
 
 from __future__ import annotations

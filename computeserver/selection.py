@@ -33,7 +33,7 @@ from common import wire
 from common.serving import write_private
 from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
 from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.indif import indif_offset
+from crypto.indif import digits_of, indif_offset
 from crypto.masking import expand_masks
 from crypto.private_selection import indif_name
 from crypto.selection import SelectionShape, random_share, secure_order
@@ -148,8 +148,8 @@ class SelectionRole(NoisyGreedyRole):
                 offset = np.full(size, 1 << (k2 - 1), dtype=np.int64)  # padding: |C - K| = 0
                 offset[:len(cells)] = indif_offset(
                     mask_sum[cells], expected[slot.attrs][cells - slot.offset], k2)
-                score = server.run(fhe.Value.deserialize(blob), offset, evaluation_keys=keys,
-                                   function_name=indif_name(size))
+                score = server.run(fhe.Value.deserialize(blob), digits_of(offset, k2),
+                                   evaluation_keys=keys, function_name=indif_name(size))
                 total = score if total is None else server.run(
                     total, score, evaluation_keys=keys, function_name="add")
                 with lock:

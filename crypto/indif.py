@@ -8,28 +8,32 @@ no extra privacy cost) and compute
 
     InDif(j, k) = sum over the pair's cells of |C_jk - K_jk|
 
-on ciphertexts, with one lookup-free bit decomposition per cell:
+on ciphertexts, in base 4, every lookup at most 3 bits wide:
 
-* the key server encrypts M = (sum_i m_i) mod 2^k per cell (it holds every masked value in
-  clear; their sum is as uniform as each one), a fresh k-bit ciphertext;
-* the compute server adds the clear c = (2^(k-1) - S - K) mod 2^k (S: the mask sum it
-  expands from the seeds), so x = M + c < 2^(k+1) never wraps, and the low k bits of x are
-  v = d + 2^(k-1) mod 2^k with d = C - K;
-* ``fhe.bits`` extracts v's bits b_0..b_(k-1); bit k-1 is the sign (1 iff d >= 0), and in
-  two's complement |d| = sum_{i<k-1} (b_i XOR neg) 2^i + neg with neg = 1 - b_(k-1): one
-  2-bit lookup per XOR. About 2k bootstraps per cell, exact.
-* The sum over cells is kept **per bit plane**: P_i = sum over cells of (b_i XOR neg) and
-  P_k = sum of neg, each at most ``cells`` (log2(cells) + 1 bits), so every lookup's output
-  stays narrow. InDif = sum_i 2^i P_i + P_k. (Accumulating |d| itself forces each lookup's
-  output into the accumulator's k-bit encoding, for which concrete finds no parameters at
-  k >= 12; planes compile at k = 16 with 2 s keygen and 40 MB evaluation keys.) The planes
-  are the input of the next stage. With ``output="bits"`` the circuit goes on to add the
-  planes' bits column by column (every column sum a few bits wide) and returns InDif's binary
-  digits, what TFHE-EXP's bit-serial product consumes (k = 16, 64 cells: 34 bootstraps/cell,
-  4.6 s keygen, 85 MB evaluation keys, 0.30 s/cell). Adding the planes with wide lookups
-  instead couples the widths (88 s keygen, 1.5 GB keys, 1.0 s/cell). The ``output="bits"``
-  form takes the XORs two bits at a time (one 3-bit lookup for two 2-bit ones, ``XOR_PACK``;
-  planes of weight 2^i sum values up to 3): k + ceil((k-1)/2) bootstraps per cell.
+* the key server holds M = (sum_i m_i) mod 2^k per cell in clear (every masked value; their
+  sum is as uniform as each one) and encrypts its base-4 digits M_0..M_(D-1) (D = ceil(k/2),
+  :func:`digits_of`): fresh 2-bit ciphertexts;
+* the compute server holds the clear c = (2^(k-1) - S - K) mod 2^k (S: the mask sum it
+  expands from the seeds) and adds it digit by digit with a ripple carry:
+  u_i = M_i + c_i + carry_i <= 7, carry_(i+1) = [u_i >= 4] (one 3-bit lookup), and the digit
+  v_i = u_i - 4 carry_(i+1) is leveled. The carry out of the top digit is dropped, so
+  v = (M + c) mod 2^k = d + 2^(k-1) mod 2^k with d = C - K: no wrap can occur in between;
+* bit k-1 of v is the sign (1 iff d >= 0), and in two's complement |d| = sum_{i<k-1}
+  (b_i XOR neg) 2^i + neg with neg = 1 - b_(k-1): one 3-bit lookup per digit
+  (v_i + 4 neg -> v_i XOR 3 neg); the top digit's sign and its magnitude bit (k even) are
+  one lookup each on u_(D-1).
+* The sum over cells is kept **per plane**: P_i = sum over cells of (v_i XOR 3 neg) (weight
+  4^i, at most 3 cells) and P_s = sum of neg, so every lookup's output stays narrow; the
+  planes' bits are then added column by column (carry-save: every column sum a few bits wide)
+  into InDif's binary digits, what TFHE-EXP's bit-serial product consumes.
+
+Why digits and not one k-bit ciphertext: extracting k bits from a (k+1)-bit ciphertext
+(``fhe.bits``) makes concrete pick parameters for the k+1-bit message space (2-level
+bootstraps) and costs k bootstraps a cell; the digits need 2 ceil(k/2) - 1 + [k even]
+lookups a cell (12 instead of 18 at k = 12), all in 3-bit partitions. Measured at k = 12, 32
+cells, in one run on 2 cores: 6.3-9.0 s against 13.0-17.1 s a chunk (x0.44-0.53), every
+score exact (``bench/bench_p2_digits.py``). The key server encrypts D ciphertexts a cell
+instead of one (offline, 2-bit messages).
 
 Sensitivity (count units, K fixed public constants): adding or removing one record changes
 exactly one cell of C_jk by 1, so InDif changes by at most 1 under add/remove neighbours
@@ -47,33 +51,66 @@ from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
 
-__all__ = ["compile_indif_chunk", "indif_offset", "indif_plaintext", "indif_exact",
-           "indif_from_planes", "indif_from_bits", "chunk_bootstraps",
+__all__ = ["compile_indif_chunk", "digits_of", "digit_count", "indif_offset",
+           "indif_plaintext", "indif_exact", "indif_from_bits", "indif_inputset",
+           "chunk_bootstraps",
            "CHUNK_COMPLEXITY", "ADD_COMPLEXITY"]
 
-# Cost of one P2 call with ``output="bits"`` by its chunk size, and of one ``add``: concrete
-# 2.11's optimiser complexity at k = 11, p_error 2^-40, in units of 1e9 (measured with
-# ``circuit.complexity`` of ``compile_indif_chunk``, machine-independent; with the XORs
-# packed, ``XOR_PACK``: unpacked it was 16.0, 29.8, 49.0, 94.0). The per-cell cost falls with
-# the chunk size up to 32 cells (the planes' digit conversion is paid once a chunk: 1.73 per
-# cell at 8 cells, 1.28 at 32) while padding grows, so pairs are cut into chunks of mixed sizes
-# (``params.session_plan.indif_chunks``). Fed-Heart-Disease's cut is the same with either
-# table (103 chunks: 42 of 8 cells, 29 of 16, 32 of 32).
-CHUNK_COMPLEXITY = {8: 13.8, 16: 22.3, 32: 41.1, 64: 87.3}
+# Cost of one P2 call by its chunk size, and of one ``add``: concrete 2.11's optimiser
+# complexity at k = 11, p_error 2^-40, in units of 1e9 (``circuit.complexity`` of
+# ``compile_indif_chunk``, machine-independent; 143, 239, 423 and 787 bootstraps; with one
+# k+1-bit ciphertext a cell it was 13.8, 22.3, 41.1, 87.3). The per-cell cost falls with the
+# chunk size up to 32 cells (the planes' digit conversion is paid once a chunk) while padding
+# grows, so pairs are cut into chunks of mixed sizes (``params.session_plan.indif_chunks``);
+# at 64 cells the planes need 8 bits and dearer parameters.
+CHUNK_COMPLEXITY = {8: 10.82, 16: 16.39, 32: 28.52, 64: 81.33}
 ADD_COMPLEXITY = 1.3
+
+# The base of the digits the key server encrypts: 2 bits, so that a digit plus the clear
+# digit plus a carry fits a 3-bit lookup (wider digits need 4-bit lookups, which concrete
+# gives larger parameters).
+DIGIT_BITS = 2
+
+
+def digit_count(count_bits: int) -> int:
+    """D = ceil(k / 2): base-4 digits of a k-bit value."""
+    if count_bits < 2:
+        raise ValueError("P2 needs k >= 2 (one magnitude bit and the sign)")
+    return -(-count_bits // DIGIT_BITS)
+
+
+def digits_of(values: np.ndarray, count_bits: int) -> np.ndarray:
+    """Base-4 digits of values in [0, 2^k), least significant first: shape (D, cells), what
+    the key server encrypts (M) and the compute server passes in clear (c)."""
+    values = np.asarray(values, dtype=np.int64)
+    if values.size and (values.min() < 0 or values.max() >> count_bits):
+        raise ValueError(f"P2's inputs are residues mod 2^{count_bits}")
+    return np.stack([(values >> (DIGIT_BITS * i)) & 3 for i in range(digit_count(count_bits))])
+
+
+def _plane_maxima(count_bits: int, cells: int) -> list[tuple[int, int]]:
+    """(weight exponent, maximum) of every plane: one per full magnitude digit (sums of values
+    below 4 over the cells), the top digit's magnitude bit when k is even, and the signs."""
+    full = (count_bits - 1) // DIGIT_BITS
+    planes = [(DIGIT_BITS * i, 3 * cells) for i in range(full)]
+    if count_bits % 2 == 0:
+        planes.append((count_bits - 2, cells))
+    return planes + [(0, cells)]
 
 
 def chunk_bootstraps(cells: int, count_bits: int) -> int:
-    """An upper bound on the lookups of one ``output="bits"`` call, counted from the circuit:
-    per cell k bit extractions and one packed XOR per ``XOR_PACK`` magnitude bits; per plane
-    its bits; per digit column of the carry-save at most two (digit and carry). Tested against
-    concrete's count (``tests/test_indif.py``); it feeds the session's union bound on
-    bootstrap failures."""
+    """An upper bound on the lookups of one P2 call, counted from the circuit: per cell a carry
+    per digit below the top, one XOR per full magnitude digit, the sign and (k even) the top
+    magnitude bit; per plane its bits; per digit column of the carry-save at most two (digit
+    and carry). Tested against concrete's count (``tests/test_indif.py``); it feeds the
+    session's union bound on bootstrap failures."""
     k = count_bits
+    d = digit_count(k)
+    per_cell = (d - 1) + (k - 1) // DIGIT_BITS + 1 + (1 if k % 2 == 0 else 0)
     maxima = _plane_maxima(k, cells)
     plane_bits = sum(top.bit_length() for _, top in maxima)
     columns = (k - 1) + cells.bit_length() + 3
-    return cells * (k + len(_packs(k))) + plane_bits + 2 * columns
+    return cells * per_cell + plane_bits + 2 * columns
 
 
 def indif_offset(mask_sum: np.ndarray, expected: np.ndarray, count_bits: int) -> np.ndarray:
@@ -95,92 +132,54 @@ def indif_exact(counts: np.ndarray, expected: np.ndarray) -> int:
     return int(np.abs(np.asarray(counts, dtype=np.int64) - np.asarray(expected)).sum())
 
 
-def indif_from_planes(planes) -> int:
-    """InDif = sum_i 2^i P_i + P_k from the circuit's k bit-plane sums (last: the signs)."""
-    planes = [int(p) for p in planes]
-    return sum(p << i for i, p in enumerate(planes[:-1])) + planes[-1]
+def _lut(fn, width: int) -> fhe.LookupTable:
+    return fhe.LookupTable([fn(i) for i in range(1 << width)])
 
 
-def _indif_function(count_bits: int):
+_CARRY = _lut(lambda u: int(u >= 4), 3)                   # u = M_i + c_i + carry_i <= 7
+_XOR_SIGN = _lut(lambda t: (t & 3) ^ (3 if t >> 2 else 0), 3)   # v_i + 4 neg
+# The top digit's u: k even, bits (k-2, k-1) of v = u mod 4; k odd, bit k-1 = u mod 2.
+_NEG_EVEN = _lut(lambda u: 1 - ((u >> 1) & 1), 3)
+_TOP_EVEN = _lut(lambda u: (u & 1) ^ (1 - ((u >> 1) & 1)), 3)
+# u <= 3 here, but every row of the digit tensor must share one encoding (concrete gives a
+# tensor one width), so this lookup is declared as wide as the others.
+_NEG_ODD = _lut(lambda u: 1 - (u & 1), 3)
+
+
+def _tlu(table: fhe.LookupTable, index):
+    """A lookup whose index is declared wide enough for the whole table: an input set cannot
+    be trusted to reach every intermediate, and a too narrow encoding would wrap silently."""
+    return table[fhe.hint(index, can_store=len(table.table) - 1)]
+
+
+def _indif_bits_function(count_bits: int, cells: int):
+    """P2 on one chunk (module docstring): base-4 digits of M (encrypted) and c (clear), each
+    (D, cells), to InDif's binary digits, least significant first."""
     k = count_bits
-    xor = fhe.univariate(lambda t: t % 2)
+    d = digit_count(k)
+    maxima = _plane_maxima(k, cells)
 
-    def indif(masked_sum, offset):
-        # Every width is declared (fhe.hint): an input set cannot be trusted to reach each
-        # intermediate's maximum, and a too narrow encoding would wrap silently.
-        x = fhe.hint(masked_sum + offset, can_store=(1 << (k + 1)) - 2)
-        bits = [fhe.bits(x)[i] for i in range(k)]
-        negative = 1 - bits[k - 1]
-        planes = [np.sum(xor(fhe.hint(bits[i] + negative, can_store=2)))
-                  for i in range(k - 1)]
-        return tuple(planes + [np.sum(negative)])
-
-    return indif
-
-
-# XORs with the sign taken two bits at a time: one 3-bit lookup t = b_i + 2 b_(i+1) + 4 neg ->
-# (b_i XOR neg) + 2 (b_(i+1) XOR neg) instead of two 2-bit lookups. Measured with concrete 2.11
-# at Fed-Heart's widths (k = 11, the em module with its 66-candidate select): a 32-cell chunk
-# needs 568 bootstraps instead of 749, and the bit extraction's key switch 5 levels instead of 9
-# (bench/bench_p2_widths.py). Three bits at a time (4-bit lookups) costs more: those lookups
-# need larger parameters.
-XOR_PACK = 2
-
-
-def _xor_table(width: int) -> fhe.LookupTable:
-    """t = sum_j 2^j b_j + 2^width neg  ->  sum_j 2^j (b_j XOR neg), for ``width`` bits b_j."""
-    ones = (1 << width) - 1
-    return fhe.LookupTable([(t & ones) ^ (ones if t >> width else 0)
-                            for t in range(1 << (width + 1))])
-
-
-def _packs(count_bits: int, pack: int = XOR_PACK) -> list[tuple[int, int]]:
-    """(first bit, width) of each packed XOR lookup over the k - 1 magnitude bits."""
-    packs, i = [], 0
-    while i < count_bits - 1:
-        width = min(pack, count_bits - 1 - i)
-        packs.append((i, width))
-        i += width
-    return packs
-
-
-def _plane_maxima(count_bits: int, cells: int, pack: int = XOR_PACK) -> list[tuple[int, int]]:
-    """(weight, maximum) of every plane of the packed form: a pack of width w sums
-    values below 2^w over the cells; the sign plane sums ``neg``."""
-    return [(first, ((1 << width) - 1) * cells) for first, width in _packs(count_bits, pack)] + [
-        (0, cells)]
-
-
-def _indif_bits_function(count_bits: int, cells: int, pack: int = XOR_PACK):
-    """P2 with InDif's binary digits as output, least significant first: the input TFHE-EXP's
-    bit-serial product consumes. As ``_indif_function`` (bit extraction, XOR with the sign,
-    per-plane sums over the cells) with the XORs packed (``XOR_PACK``); then the planes' bits
-    are added column by column (carry-save: every column sum is a few bits wide). ``pack=1``
-    is the unpacked form (one 2-bit lookup per XOR), kept for ``bench/bench_p2_widths.py``."""
-    k = count_bits
-    packs = _packs(k, pack)
-    tables = {width: _xor_table(width) for _, width in packs}
-    maxima = _plane_maxima(k, cells, pack)
-
-    def indif_bits(masked_sum, offset):
-        # Every width is declared (fhe.hint), as in ``_indif_function``.
-        x = fhe.hint(masked_sum + offset, can_store=(1 << (k + 1)) - 2)
-        bits = [fhe.bits(x)[i] for i in range(k)]
-        negative = 1 - bits[k - 1]
-        planes = []
-        for (first, width), (_, top) in zip(packs, maxima):
-            t = negative * (1 << width)
-            for j in range(width):
-                t = t + bits[first + j] * (1 << j)
-            t = fhe.hint(t, can_store=(1 << (width + 1)) - 1)
-            planes.append(fhe.hint(np.sum(tables[width][t]), can_store=top))
-        planes.append(fhe.hint(np.sum(negative), can_store=cells))
+    def indif_bits(masked_digits, offset_digits):
+        values, carry = [], None
+        for i in range(d - 1):
+            u = masked_digits[i] + offset_digits[i] + (0 if carry is None else carry)
+            carry = _tlu(_CARRY, u)
+            values.append(fhe.hint(u - 4 * carry, can_store=3))  # leveled: u mod 4
+        u = masked_digits[d - 1] + offset_digits[d - 1] + (0 if carry is None else carry)
+        if k % 2 == 0:
+            negative = _tlu(_NEG_EVEN, u)
+            top = [_tlu(_TOP_EVEN, u)]
+        else:
+            negative, top = _tlu(_NEG_ODD, u), []
+        planes = [np.sum(_tlu(_XOR_SIGN, v + 4 * negative)) for v in values]
+        planes += [np.sum(t) for t in top] + [np.sum(negative)]
+        planes = [fhe.hint(p, can_store=m) for p, (_, m) in zip(planes, maxima)]
         columns: dict[int, list] = {}
-        for plane, (weight, top) in zip(planes, maxima):
-            for t in range(top.bit_length()):
+        for plane, (weight, most) in zip(planes, maxima):
+            for t in range(most.bit_length()):
                 columns.setdefault(weight + t, []).append(fhe.bits(plane)[t])
         digits, carry, carry_max = [], None, 0
-        for j in range(max(columns) + 2 * max(top.bit_length() for _, top in maxima) + 2):
+        for j in range(max(columns) + 2 * max(m.bit_length() for _, m in maxima) + 2):
             terms = columns.get(j, []) + ([] if carry is None else [carry])
             if not terms:
                 break
@@ -203,28 +202,28 @@ def indif_from_bits(digits) -> int:
     return sum(int(b) << i for i, b in enumerate(digits))
 
 
-def compile_indif_chunk(cells: int, count_bits: int, p_error: float,
-                        output: str = "planes") -> fhe.Circuit:
-    """Compile P2 over ``cells`` cells of one pair (pad with M = 0, c = 2^(k-1): |d| = 0).
+def indif_inputset(count_bits: int, cells: int, rng: np.random.Generator) -> list[tuple]:
+    """Digit inputs (D, cells) from 0 to 3 in every row, the extremes included. With k odd the
+    top digit of a residue is at most 1, but concrete gives a tensor one encoding for all its
+    rows, and a row that the input set keeps below 2 made its slices disagree with the others
+    (a compile error): so the set spans 0..3 in every row; the lookups are correct on the
+    residues' digits (``tests/test_indif.py``)."""
+    d = digit_count(count_bits)
+    zero = np.zeros((d, cells), dtype=np.int64)
+    centre = digits_of(np.full(cells, 1 << (count_bits - 1)), count_bits)
+    pairs = [(zero, zero), (zero + 3, zero + 3), (zero, centre)]
+    return pairs + [(rng.integers(0, 4, (d, cells)), rng.integers(0, 4, (d, cells)))
+                    for _ in range(8)]
 
-    ``output="planes"``: k encrypted plane sums (:func:`indif_from_planes`);
-    ``output="bits"``: InDif's binary digits (:func:`indif_from_bits`).
-    """
+
+def compile_indif_chunk(cells: int, count_bits: int, p_error: float) -> fhe.Circuit:
+    """Compile P2 over ``cells`` cells of one pair (pad with M = 0, c = 2^(k-1): |d| = 0);
+    run it on ``digits_of(M)`` and ``digits_of(c)``; :func:`indif_from_bits` reads InDif."""
     ensure_tag_stack()
-    k = count_bits
-    if output not in ("planes", "bits"):
-        raise ValueError("output is 'planes' or 'bits'")
-    function = _indif_function(k) if output == "planes" else _indif_bits_function(k, cells)
-    compiler = fhe.Compiler(function, {"masked_sum": "encrypted", "offset": "clear"})
-    zero = np.zeros(cells, dtype=np.int64)
-    top = np.full(cells, (1 << k) - 1, dtype=np.int64)
-    centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
-    rng = np.random.default_rng(0)
-    # (0, 0) gives v = 0, d = -2^(k-1) in every cell: every plane reaches its bound, cells.
-    inputset = [(zero, zero), (top, top), (zero, centre)]
-    inputset += [(rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells))
-                 for _ in range(8)]
+    compiler = fhe.Compiler(_indif_bits_function(count_bits, cells),
+                            {"masked_digits": "encrypted", "offset_digits": "clear"})
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None,
                                       show_progress=False, compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
-    return compiler.compile(inputset, configuration)
+    return compiler.compile(indif_inputset(count_bits, cells, np.random.default_rng(0)),
+                            configuration)

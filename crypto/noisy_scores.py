@@ -6,7 +6,7 @@ scores. Here the compute server holds every pair's InDif as encrypted binary dig
 Gaussian noise z under encryption, so that the key server, which decrypts, only ever sees
 InDif + z. One concrete module, one key set, three functions:
 
-* ``indif_<s>(masked_sum, offset)`` (one per chunk size) and ``add(x, y)``: exactly those of
+* ``indif_<s>(masked_digits, offset_digits)`` (one per chunk size) and ``add(x, y)``: exactly those of
   ``crypto.private_selection`` (same code, ``score_functions``), without ``select``, so the
   ``em`` module and its keys stay as they are;
 * ``noise(x, c)``: a ripple-carry adder with a *clear* operand: x is a score's n encrypted

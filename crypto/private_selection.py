@@ -4,11 +4,11 @@ The compute server must feed Primitive 2's encrypted outputs into Primitive 3, s
 cannot be separate circuits (each would have its own keys): they are functions of one concrete
 module, wired so that an output of one is a valid input of another:
 
-* ``indif_<s>(masked_sum, offset)``, one function per chunk size s: InDif of one chunk of
-  one pair's cells (``crypto.indif``, ``output="bits"``), as exactly ``score_bits`` binary
-  digits. Several sizes, because a chunk's digit conversion costs the same whatever its
-  padding: a pair is cut into the chunks of least total cost (``params.session_plan``);
-  only the sizes a session's pairs use are compiled;
+* ``indif_<s>(masked_digits, offset_digits)``, one function per chunk size s: InDif of one
+  chunk of one pair's cells (``crypto.indif``: base-4 digits of M encrypted, of c in clear),
+  as exactly ``score_bits`` binary digits. Several sizes, because a chunk's digit
+  conversion costs the same whatever its padding: a pair is cut into the chunks of least
+  total cost (``params.session_plan``); only the sizes a session's pairs use are compiled;
 * ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
   sum of its chunks' scores; two 2-bit lookups per digit);
 * ``select(score_0, ..., score_{S-1}, active, r_ks, priority, xor_twice, xor_shift)``:
@@ -21,8 +21,8 @@ M mod 2^k. ``score_bits`` must hold every pair's InDif: with K clipped so that s
 InDif <= sum C + sum K <= 2 * max_rows, so score_bits = bit length of 2 * max_rows, and
 truncating a chunk's digits (or a sum's carry-out) to it is exact.
 
-Cost (measured in ``bench/bench_selection.py``): every lookup is at most 3 bits wide except
-P2's bit extraction from the k+1-bit input, so one key set serves all three functions.
+Cost (measured in ``bench/bench_selection.py``): every lookup is at most 3 bits wide (P2's
+digits included, ``crypto.indif``), so one key set serves all three functions.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
-from crypto.indif import _indif_bits_function
+from crypto.indif import _indif_bits_function, indif_inputset
 from crypto.selection import SelectionShape, clear_arguments, select_core
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
@@ -78,8 +78,8 @@ def _indif_function(count_bits: int, cells: int, score_bits: int):
     n = score_bits
     chunk_bits = _indif_bits_function(count_bits, cells)
 
-    def indif(masked_sum, offset):
-        digits = list(chunk_bits(masked_sum=masked_sum, offset=offset))[:n]
+    def indif(masked_digits, offset_digits):
+        digits = list(chunk_bits(masked_digits=masked_digits, offset_digits=offset_digits))[:n]
         digits += [digits[0] * 0] * (n - len(digits))
         return fhe.array(digits)
 
@@ -116,14 +116,7 @@ def score_inputsets(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
     """Input sets of every ``indif_<s>`` and of ``add`` (and the digit vectors they use),
     drawn from ``rng`` in a fixed order so that a module compiled from them is reproducible."""
     k, n = count_bits, score_bits
-    indif_inputs = {}
-    for cells in chunk_sizes:
-        zero = np.zeros(cells, dtype=np.int64)
-        top = np.full(cells, (1 << k) - 1, dtype=np.int64)
-        centre = np.full(cells, 1 << (k - 1), dtype=np.int64)
-        indif_inputs[indif_name(cells)] = [(zero, zero), (top, top), (zero, centre)] + [
-            (rng.integers(0, 1 << k, cells), rng.integers(0, 1 << k, cells))
-            for _ in range(8)]
+    indif_inputs = {indif_name(cells): indif_inputset(k, cells, rng) for cells in chunk_sizes}
     digit_inputs = [rng.integers(0, 2, n) for _ in range(8)] + [np.ones(n, dtype=np.int64)]
     add_inputs = [(a, b) for a, b in zip(digit_inputs, digit_inputs[1:] + digit_inputs[:1])]
     return indif_inputs, add_inputs, digit_inputs
@@ -150,7 +143,7 @@ def _functions(shape: PrivateSelectionShape, c: list[int]):
 
 
 def indif_definitions(indifs: dict) -> dict:
-    return {name: fhe.function({"masked_sum": "encrypted", "offset": "clear"})(fn)
+    return {name: fhe.function({"masked_digits": "encrypted", "offset_digits": "clear"})(fn)
             for name, fn in indifs.items()}
 
 

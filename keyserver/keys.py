@@ -18,6 +18,7 @@ from concrete import fhe
 
 from common.serving import write_private
 from crypto.aggregation import compile_aggregation
+from crypto.indif import digits_of
 from crypto.private_selection import (PrivateSelectionShape, compile_private_selection,
                                       indif_name)
 from params.session_plan import SessionPlan
@@ -104,8 +105,9 @@ class ScoreModuleKeys:
     parse = staticmethod(SessionKeys.parse)
 
     def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
-        """One chunk's M, for the ``indif_<s>`` function of its size."""
-        encrypted = self._client.encrypt(np.asarray(masked_sum, dtype=np.int64), None,
+        """One chunk's M (residues mod 2^k), as the base-4 digits the ``indif_<s>`` function
+        of its size takes (``crypto.indif``)."""
+        encrypted = self._client.encrypt(digits_of(masked_sum, self.shape.count_bits), None,
                                          function_name=indif_name(len(masked_sum)))
         return encrypted[0].serialize()
 

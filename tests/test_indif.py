@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps,
-                          compile_indif_chunk, indif_exact, indif_from_bits,
-                          indif_from_planes, indif_offset, indif_plaintext)
+                          compile_indif_chunk, digit_count, digits_of, indif_exact,
+                          indif_from_bits, indif_offset, indif_plaintext)
 from crypto.masking import expand_masks, new_seed
 from dp.pair_selection import expected_counts
 from params.selection_plan import chunk_sizes_for
@@ -21,6 +21,14 @@ def circuit():
     c = compile_indif_chunk(CELLS, K, 2.0 ** -40)
     c.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
     return c
+
+
+def run(circuit, masked_sum, offset, k=K):
+    """One P2 call as the servers make it: M's digits encrypted, c's in clear."""
+    encrypted = circuit.encrypt(digits_of(masked_sum, k), None)[0]
+    digits = circuit.decrypt(circuit.run(encrypted, digits_of(offset, k)))
+    assert all(int(d) in (0, 1) for d in digits)
+    return digits
 
 
 def masked_inputs(counts_per_client, expected):
@@ -39,17 +47,14 @@ def test_decrypted_indif_equals_the_plaintext_score(circuit, seed):
                                counts.sum())
     masked_sum, offset = masked_inputs(clients, expected)
     assert indif_plaintext(masked_sum, offset, K) == indif_exact(counts, expected)
-    planes = circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset)))
-    assert len(planes) == K
-    assert indif_from_planes(planes) == indif_exact(counts, expected)
+    assert indif_from_bits(run(circuit, masked_sum, offset)) == indif_exact(counts, expected)
 
 
 def test_extreme_differences_both_signs(circuit):
     counts = np.array([31, 0, 0, 0, 0, 0])
     expected = np.array([0, 31, 0, 0, 0, 1])
     masked_sum, offset = masked_inputs([counts], expected)
-    planes = circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset)))
-    assert indif_from_planes(planes) == 63
+    assert indif_from_bits(run(circuit, masked_sum, offset)) == 63
 
 
 def test_sensitivity_is_one_for_add_remove_and_two_for_substitution():
@@ -77,26 +82,42 @@ def test_sensitivity_is_one_for_add_remove_and_two_for_substitution():
     assert worst_add == 1 and worst_sub == 2
 
 
-def test_bits_output_gives_the_binary_digits_of_indif():
-    circuit = compile_indif_chunk(CELLS, K, 2.0 ** -40, output="bits")
-    circuit.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+def test_session_widths_both_parities_every_residue_class():
+    """k = 7 (odd: the top digit is the sign alone) and k = 8 (even: the top digit holds the
+    top magnitude bit and the sign), cells at every extreme of d: +-(2^(k-1) - 1), 0, -2^(k-1),
+    and random residues; every decrypted score equals the plaintext model, and the session's
+    union bound (chunk_bootstraps) never undercounts what concrete compiled."""
     rng = np.random.default_rng(7)
-    for _ in range(2):
-        clients = [rng.integers(0, 5, CELLS) for _ in range(3)]
-        counts = sum(clients)
-        expected = rng.integers(0, 8, CELLS)
-        masked_sum, offset = masked_inputs(clients, expected)
-        digits = circuit.decrypt(circuit.run(circuit.encrypt(masked_sum, offset)))
-        assert all(int(d) in (0, 1) for d in digits)
-        assert indif_from_bits(digits) == indif_exact(counts, expected)
-    # The session's union bound on bootstrap failures counts P2 with chunk_bootstraps: it must
-    # never undercount what concrete compiled.
-    assert chunk_bootstraps(CELLS, K) >= circuit.statistics["programmable_bootstrap_count"]
+    for k, cells in ((7, 8), (8, 8)):
+        circuit = compile_indif_chunk(cells, k, 2.0 ** -40)
+        circuit.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+        half = 1 << (k - 1)
+        d = np.array([half - 1, -(half - 1), 0, -half, 1, -1, 5, -5])
+        for _ in range(2):
+            masked_sum = rng.integers(0, 1 << k, cells)
+            # v = M + c mod 2^k = d + 2^(k-1): every carry pattern, both signs
+            offset = (d + half - masked_sum) % (1 << k)
+            assert indif_plaintext(masked_sum, offset, k) == int(np.abs(d).sum())
+            assert indif_from_bits(run(circuit, masked_sum, offset, k)) == int(np.abs(d).sum())
+            d = rng.integers(-half, half, cells)
+        assert chunk_bootstraps(cells, k) >= circuit.statistics["programmable_bootstrap_count"]
+
+
+def test_digits_of_splits_residues_in_base_four():
+    values = np.array([0, 1, 2 ** 11 - 1, 1234])
+    digits = digits_of(values, 11)
+    assert digits.shape == (digit_count(11), 4) == (6, 4)
+    assert (sum(digits[i] << (2 * i) for i in range(6)) == values).all()
+    assert digits.max() <= 3 and digits[-1].max() <= 1  # k odd: the top digit is one bit
+    with pytest.raises(ValueError, match="residues"):
+        digits_of(np.array([2 ** 11]), 11)
+    with pytest.raises(ValueError, match="residues"):
+        digits_of(np.array([-1]), 11)
 
 
 @pytest.mark.parametrize("cells,k", [(3, 5), (8, 6), (16, 7)])
 def test_chunk_bootstraps_bounds_the_compiled_count(cells, k):
-    circuit = compile_indif_chunk(cells, k, 2.0 ** -40, output="bits")  # compile only: no keys
+    circuit = compile_indif_chunk(cells, k, 2.0 ** -40)  # compile only: no keys
     compiled = circuit.statistics["programmable_bootstrap_count"]
     assert compiled <= chunk_bootstraps(cells, k) <= compiled + 16
 
@@ -114,28 +135,24 @@ def test_pairs_are_cut_into_the_cheapest_chunks():
         chunk_sizes_for(10, (8, 12))
 
 
-def test_packed_xor_lookups_are_the_xors_and_cost_fewer_bootstraps():
-    """Two magnitude bits per 3-bit lookup (``XOR_PACK``): the table is the XOR of each bit
-    with the sign, and the chunk needs fewer bootstraps than one 2-bit lookup per bit."""
-    from concrete import fhe
+def test_digit_tables_are_the_carry_and_the_xor_with_the_sign():
+    """The lookups of the digit construction against their definitions, every index."""
+    from crypto.indif import _CARRY, _NEG_EVEN, _NEG_ODD, _TOP_EVEN, _XOR_SIGN
+    for u in range(8):
+        assert _CARRY[u] == (u >= 4)
+        v, neg = u & 3, u >> 2
+        assert _XOR_SIGN[u] == (v ^ (3 * neg))
+        low, sign = u & 1, (u >> 1) & 1  # bits k-2 and k-1 of v for the top digit, k even
+        assert _NEG_EVEN[u] == 1 - sign and _TOP_EVEN[u] == low ^ (1 - sign)
+    for u in range(8):
+        assert _NEG_ODD[u] == 1 - (u & 1)
 
-    from crypto.indif import XOR_PACK, _indif_bits_function, _xor_table
-    for width in (1, 2, 3):
-        table = _xor_table(width)
-        for bits in range(1 << width):
-            for neg in (0, 1):
-                expected = sum(((bits >> j & 1) ^ neg) << j for j in range(width))
-                assert table[bits + (neg << width)] == expected
-    assert XOR_PACK == 2
-    cells, k = 16, 7
-    rng = np.random.default_rng(0)
-    inputset = [(np.zeros(cells, dtype=np.int64),) * 2] + [
-        (rng.integers(0, 2 ** k, cells), rng.integers(0, 2 ** k, cells)) for _ in range(4)]
-    counts = {}
-    for pack in (1, 2):
-        compiler = fhe.Compiler(_indif_bits_function(k, cells, pack),
-                                {"masked_sum": "encrypted", "offset": "clear"})
-        circuit = compiler.compile(inputset, fhe.Configuration(p_error=2.0 ** -40,
-                                                               global_p_error=None))
-        counts[pack] = circuit.statistics["programmable_bootstrap_count"]
-    assert counts[2] <= counts[1] - cells * (k - 1) // 2 + cells
+
+def test_digits_cost_fewer_bootstraps_than_bit_extraction():
+    """Per cell 2 ceil(k/2) - 1 + [k even] lookups (12 at k = 12) against k extractions plus
+    ceil((k-1)/2) XORs (18) for one k+1-bit ciphertext a cell; counted by concrete."""
+    cells, k = 16, 12
+    compiled = compile_indif_chunk(cells, k, 2.0 ** -40).statistics[
+        "programmable_bootstrap_count"]
+    assert compiled <= chunk_bootstraps(cells, k)
+    assert compiled < cells * (k + (k - 1 + 1) // 2)

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.indif import indif_exact, indif_offset
+from crypto.indif import digits_of, indif_exact, indif_offset
 from crypto.noisy_scores import (NoiseOutOfRange, NoisyScoreShape, compile_noisy_scores,
                                  decode_noisy_score, noise_offset_bits, noise_operand,
                                  noise_tail_delta, noise_tail_probability,
@@ -38,8 +38,8 @@ def test_indif_add_noise_compose_and_match_their_models(module):
         counts, expected = rng.integers(0, 6, CELLS), rng.integers(0, 6, CELLS)
         mask = rng.integers(0, 2 ** K, CELLS)
         indif = getattr(module, indif_name(CELLS))
-        masked, _ = indif.encrypt((counts + mask) % 2 ** K, None)
-        out = indif.run(masked, indif_offset(mask, expected, K))
+        masked, _ = indif.encrypt(digits_of((counts + mask) % 2 ** K, K), None)
+        out = indif.run(masked, digits_of(indif_offset(mask, expected, K), K))
         assert indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
         chunks.append(out)
         clear.append(indif_exact(counts, expected))
@@ -125,8 +125,8 @@ def test_chained_chunk_sums_at_adult_width():
         counts = rng.integers(0, 500, cells)
         expected = np.clip(counts + rng.integers(-300, 301, cells), 0, None)
         mask = rng.integers(0, 2 ** k, cells)
-        masked, _ = indif.encrypt((counts + mask) % 2 ** k, None)
-        score = indif.run(masked, indif_offset(mask, expected, k))
+        masked, _ = indif.encrypt(digits_of((counts + mask) % 2 ** k, k), None)
+        score = indif.run(masked, digits_of(indif_offset(mask, expected, k), k))
         running += indif_exact(counts, expected)
         total = score if total is None else module.add.run(total, score)
         assert module.add.decrypt(total).tolist() == digits(running, n)

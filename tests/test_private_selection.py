@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.indif import indif_exact, indif_offset
+from crypto.indif import digits_of, indif_exact, indif_offset
 from crypto.private_selection import (PrivateSelectionShape, add_plaintext,
                                       compile_private_selection, indif_name)
 from crypto.selection import (SelectionShape, clear_arguments, random_priorities, random_share,
@@ -41,8 +41,8 @@ def test_indif_add_select_compose_and_match_their_models(module):
         indif = getattr(module, indif_name(cells))
         counts, expected = rng.integers(0, 6, cells), rng.integers(0, 6, cells)
         mask = rng.integers(0, 2 ** K, cells)
-        masked, _ = indif.encrypt((counts + mask) % 2 ** K, None)
-        out = indif.run(masked, indif_offset(mask, expected, K))
+        masked, _ = indif.encrypt(digits_of((counts + mask) % 2 ** K, K), None)
+        out = indif.run(masked, digits_of(indif_offset(mask, expected, K), K))
         assert indif.decrypt(out).tolist() == digits(indif_exact(counts, expected))
         encrypted.append(out)
         clear.append(indif_exact(counts, expected))
