@@ -190,10 +190,10 @@ DEMO_ROUNDS = {"fed_heart_disease": 4}
 DEMO_SELECTION = {"fed_heart_disease": "em", "adult": "none"}
 # Seconds per bootstrap of each selection phase on this project's 2-core machines, for the
 # estimate printed before the encrypted selection. Measured by the default demo itself
-# (2026-11-23, quiet machine, hidden-order P3, max_rows with the row bound's room): P2 565 s
-# for its 41,627 planned bootstraps, P3 86 s a round (345 s for 48,444). Machines of this kind
-# differ: the same program ran P2 at 8.3 ms a bootstrap on 2026-11-22.
-SECONDS_PER_BOOTSTRAP = {"p2": 0.0136, "p3": 0.0071, "noise": 0.0071}
+# (2026-11-23, quiet machine, P2 on base-4 digits, hidden-order P3): P2 about 275 s for its
+# 30,683 planned bootstraps, P3 about 90 s a round (360 s for 48,444). Machines of this kind
+# differ (up to 1.7x per bootstrap between two of them).
+SECONDS_PER_BOOTSTRAP = {"p2": 0.0090, "p3": 0.0074, "noise": 0.0074}
 
 
 def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: float,
