@@ -140,3 +140,23 @@ def test_central_privsyn_selects_dependent_pairs_and_mst_compresses_rare_values(
     out = decode_mixtures(np.array([[70, 30, 0]]), (3,), np.array([1]), [20000], rng)
     share = np.bincount(out[:, 0], minlength=3) / 20000
     assert abs(share[0] - 0.7) < 0.02 and share[2] == 0 and set(out[:, 1]) == {1}
+
+
+def test_simulated_joint_release_carries_the_shapes_variance():
+    """The simulation's joint release (both servers' bits through the circuit's integer model,
+    decoded as the key server would): published - true over 20,000 cells has mean 0 and the
+    shape's variance, within the 4.9-sigma bounds of a two-sided test at alpha = 1e-6 (the
+    sample variance of a near-Gaussian noise has relative sd sqrt(2 / n))."""
+    from dp.joint_noise_accounting import JointNoiseShape
+    from fedbench.methods.feddpsyn_sim import joint_release_model
+    k, cells, clients = 20, 20_000, 3
+    shape = JointNoiseShape(uniforms=24, bits=5)
+    rng = np.random.default_rng(4)
+    counts = [rng.integers(0, 3000, cells) for _ in range(clients)]
+    masks = [expand_masks(new_seed(), "s", f"c{i}", cells, k) for i in range(clients)]
+    masked = [mask_counts(c, m, k) for c, m in zip(counts, masks)]
+    error = joint_release_model(masked, np.sum(masks, axis=0), shape, k) - np.sum(counts, 0)
+    assert abs(error).max() <= shape.span // 2
+    sd = float(shape.variance) ** 0.5
+    assert abs(error.mean()) <= 4.9 * sd / cells ** 0.5
+    assert abs(error.var() / float(shape.variance) - 1) <= 4.9 * (2 / cells) ** 0.5

@@ -15,11 +15,8 @@ from fedbench.methods.central_privsyn_all import central_privsyn_all
 from fedbench.methods.concat import concat
 from fedbench.methods.distaim_method import distaim
 from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
-from fedbench.methods.feddpsyn_sim import (
-                                           feddpsyn_all_pairs,
-                                           feddpsyn_noisy_greedy,
-                                           feddpsyn_sim,
-)
+from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pairs_joint,
+                                           feddpsyn_joint, feddpsyn_noisy_greedy, feddpsyn_sim)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -34,6 +31,8 @@ METHODS = {
     "feddpsyn": feddpsyn_sim,
     "feddpsyn-noisy-greedy": feddpsyn_noisy_greedy,
     "feddpsyn-all": feddpsyn_all_pairs,
+    "feddpsyn-joint": feddpsyn_joint,
+    "feddpsyn-all-joint": feddpsyn_all_pairs_joint,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,
     "dpdsyn": dpdsyn,

@@ -12,6 +12,14 @@ permute-and-flip rounds run as their exact integer model (``dp.pair_selection``;
 ``tests/test_selection.py`` and ``tests/test_private_selection.py`` prove the circuits
 bit-identical to it). ``feddpsyn-noisy-greedy`` and ``feddpsyn-all`` are the other modes.
 Then consistency and GUM, as the demo does.
+
+``noise="joint"`` (``feddpsyn-joint``, ``feddpsyn-all-joint``) releases with issue 14's one
+noise that neither server knows instead of two discrete Gaussians: per release the shape of
+``crypto.joint_noise.choose_shape`` (matched to the release's rho at the orders of the
+session's conversion), both servers' bits from the CSPRNG, through the joint circuit's exact
+integer model (``crypto.joint_noise.joint_release_plaintext``, tested against the circuit in
+``tests/test_joint_noise.py``). The servers do not run this path yet: it measures what
+wiring it would buy.
 """
 
 from __future__ import annotations
@@ -21,11 +29,15 @@ from dataclasses import replace
 import numpy as np
 
 from common import wire
-from crypto.aggregation import aggregate_plaintext, publish_counts, release_offset
+from crypto.aggregation import (aggregate_plaintext, decode_release, publish_counts,
+                                release_offset)
+from crypto.joint_noise import (check_room, choose_shape, draw_bits, joint_offset,
+                                joint_release_plaintext, signed_weights)
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
 from crypto.selection import em_rounds_model, thresholds
 from dp.accounting import gaussian_sigma2
 from dp.discrete_gaussian import discrete_gaussian_vector
+from dp.joint_noise_accounting import JointNoiseShape, release_marginals
 from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
@@ -44,11 +56,39 @@ def p1_release_model(masked: list[np.ndarray], mask_sum: np.ndarray, noise_cs: n
     return aggregate_plaintext(masked, select, offset, count_bits), offset
 
 
+# The conditioning tail of a uniforms-shaped joint noise, per count (as bench_joint_noise).
+JOINT_TAIL = 1e-12
+
+
+def joint_shape(plan: SessionPlan, spec: ReleaseSpec) -> JointNoiseShape:
+    """The joint noise a release would carry in place of its two Gaussians."""
+    shape = choose_shape(release_marginals(spec.rho, spec.sigma2), spec.rho, plan.rho_total,
+                         plan.delta_conversion, JOINT_TAIL)
+    check_room(shape, plan.max_rows, plan.parameters.count_bits)
+    return shape
+
+
+def joint_release_model(masked: list[np.ndarray], mask_sum: np.ndarray,
+                        shape: JointNoiseShape, count_bits: int) -> np.ndarray:
+    """What the key server would publish under the joint noise: both servers' bits drawn,
+    the circuit's exact integer model, decoded without a noise of its own."""
+    cells = len(mask_sum)
+    ks_bits, cs_bits = draw_bits(cells, shape), draw_bits(cells, shape)
+    select = np.ones(cells, dtype=np.int64)
+    offset = joint_offset(shape, mask_sum, cs_bits, select, count_bits)
+    decrypted = joint_release_plaintext(masked, ks_bits, signed_weights(shape, cs_bits, select),
+                                        select, offset, count_bits)
+    return decode_release(decrypted, count_bits)
+
+
 def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
-                     session_id: str = "bench", names: tuple[str, ...] | None = None
-                     ) -> tuple[list[NoisyMarginal], float]:
+                     session_id: str = "bench", names: tuple[str, ...] | None = None,
+                     noise: str = "two-server") -> tuple[list[NoisyMarginal], float]:
     """The published noisy marginals of ``plan``'s releases (or those ``names``), and the
-    bytes one client uploads (masked JSON + seed)."""
+    bytes one client uploads (masked JSON + seed); ``noise``: "two-server" (today's
+    servers) or "joint" (module docstring)."""
+    if noise not in ("two-server", "joint"):
+        raise ValueError("noise is 'two-server' or 'joint'")
     k = plan.parameters.count_bits
     seeds = [new_seed() for _ in client_counts]
     masks = [expand_masks(s, session_id, f"c{i}", len(c), k)
@@ -60,15 +100,22 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
         if names is not None and spec.name not in names:
             continue
         cells = plan.layout.cells_of(plan.slots_of(spec))
-        noise_cs = discrete_gaussian_vector(spec.sigma2, len(cells))
-        decrypted, _ = p1_release_model([m[cells] for m in masked], mask_sum[cells], noise_cs, k)
-        released = publish_counts(decrypted, discrete_gaussian_vector(spec.sigma2, len(cells)),
-                                  k)
+        if noise == "joint":
+            shape = joint_shape(plan, spec)
+            released = joint_release_model([m[cells] for m in masked], mask_sum[cells], shape, k)
+            variance = float(shape.variance)
+        else:
+            noise_cs = discrete_gaussian_vector(spec.sigma2, len(cells))
+            decrypted, _ = p1_release_model([m[cells] for m in masked], mask_sum[cells],
+                                            noise_cs, k)
+            released = publish_counts(decrypted,
+                                      discrete_gaussian_vector(spec.sigma2, len(cells)), k)
+            variance = 2 * float(spec.sigma2)
         pos = 0
         for slot in plan.slots_of(spec):
             out.append(NoisyMarginal(slot.attrs,
                                      released[pos:pos + slot.size].reshape(slot.shape)
-                                     .astype(float), 2 * float(spec.sigma2)))
+                                     .astype(float), variance))
             pos += slot.size
     # The same two bodies the client agent sends (clients/agent.py).
     upload = (len(wire.SeedUpload(seed_hex=seeds[0].hex()).model_dump_json())
@@ -106,25 +153,30 @@ def default_rounds(attributes: int) -> int:
 
 def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                  delta: float, seed: int, selection_mode: str = "em",
-                 rounds: int | None = None) -> MethodResult:
+                 rounds: int | None = None, noise: str = "two-server") -> MethodResult:
+    if noise == "joint" and selection_mode == "noisy-greedy":
+        raise ValueError("the joint noise is simulated for the releases (em or none), not for "
+                         "noisy-greedy's scores")
     max_rows = max(len(records), 1)
     split = DEFAULT_SPLITS[selection_mode]
     plan = SessionPlan.build(schema, None, epsilon, delta,
                              {"one_way": split["one_way"], "two_way": split["two_way"]},
                              "default", max_rows=max_rows)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
-    notes = {"noise": "two independent discrete Gaussians (CS + KS)",
+    notes = {"noise": ("one joint noise neither server knows (per release: "
+                       "crypto.joint_noise.choose_shape)" if noise == "joint" else
+                       "two independent discrete Gaussians (CS + KS)"),
              "selection": selection_mode}
     unspent = ""
     if selection_mode == "none":
-        noisy, upload = simulate_release(plan, counts)
+        noisy, upload = simulate_release(plan, counts, noise=noise)
         spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
     else:
         rho_select = split_share(plan.rho_total, split["selection"])
         selection = SelectionPlan.build(selection_mode, len(plan.layout.two_way), max_rows,
                                         rho_select, rounds if rounds is not None
                                         else default_rounds(len(schema.domain_sizes)))
-        one_way, upload = simulate_release(plan, counts, names=("one_way",))
+        one_way, upload = simulate_release(plan, counts, names=("one_way",), noise=noise)
         chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows)
         if not chosen:  # greedy may keep none: the 1-ways alone then
             noisy = one_way
@@ -140,7 +192,7 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
                             gaussian_sigma2(rho_two, len(chosen)))))
             two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
                                                   for c in np.unique(owner)],
-                                          names=("two_way",))
+                                          names=("two_way",), noise=noise)
             noisy = one_way + two_way
             spent = (plan.release("one_way").rho + selection.rho_charged
                      + final.release("two_way").rho)
@@ -161,3 +213,14 @@ def feddpsyn_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> Metho
     mechanism."""
     return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
                         selection_mode="noisy-greedy")
+
+
+def feddpsyn_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """``feddpsyn`` (em selection) with the releases' one joint noise (module docstring)."""
+    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, noise="joint")
+
+
+def feddpsyn_all_pairs_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """Every 2-way marginal, with the releases' one joint noise."""
+    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, selection_mode="none",
+                        noise="joint")
