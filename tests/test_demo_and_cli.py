@@ -311,7 +311,7 @@ def test_the_bench_target_reaches_the_classifier_methods():
 
 
 def test_pairs_print_readably():
-    from feddpsyn.cli import _pairs_text
+    from feddpsyn.cli_demo import _pairs_text
 
     assert _pairs_text([["trestbps", "chol"], ["chol", "target"]]) == (
         "  trestbps × chol\n  chol × target")

@@ -1,0 +1,95 @@
+"""``feddpsyn client``: the data owner checks a table, inspects its counts, uploads them
+masked and downloads the release."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from feddpsyn.terminal import fail, read_token
+
+
+def _encode_local(csv_path: Path, schema: Path, on_invalid: str):
+    """(schema, encoded table, all-pairs layout) of a local CSV, or a clear error and exit 2."""
+    from params.table_codec import InvalidValueError, encode_csv
+    from params.layout import MarginalLayout
+    from params.schema import Schema, SchemaError
+
+    try:
+        s = Schema.load(schema)
+        table = encode_csv(csv_path, s, on_invalid=on_invalid)  # type: ignore[arg-type]
+    except (SchemaError, InvalidValueError, ValueError) as exc:
+        fail(str(exc))
+    return s, table, MarginalLayout.build(s.domain_sizes)
+
+
+def client_check(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
+                 on_invalid: str = typer.Option("error", help="error | clamp | drop")) -> None:
+    """Check a CSV against a schema and print what would be uploaded, one fact a line."""
+    _, table, layout = _encode_local(csv_path, schema, on_invalid)
+    typer.echo(f"ok: {csv_path}")
+    for part in table.summary().split("; "):
+        typer.echo(f"  {part}")
+    typer.echo(f"  upload: {len(layout.marginals)} marginals, {layout.total_cells} cells")
+    if table.rows_read == 0:
+        # On stdout with the rest: one stream keeps the lines in order when both are captured.
+        typer.echo("  warning: a header and no data rows: every count is zero")
+
+
+def client_counts(csv_path: Path = typer.Option(..., "--csv"), schema: Path = typer.Option(...),
+                  out: Path = typer.Option(...), on_invalid: str = "error") -> None:
+    """Compute all 1-way and 2-way counts of a CSV (kept local; for inspection)."""
+    s, table, layout = _encode_local(csv_path, schema, on_invalid)
+    counts = layout.counts(table.records)
+    doc = {m.key: {"attrs": [s.names[a] for a in m.attrs], "shape": list(m.shape),
+                   "counts": counts[m.offset:m.offset + m.size].tolist()}
+           for m in layout.marginals}
+    out.write_text(json.dumps(doc))
+    typer.echo(f"wrote {len(doc)} marginals to {out}")
+
+
+def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer.Option(...),
+                  session: str = typer.Option(...), client_id: str = typer.Option(...),
+                  token_file: Path = typer.Option(...), csv_path: Path = typer.Option(..., "--csv"),
+                  on_invalid: str = "error",
+                  state_dir: Path = typer.Option(Path(".feddpsyn-client")),
+                  ca_file: Optional[Path] = typer.Option(
+                      None, help="CA certificate to verify HTTPS servers")) -> None:
+    """Mask and upload this owner's counts (idempotent: safe to re-run)."""
+    from clients.agent import AgentError, ClientAgent
+    from params.table_codec import InvalidValueError
+
+    token = read_token(token_file)
+    try:
+        with ClientAgent(keyserver, computeserver, session, client_id, token, state_dir,
+                         verify=str(ca_file) if ca_file else True) as agent:
+            result = agent.upload(csv_path, on_invalid,  # type: ignore[arg-type]
+                                  progress=lambda m: typer.echo(f"... {m}"))
+    except (AgentError, InvalidValueError) as exc:
+        fail(str(exc))
+    fresh = result.seed_receipt.stored or result.masked_receipt.stored
+    typer.echo(f"{'uploaded' if fresh else 'already uploaded'}: {result.rows} rows, "
+               f"{result.cells} masked counts, {result.bytes_sent} bytes, "
+               f"{result.seconds:.2f} s")
+
+
+def client_release(keyserver: str = typer.Option(...), session: str = typer.Option(...),
+                   client_id: str = typer.Option(...), token_file: Path = typer.Option(...),
+                   out: Path = typer.Option(...),
+                   ca_file: Optional[Path] = typer.Option(
+                       None, help="CA certificate to verify an HTTPS key server")) -> None:
+    """Download the session's released noisy marginals (with their accounting)."""
+    from clients.agent import AgentError, ClientAgent
+
+    try:
+        with ClientAgent(keyserver, keyserver, session, client_id, read_token(token_file),
+                         Path(".feddpsyn-client"),
+                         verify=str(ca_file) if ca_file else True) as agent:
+            document = agent.release()
+    except AgentError as exc:
+        fail(str(exc))
+    out.write_text(document.model_dump_json(by_alias=True, indent=1))
+    typer.echo(f"wrote {out}")

@@ -1,0 +1,134 @@
+"""``feddpsyn demo``: the whole protocol on loopback, on a bundled data set or the user's
+table, and its printed report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from feddpsyn.terminal import fail
+
+
+def demo(dataset: Optional[str] = typer.Option(
+             None, help="fed_heart_disease (default) | adult; or give your own table with "
+                        "--csv and --schema"),
+         csv_path: Optional[Path] = typer.Option(
+             None, "--csv", help="your own table (with --schema): split over --clients owners "
+                                 "uniformly at random, or by --owner-column"),
+         schema: Optional[Path] = typer.Option(None, help="the schema of --csv (see "
+                                                          "`feddpsyn schema draft`)"),
+         owner_column: Optional[str] = typer.Option(
+             None, help="with --csv: the column naming each row's owner (a natural split; "
+                        "left out of the uploads if the schema does not declare it)"),
+         clients: Optional[int] = typer.Option(
+             None, help="owners of a uniform split (default 4; fed_heart_disease uses its 4 "
+                        "hospitals)"),
+         out: Optional[Path] = typer.Option(
+             None, help="output directory (default: a new demo-out/run-DATE-TIME)"),
+         epsilon: float = 1.0,
+         delta: float = 1e-5,
+         method: str = typer.Option("gum", help="gum (uses every released pair) | pgm"),
+         rows: Optional[int] = None,
+         seed: int = 0,
+         path: str = typer.Option("tfhe", help="tfhe (two servers) | distaim (three MPyC "
+                                               "servers)"),
+         selection: Optional[str] = typer.Option(
+             None, help="tfhe path: em (private selection under encryption, FedDPSyn's P2 "
+                        "and P3; the default on fed_heart_disease: about 11.5 min on 2 "
+                        "cores) | noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost "
+                        "only) | none (every pair; about 15 s; the default on adult and on "
+                        "your own table). An estimate is printed first."),
+         rounds: Optional[int] = typer.Option(
+             None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
+                        "half the pairs otherwise)")) -> None:
+    """Run the whole protocol on a bundled data set or your own table, all on loopback."""
+    from feddpsyn.demo import user_table
+
+    if (csv_path is None) != (schema is None):
+        fail("--csv and --schema go together")
+    if csv_path is not None and dataset is not None:
+        fail("give either --dataset or --csv/--schema, not both")
+    if owner_column is not None and csv_path is None:
+        fail("--owner-column splits your own table: give --csv and --schema too")
+    if owner_column is not None and clients is not None:
+        fail("--owner-column decides the owners; leave out --clients")
+    if clients is not None and clients < 1:
+        fail("--clients must be at least 1")
+    table = None
+    if csv_path is not None:
+        if path != "tfhe":
+            fail("--csv runs on the two-server path (--path tfhe); the DistAIM demo takes "
+                  "the bundled data sets")
+        try:
+            table = user_table(csv_path, schema, owner_column)
+        except ValueError as exc:  # SchemaError and InvalidValueError name file and place
+            fail(str(exc))
+    dataset = dataset or "fed_heart_disease"
+    clients = clients or 4
+    if out is None:
+        out = Path("demo-out") / time.strftime("run-%Y%m%d-%H%M%S")
+    if out.exists() and any(out.iterdir()):
+        fail(f"{out} exists and is not empty; choose another --out")
+    if path == "distaim":
+        from feddpsyn.distaim_demo import run_distaim_demo
+
+        report = run_distaim_demo(out, dataset, clients, epsilon, delta, seed=seed, rows=rows)
+    elif path == "tfhe":
+        from feddpsyn.demo import DEMO_ROUNDS, DEMO_SELECTION, run_demo
+
+        key = dataset if table is None else None
+        if selection is None:
+            selection = DEMO_SELECTION.get(key, "none")
+        if rounds is None and selection == "em":
+            rounds = DEMO_ROUNDS.get(key)
+        try:
+            report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
+                              seed, selection=selection, rounds=rounds)
+        except ValueError as exc:
+            fail(str(exc))
+    else:
+        fail(f"--path is tfhe or distaim, not {path!r}")
+    _print_report(report, out)
+
+
+def _pairs_text(pairs: list[list[str]]) -> str:
+    """One pair a line, "a × b": column names stay whole however narrow the terminal."""
+    return "\n".join(f"  {' × '.join(p)}" for p in pairs)
+
+
+def _print_report(report: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"feddpsyn demo: {report['dataset']}, {report['clients']} owners, "
+                        f"eps={report['epsilon_budget']}")
+    table.add_column("average L1 error")
+    table.add_column("federated (2 servers)", justify="right")
+    table.add_column("centralized, same budget", justify="right")
+    for k in ("one_way", "two_way", "three_way"):
+        table.add_row(k, f"{report['workload_error'][k]:.4f}",
+                      f"{report['central_workload_error'][k]:.4f}")
+    console.print(table)
+
+    def say(text: str) -> None:
+        # Plain text: a column or path name with "[...]" is not rich markup.
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    if report.get("selected_pairs") and report["selection"]["mode"] == "noisy-greedy":
+        sel = report["selection"]
+        say(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, noise sigma2 "
+            f"{sel['noise_sigma2_per_server']:.4g} per server):\n"
+            + _pairs_text(report["selected_pairs"]))
+    elif report.get("selected_pairs"):
+        sel = report["selection"]
+        say(f"selected pairs ({sel['mode']}, {sel['rounds']} rounds, eps "
+            f"{sel['epsilon_per_round_charged']:.5f} per round incl. "
+            f"{sel['numerical_extra_epsilon_per_round']:.2g} numerical):\n"
+            + _pairs_text(report["selected_pairs"]))
+    say(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']})")
+    say("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
+    say(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")

@@ -1,0 +1,115 @@
+"""``feddpsyn session``: the operator creates a session at the key server and reads its
+status and privacy ledger, over the key server's HTTP API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from feddpsyn.terminal import fail, read_token
+
+
+def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
+                   content: str | None = None, content_type: str | None = None):
+    import httpx
+
+    from common import wire
+
+    headers = {"Authorization": f"Bearer {read_token(token_file)}"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    try:
+        response = httpx.request(method, f"{keyserver.rstrip('/')}{path}", timeout=600,
+                                 headers=headers, content=content)
+    except httpx.TransportError as exc:
+        fail(f"key server {keyserver} unreachable ({type(exc).__name__})")
+    if response.status_code >= 400:
+        fail(f"{response.status_code}: {wire.error_detail(response, 300)}")
+    return response
+
+
+def _split(selection: str, one_way: float | None, selection_share: float) -> dict | None:
+    if one_way is None:
+        return None  # the mode's default split
+    if selection == "none":
+        return {"one_way": one_way, "two_way": 1 - one_way}
+    return {"one_way": one_way, "selection": selection_share,
+            "two_way": 1 - one_way - selection_share}
+
+
+def session_create(keyserver: str = typer.Option(...),
+                   operator_token_file: Path = typer.Option(
+                       ..., help="the key server's STATE_DIR/operator.token"),
+                   schema: Path = typer.Option(...),
+                   clients: str = typer.Option(..., help="comma-separated client ids"),
+                   epsilon: float = typer.Option(...), delta: float = typer.Option(...),
+                   parameter_set: str = "default",
+                   max_rows: int = typer.Option(100_000, help="public bound on union rows"),
+                   selection: str = typer.Option(
+                       "em", help="em (private selection under encryption) | noisy-greedy "
+                                  "(PrivSyn's rule: InDif noised by both servers, greedy at "
+                                  "the key server) | none (every pair)"),
+                   rounds: Optional[int] = typer.Option(
+                       None, help="pairs the em selection chooses (default: half the pairs)"),
+                   one_way_share: Optional[float] = typer.Option(
+                       None, help="share of rho for 1-ways (default 0.1 with selection, 0.2 "
+                                  "without)"),
+                   selection_share: float = typer.Option(
+                       0.1, help="share of rho for the selection (em, noisy-greedy)"),
+                   selection_parameters: Optional[str] = typer.Option(
+                       None, help="selection parameter set: precise | lean (default: "
+                                  "params.parameter_sets.DEFAULT_SELECTION_SET; see "
+                                  "`feddpsyn params`)"),
+                   tokens_dir: Path = typer.Option(
+                       ..., help="where each client's token is written (mode 0600)")) -> None:
+    """Create a synthesis session; write one credential file per client."""
+    from common import wire
+    from common.serving import write_private
+    from params.schema import Schema, SchemaError
+
+    try:
+        s = Schema.load(schema)
+    except SchemaError as exc:
+        fail(str(exc))
+    try:
+        request = wire.SessionCreate(
+            schema=s.to_dict(), clients=[c.strip() for c in clients.split(",") if c.strip()],
+            budget=wire.BudgetSpec(epsilon=epsilon, delta=delta,
+                                   split=_split(selection, one_way_share, selection_share)),
+            parameter_set=parameter_set, max_rows=max_rows,
+            selection=wire.SelectionRequest(mode=selection, rounds=rounds,
+                                            parameter_set=selection_parameters))
+    except ValueError as exc:
+        fail(f"invalid session request: {exc}")
+    response = _operator_call(keyserver, operator_token_file, "POST", "/sessions",
+                              content=request.model_dump_json(by_alias=True),
+                              content_type="application/json")
+    created = wire.SessionCreated.model_validate_json(response.content)
+    for client_id, token in created.client_tokens.items():
+        write_private(tokens_dir / f"{client_id}.token", token.encode())
+    typer.echo(f"session {created.session.session_id}: {len(created.client_tokens)} clients, "
+               f"{created.session.total_cells} cells; tokens in {tokens_dir}/")
+
+
+def session_status(keyserver: str = typer.Option(...), session: str = typer.Option(...),
+                   operator_token_file: Path = typer.Option(...),
+                   as_json: bool = typer.Option(False, "--json",
+                                                help="the status and ledger as JSON")) -> None:
+    """Show a session's state and where its privacy budget went: one line per ledger entry
+    (what was released or decided, rho, running total, remaining, eps at the session's
+    delta), then the plan's entries still to come."""
+    from common import wire
+    from feddpsyn.ledger_table import format_ledger
+
+    status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")
+    ledger = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/ledger")
+    if as_json:
+        typer.echo(json.dumps({"status": status.json(), "ledger": ledger.json()}, indent=1))
+        return
+    public = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}")
+    typer.echo(format_ledger(wire.LedgerView.model_validate_json(ledger.content),
+                             wire.SessionPublic.model_validate_json(public.content),
+                             wire.SessionStatus.model_validate_json(status.content)))

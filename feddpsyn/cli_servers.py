@@ -1,0 +1,67 @@
+"""``feddpsyn keyserver`` and ``feddpsyn computeserver``: run one of the two servers
+(for whoever hosts them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from feddpsyn.terminal import fail, read_token
+
+
+def keyserver(host: str = "127.0.0.1", port: int = 8700,
+              state_dir: Path = typer.Option(..., help="where keys, ledger and state live"),
+              peer_token_file: Optional[Path] = typer.Option(
+                  None, help="token shared with the compute server (default: "
+                             "STATE_DIR/peer.token, created if missing)"),
+              ssl_certfile: Optional[Path] = typer.Option(None, help="serve HTTPS with this "
+                                                                     "certificate (PEM)"),
+              ssl_keyfile: Optional[Path] = typer.Option(None, help="its private key (PEM)"),
+              log_level: str = "info") -> None:
+    """Run the key-management server."""
+    from common.credentials import read_or_create_token
+    from common.serving import configure_logging
+    from keyserver.app import create_app
+
+    configure_logging(log_level.upper())
+    state_dir.mkdir(parents=True, exist_ok=True)
+    peer = read_or_create_token(peer_token_file or state_dir / "peer.token")
+    _serve(create_app(state_dir, peer), host, port, log_level, ssl_certfile, ssl_keyfile)
+
+
+def _serve(app, host: str, port: int, log_level: str, certfile: Optional[Path],
+           keyfile: Optional[Path]) -> None:
+    import uvicorn
+
+    from common.serving import BodyLimit
+
+    if (certfile is None) != (keyfile is None):
+        fail("--ssl-certfile and --ssl-keyfile go together")
+    uvicorn.run(BodyLimit(app, app.state.max_body_bytes), host=host, port=port,
+                log_level=log_level, ssl_certfile=certfile, ssl_keyfile=keyfile)
+
+
+def computeserver(host: str = "127.0.0.1", port: int = 8701,
+                  state_dir: Path = typer.Option(...),
+                  keyserver: str = typer.Option(..., help="the key server's base URL"),
+                  peer_token_file: Optional[Path] = typer.Option(
+                      None, help="token shared with the key server (default: "
+                                 "STATE_DIR/peer.token, a copy of the key server's)"),
+                  keyserver_ca: Optional[Path] = typer.Option(
+                      None, help="CA certificate to verify an HTTPS key server"),
+                  ssl_certfile: Optional[Path] = None, ssl_keyfile: Optional[Path] = None,
+                  log_level: str = "info") -> None:
+    """Run the compute server (evaluation keys only)."""
+    from computeserver.app import create_app
+    from common.serving import configure_logging
+
+    configure_logging(log_level.upper())
+    peer_token_file = peer_token_file or state_dir / "peer.token"
+    if not peer_token_file.exists():
+        fail(f"{peer_token_file} not found: copy the key server's peer.token there "
+              "(or pass --peer-token-file)")
+    app = create_app(state_dir, keyserver, read_token(peer_token_file),
+                     verify=str(keyserver_ca) if keyserver_ca else True)
+    _serve(app, host, port, log_level, ssl_certfile, ssl_keyfile)

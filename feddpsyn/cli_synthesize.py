@@ -1,0 +1,50 @@
+"""``feddpsyn synthesize``: whoever holds a release turns its noisy marginals into a
+synthetic CSV."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from feddpsyn.terminal import fail
+
+
+def synthesize(release: Path = typer.Option(...),
+               schema: Optional[Path] = typer.Option(
+                   None, help="must match the release's schema (checked)"),
+               method: str = typer.Option("pgm", help="pgm | gum"),
+               rows: Optional[int] = typer.Option(None, help="default: estimated union size"),
+               out: Path = typer.Option(...), seed: Optional[int] = None) -> None:
+    """Turn released noisy marginals into a synthetic CSV in the original values."""
+    from pydantic import ValidationError
+
+    from common import wire
+    from params.schema import Schema, SchemaError
+    from synthesis import marginals_from_release
+    from synthesis import synthesize as run
+
+    if method not in ("pgm", "gum"):
+        fail(f"unknown method {method!r}: pgm or gum")
+    try:
+        document = wire.ReleaseDocument.model_validate_json(release.read_bytes())
+    except OSError as exc:
+        fail(f"cannot read {release}: {exc.strerror}")
+    except ValidationError as exc:
+        fail(f"{release} is not a release document: {exc.errors()[0]['msg']}")
+    release_schema, noisy = marginals_from_release(document)
+    if schema is not None:
+        try:
+            given = Schema.load(schema)
+        except SchemaError as exc:
+            fail(str(exc))
+        if given.fingerprint() != release_schema.fingerprint():
+            fail(f"{schema} differs from the schema the release was made with")
+    _, rows_out = run(release_schema, noisy, method, rows, seed)  # type: ignore[arg-type]
+    with out.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(release_schema.names)
+        writer.writerows(rows_out)
+    typer.echo(f"wrote {len(rows_out)} synthetic rows to {out}")
