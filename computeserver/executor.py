@@ -1,0 +1,330 @@
+"""Where the compute server's encrypted work runs: in this process, in local worker processes,
+or on a Dask cluster, behind one interface.
+
+Design concerns:
+
+* **Pure tasks, same answer anywhere.** A task is a chunk list of one pair's P2 (its InDif
+  digits, chunks summed under encryption) or one call of a module function (a P3 round, a
+  noisy score). It takes serialized ciphertexts and clear arrays and returns serialized
+  ciphertexts; nothing else is read or written. So the same ciphertexts in give the same
+  ciphertexts out whatever the executor, and a task whose worker died is simply run again:
+  the session's stored state is written by the compute server only after every task of a
+  step has answered.
+* **Evaluation keys only, loaded once per worker.** A worker receives the session's compiled
+  server and evaluation keys (never a secret key: the compute server has none) and keeps
+  them per process, keyed by session and the digest of both files, so a task carries only
+  its ciphertexts. concrete's ``Server``, ``EvaluationKeys`` and ``Value`` do not pickle,
+  so everything crosses a process boundary as bytes.
+* **One core's worth of threads per worker process.** concrete's ``run`` parallelises its
+  loops with OpenMP, which by default starts one thread per core in every process; worker
+  processes sharing a machine then contend. A local worker sets ``OMP_NUM_THREADS`` before
+  concrete is first imported in it, which is why this module imports concrete only inside
+  functions; Dask's nanny sets the same variable to 1 for its workers by default.
+* **Fork is never used.** A fork-based pool hangs once concrete is initialised in the parent
+  (measured); local workers are spawned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import (FIRST_COMPLETED, Future, ProcessPoolExecutor,
+                                ThreadPoolExecutor, wait)
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol, Sequence, Union
+
+import numpy as np
+
+__all__ = ["Circuit", "ScoreTask", "CallTask", "Task", "Executor", "InProcessExecutor",
+           "LocalPoolExecutor", "make_executor", "TaskStats", "run_task"]
+
+log = logging.getLogger("feddpsyn.computeserver")
+
+# A clear argument is a numpy array; an encrypted one the bytes of a serialized fhe.Value.
+Argument = Union[bytes, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Circuit:
+    """A session's compiled server and evaluation keys, as files on the compute server.
+
+    ``digest`` names the pair of files: a worker's cache is keyed by (session, digest), so a
+    re-keyed session can never run on stale keys."""
+
+    session_id: str
+    server_path: str
+    keys_path: str
+    digest: str
+
+    @classmethod
+    def of_files(cls, session_id: str, server_path: Path, keys_path: Path) -> Circuit:
+        sha = hashlib.sha256()
+        for path in (server_path, keys_path):
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 22), b""):
+                    sha.update(block)
+        return cls(session_id, str(server_path), str(keys_path), sha.hexdigest())
+
+    def payload(self) -> tuple[bytes, bytes]:
+        """The bytes a remote worker needs (it cannot read this server's files)."""
+        return Path(self.server_path).read_bytes(), Path(self.keys_path).read_bytes()
+
+    def remote(self) -> Circuit:
+        """This circuit as a remote worker names it: no paths of this machine."""
+        return Circuit(self.session_id, "", "", self.digest)
+
+
+@dataclass(frozen=True)
+class ScoreTask:
+    """One pair's P2: ``function(masked, offset)`` per chunk, the chunk outputs summed with
+    ``add`` (``crypto.private_selection``); returns the pair's serialized score digits."""
+
+    chunks: tuple[tuple[str, bytes, np.ndarray], ...]  # (function name, Enc(M) digits, c digits)
+
+    def run(self, server, keys) -> bytes:
+        from concrete import fhe
+
+        total = None
+        for function, masked, offset in self.chunks:
+            score = server.run(fhe.Value.deserialize(masked), offset, evaluation_keys=keys,
+                               function_name=function)
+            total = score if total is None else server.run(
+                total, score, evaluation_keys=keys, function_name="add")
+        return total.serialize()
+
+
+@dataclass(frozen=True)
+class CallTask:
+    """One call of a module function (a P3 round's ``select``, a noisy score's ``noise``);
+    returns its outputs serialized, always as a tuple."""
+
+    function: str
+    arguments: tuple[Argument, ...]
+
+    def run(self, server, keys) -> tuple[bytes, ...]:
+        from concrete import fhe
+
+        args = [fhe.Value.deserialize(a) if isinstance(a, bytes) else a
+                for a in self.arguments]
+        out = server.run(*args, evaluation_keys=keys, function_name=self.function)
+        return tuple(v.serialize() for v in (out if isinstance(out, tuple) else (out,)))
+
+
+Task = Union[ScoreTask, CallTask]
+
+
+@dataclass
+class TaskStats:
+    """What one ``map`` cost: per task, seconds inside concrete on its worker and seconds
+    from submission to result here (the difference is scheduling, transfer and
+    serialisation); per worker process, seconds spent loading the circuit."""
+
+    run_seconds: list[float] = field(default_factory=list)
+    wall_seconds: list[float] = field(default_factory=list)
+    load_seconds: dict[int, float] = field(default_factory=dict)
+    retries: int = 0
+
+
+# ---------------------------------------------------------------- worker side
+# Per process: (session, digest) -> (server, keys). Module-level so that every task a worker
+# process runs shares it; the lock keeps two threads of one process from loading twice.
+_LOADED: dict[tuple[str, str], tuple] = {}
+# Per Dask worker process: (session, digest) -> the circuit's bytes
+# (``computeserver.dask_executor.CircuitPlugin``).
+_PAYLOADS: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _load(circuit: Circuit) -> tuple[tuple, float]:
+    """The circuit's (server, keys) in this process, and the seconds this call spent loading
+    them (0 when cached): from its files, or from the bytes a Dask plugin left here."""
+    with _LOAD_LOCK:
+        key = (circuit.session_id, circuit.digest)
+        if key in _LOADED:
+            return _LOADED[key], 0.0
+        from concrete import fhe
+
+        payload = _PAYLOADS.get(key)
+        if payload is None and not circuit.server_path:
+            raise RuntimeError(f"session {circuit.session_id}: this worker has no copy of "
+                               "the circuit")
+
+        started = time.perf_counter()
+        if payload is None:
+            server = fhe.Server.load(circuit.server_path)
+            keys = fhe.EvaluationKeys.deserialize(Path(circuit.keys_path).read_bytes())
+        else:
+            # fhe.Server.load reads a path only; the file lives for the load and no longer.
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "server.zip"
+                path.write_bytes(payload[0])
+                server = fhe.Server.load(path)
+            keys = fhe.EvaluationKeys.deserialize(payload[1])
+        _LOADED[key] = (server, keys)
+        return _LOADED[key], time.perf_counter() - started
+
+
+def run_task(circuit: Circuit, task: Task) -> tuple[object, float, float, int]:
+    """Run one task where this is called: (result, run seconds, load seconds, process id)."""
+    (server, keys), loaded = _load(circuit)
+    started = time.perf_counter()
+    result = task.run(server, keys)
+    return result, time.perf_counter() - started, loaded, os.getpid()
+
+
+def _pin_threads(threads: int) -> None:
+    """A spawned worker's initializer: runs before concrete is imported in the process."""
+    for name in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS"):
+        os.environ[name] = str(threads)
+
+
+# ---------------------------------------------------------------- the interface
+Progress = Callable[[int, int], None]
+
+
+class Executor(Protocol):
+    """Runs a step's tasks and returns their results in task order."""
+
+    description: str
+
+    def map(self, circuit: Circuit, tasks: Sequence[Task],
+            progress: Progress | None = None) -> list:
+        """Every task's result, in order; ``progress(done, total)`` after each one."""
+
+    def close(self) -> None:
+        """Release workers (idempotent)."""
+
+
+def _collect(futures: dict[Future, int], total: int, results: list, stats: TaskStats,
+             started: dict[int, float], progress: Progress | None, done: int) -> int:
+    """Record finished futures' results (re-raising a task's own error); new ``done``."""
+    for future in list(futures):
+        if not future.done():
+            continue
+        index = futures.pop(future)
+        result, run_s, load_s, pid = future.result()
+        results[index] = result
+        stats.run_seconds.append(run_s)
+        stats.wall_seconds.append(time.perf_counter() - started[index])
+        if load_s:
+            stats.load_seconds[pid] = stats.load_seconds.get(pid, 0.0) + load_s
+        done += 1
+        if progress is not None:
+            progress(done, total)
+    return done
+
+
+class InProcessExecutor:
+    """Threads in this process (the compute server's behaviour before workers existed):
+    concrete parallelises a call's lookups but leaves a core idle during its sequential
+    parts, so two tasks at a time fill a 2-core machine."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or max(1, min(2, os.cpu_count() or 1))
+        self.description = f"in-process, {self.threads} threads"
+        self.stats = TaskStats()
+
+    def map(self, circuit: Circuit, tasks: Sequence[Task],
+            progress: Progress | None = None) -> list:
+        self.stats = TaskStats()
+        results: list = [None] * len(tasks)
+        started = {i: time.perf_counter() for i in range(len(tasks))}
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            futures = {pool.submit(run_task, circuit, task): i for i, task in enumerate(tasks)}
+            done = 0
+            while futures:
+                wait(list(futures), return_when=FIRST_COMPLETED)
+                done = _collect(futures, len(tasks), results, self.stats, started, progress,
+                                done)
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+class LocalPoolExecutor:
+    """Spawned worker processes on this machine, each with ``threads`` OpenMP threads.
+
+    A worker that dies breaks a ``ProcessPoolExecutor`` as a whole: the pool is started again
+    and every task without a result is submitted again (tasks are pure), at most
+    ``max_restarts`` times per ``map``."""
+
+    def __init__(self, workers: int | None = None, threads: int = 1, max_restarts: int = 3):
+        self.workers = workers or (os.cpu_count() or 1)
+        self.threads = threads
+        self.max_restarts = max_restarts
+        self.description = f"{self.workers} local worker processes, {threads} threads each"
+        self.stats = TaskStats()
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_pin_threads, initargs=(self.threads,))
+            return self._pool
+
+    def worker_pids(self) -> list[int]:
+        """The live worker processes (for a fault test or an operator's ``kill``)."""
+        pool = self._pool
+        return [] if pool is None else [p.pid for p in (pool._processes or {}).values()]
+
+    def map(self, circuit: Circuit, tasks: Sequence[Task],
+            progress: Progress | None = None) -> list:
+        self.stats = TaskStats()
+        results: list = [None] * len(tasks)
+        pending = set(range(len(tasks)))
+        done, restarts = 0, 0
+        while pending:
+            pool = self._start()
+            started = {i: time.perf_counter() for i in pending}
+            futures = {pool.submit(run_task, circuit, tasks[i]): i for i in sorted(pending)}
+            try:
+                while futures:
+                    wait(list(futures), return_when=FIRST_COMPLETED)
+                    done = _collect(futures, len(tasks), results, self.stats, started,
+                                    progress, done)
+            except BrokenProcessPool:
+                restarts += 1
+                self.stats.retries += len(futures)
+                log.warning("a worker process died; %d unfinished tasks run again "
+                            "(restart %d of %d)", len(futures), restarts, self.max_restarts)
+                self._discard()
+                if restarts > self.max_restarts:
+                    raise RuntimeError(f"worker processes died {restarts} times in one step; "
+                                       "giving up (no stored state was changed)") from None
+            pending = {i for i in pending if results[i] is None}
+        return results
+
+    def _discard(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        self._discard()
+
+
+def make_executor(workers: int | None = None, dask_scheduler: str | None = None,
+                  dask_security=None) -> Executor:
+    """The executor a compute server is started with: a Dask cluster when a scheduler is
+    named; else ``workers`` local processes (0: in-process threads); else the default."""
+    if dask_scheduler:
+        from computeserver.dask_executor import DaskExecutor
+
+        return DaskExecutor(dask_scheduler, security=dask_security)
+    if workers is None:
+        return InProcessExecutor()
+    if workers < 0:
+        raise ValueError("workers: 0 (in-process) or a positive number of processes")
+    return InProcessExecutor() if workers == 0 else LocalPoolExecutor(workers)
