@@ -5,7 +5,11 @@
   p_c ~ Dirichlet(beta * 1_K) and deal the class's records to clients in those proportions;
   smaller beta, stronger skew.
 * ``feature_skew``: k-means (k = K, k-means++ start) on a public one-hot encoding of the
-  binned records, each cluster one client: FLAIM's clustering split without UMAP.
+  binned records, each cluster one client: FLAIM's clustering split without UMAP (stronger
+  skew than FLAIM's: 0.66 on FLAIM's Table 4 measure on Adult, against its 0.525).
+* ``umap_clusters``: FLAIM's clustering split itself (its code: UMAP with 15 neighbours and
+  min_dist 0.1 of the integer-coded records, then k-means with K clusters in the 2-D
+  embedding); needs ``umap-learn`` (0.541 on the same measure on Adult).
 * ``natural``: a column that names the owner (e.g. ``center`` in Fed-Heart-Disease).
 
 Every function returns an int array ``owner`` (one client index per record), every client
@@ -20,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PartitionError", "uniform", "dirichlet_label", "feature_skew", "natural"]
+__all__ = ["PartitionError", "uniform", "dirichlet_label", "feature_skew", "umap_clusters",
+           "natural"]
 
 _MAX_DRAWS = 200
 
@@ -85,10 +90,11 @@ def feature_skew(records: np.ndarray, domain_sizes: tuple[int, ...], k: int,
     x = one_hot(np.asarray(records), domain_sizes)
     # k-means++ initialisation.
     centres = [x[rng.integers(len(x))]]
+    d2 = ((x - centres[0]) ** 2).sum(1)  # squared distance to the nearest centre so far
     for _ in range(1, k):
-        d2 = np.min([((x - c) ** 2).sum(1) for c in centres], axis=0)
         p = d2 / d2.sum() if d2.sum() > 0 else np.full(len(x), 1 / len(x))
         centres.append(x[rng.choice(len(x), p=p)])
+        d2 = np.minimum(d2, ((x - centres[-1]) ** 2).sum(1))
     centres = np.array(centres)
     owner = np.zeros(len(x), dtype=np.int64)
     for _ in range(iterations):
@@ -108,6 +114,22 @@ def feature_skew(records: np.ndarray, domain_sizes: tuple[int, ...], k: int,
     if len(np.unique(owner)) != k:
         raise PartitionError("k-means left a client empty")
     return owner
+
+
+def umap_clusters(records: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """FLAIM's clustering split: a 2-D UMAP embedding of the integer-coded records (15
+    neighbours, min_dist 0.1, as FLAIM's ``HorizontalSharder``), k-means (k-means++, seeded)
+    in the embedding, each cluster one client. Minutes on Adult: cache the result."""
+    import umap
+    from sklearn.cluster import KMeans
+
+    _check(len(records), k)
+    embedding = umap.UMAP(n_neighbors=15, min_dist=0.1, random_state=seed).fit_transform(
+        np.asarray(records, dtype=np.float64))
+    owner = KMeans(n_clusters=k, random_state=seed).fit_predict(embedding)
+    if len(np.unique(owner)) != k:
+        raise PartitionError("k-means left a client empty")
+    return owner.astype(np.int64)
 
 
 def natural(values: np.ndarray) -> np.ndarray:
