@@ -18,7 +18,8 @@ import httpx
 import numpy as np
 
 from distaim import sharing
-from distaim.protocol import Layout, client_vector
+from distaim.protocol import client_vector
+from params.layout import MarginalLayout
 
 __all__ = ["session_info", "upload_vector", "upload_csv", "read_token_file"]
 
@@ -93,7 +94,8 @@ def upload_csv(servers: list[str], session_id: str, client_id: str, token: Token
     from params.schema import Schema
     with httpx.Client(timeout=timeout) as http:
         info = session_info(http, servers, session_id, token)
-        layout = Layout.for_workload(info["domain_sizes"], [tuple(c) for c in info["workload"]])
+        layout = MarginalLayout.for_workload(info["domain_sizes"],
+                                             [tuple(c) for c in info["workload"]])
         schema = Schema.load(schema_path)
         if tuple(schema.domain_sizes) != layout.domain_sizes or (
                 info.get("schema_fingerprint")

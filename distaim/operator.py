@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import httpx
 
 from common import wire
-from distaim.plan import SessionRequest, derive_plan, plan_digest
+from distaim.plan import SessionRequest, build_plan
 
 __all__ = ["OperatorError", "CreatedSession", "server_infos", "create_session",
            "session_status", "run_session", "delete_session", "session_results"]
@@ -38,7 +38,7 @@ class OperatorError(RuntimeError):
 class CreatedSession:
     session_id: str
     plan_digest: str
-    plan: dict
+    plan: dict                        # the plan's mapping, as the servers returned it
     tokens: dict[str, list[str]]      # client -> its bearer token at servers 1, 2, 3
     created: bool                     # false: it existed at all three with this plan
 
@@ -96,7 +96,7 @@ def create_session(servers: Sequence[str], operator_tokens: Sequence[str],
         body.setdefault("mpc_channel_tls", infos[0]["mpc_channel_tls"])
         try:
             parsed = SessionRequest.model_validate(body)
-            expected = plan_digest(derive_plan(parsed, int(infos[0]["modulus"])))
+            expected = build_plan(parsed, int(infos[0]["modulus"])).digest()
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise OperatorError(f"invalid session request: {exc}") from None
         payload = parsed.model_dump(by_alias=True)

@@ -34,10 +34,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from distaim.protocol import Layout
 from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
 from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
 from dp.exponential_mechanism import em_rho
+from params.layout import MarginalLayout
 
 __all__ = ["MpcOracle", "SCORE_GRID_BITS", "score_penalty"]
 
@@ -51,8 +51,8 @@ def score_penalty(weight: int, sigma: float, cells: int, grid_bits: int = SCORE_
 
 
 class MpcOracle:
-    def __init__(self, rt, secint, em_secint, totals, layout: Layout, epsilon_total: float,
-                 rows_bound: int = 1 << 20, totals_at_round=None,
+    def __init__(self, rt, secint, em_secint, totals, layout: MarginalLayout,
+                 epsilon_total: float, rows_bound: int = 1 << 20, totals_at_round=None,
                  score_grid_bits: int = SCORE_GRID_BITS, grows: bool = False):
         self.rt, self.secint, self.em_secint = rt, secint, em_secint
         self.totals = totals                       # secure array: sum of all clients' vectors

@@ -11,10 +11,13 @@ against the plan's reserve (delta / 1000) before the report is written; over it,
 exits 7 and writes nothing.
 
 Right after connecting, the three parties exchange the digest of their session plan
-(``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. The session
-directory is what ``distaim.app`` keeps per session (or a test writes); per client, the
-explicit share vectors of parties 2 and 3 (``share2.bin``, ``share3.bin``: fixed-width field
-elements, ``distaim.sharing.encode_vector``) and party 1's 32-byte seed (``seed1.bin``).
+(``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. ``session.json``
+is read as the plan's mapping (``distaim.plan.DistPlanFields.mapping`` plus this server's
+own keys), so the digest is the typed plan's; a session written by hand may leave out the
+keys the run does not need. The session directory is what ``distaim.app`` keeps per session
+(or a test writes); per client, the explicit share vectors of parties 2 and 3
+(``share2.bin``, ``share3.bin``: fixed-width field elements,
+``distaim.sharing.encode_vector``) and party 1's 32-byte seed (``seed1.bin``).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
                                  mpyc_module, party_runtime)
 from distaim.plan import plan_digest
-from distaim.protocol import Layout, Participation, admit_clients, aggregate
+from distaim.protocol import Participation, admit_clients, aggregate
 from distaim.validation import validate_clients, validation_tv
+from params.layout import MarginalLayout
 
 __all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main",
            "PlanMismatch", "EXIT_PLAN_MISMATCH", "ReserveExceeded", "EXIT_RESERVE_EXCEEDED"]
@@ -119,8 +123,8 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     from synthesis.aim import aim
     from distaim.oracle import SCORE_GRID_BITS, MpcOracle
     session = json.loads((session_dir / "session.json").read_text())
-    layout = Layout.for_workload(session["domain_sizes"],
-                                 [tuple(c) for c in session["workload"]])
+    layout = MarginalLayout.for_workload(session["domain_sizes"],
+                                         [tuple(c) for c in session["workload"]])
     tls = session.get("mpc_tls")
     if tls:  # paths may name the server as "{pid}" (one file shared by a test's servers)
         tls = {k: str(v).format(pid=pid) for k, v in tls.items()}

@@ -2,13 +2,18 @@
 it, and the digest the three servers compare before any MPC starts.
 
 Design concern: **the three servers run one plan or none.** The operator sends the same
-``SessionRequest`` to each server; each server derives the plan itself (``derive_plan``:
+``SessionRequest`` to each server; each server derives the plan itself (``build_plan``:
 schema -> domain, workload -> layout, (epsilon, delta) -> rho with the samplers' delta
 reserve, its own field modulus) and stores it with its SHA-256 digest (``plan_digest``, over
 canonical JSON). The operator's CLI checks that the three returned digests equal the one it
 derived; the servers' MPC parties exchange their digests right after connecting and refuse
 to run if they differ (``distaim.party``), so a server configured differently (another
 budget, workload, field or peer list) stops the session before any share is touched.
+
+The plan is typed, one model per mode (:class:`FixedRoundsPlan`: FLAIM's T rounds;
+:class:`AnnealingPlan`: AIM's own plan), and its mapping (``DistPlanFields.mapping``) is the
+JSON the digest, ``session.json`` and the MPC party read: the same keys and values as the
+plan dict of earlier versions, so a plan's digest did not change with the types.
 
 Budget: rho = CKS20(epsilon, delta - delta / 1000) (``dp.accounting``, rounded the
 conservative way); the reserve delta / 1000 covers the in-MPC samplers' computed
@@ -23,15 +28,17 @@ import itertools
 import json
 import re
 from fractions import Fraction
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
 
 from common import wire
 from dp.accounting import eps_delta_to_rho
 
-__all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "SessionRequest", "derive_plan",
-           "plan_digest", "session_rho", "delta_reserve", "parse_workload"]
+__all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "SessionRequest",
+           "DistPlanFields", "FixedRoundsPlan", "AnnealingPlan", "DistPlan", "build_plan",
+           "parse_plan", "derive_plan", "plan_digest", "session_rho", "delta_reserve",
+           "parse_workload"]
 
 PLAN_VERSION = "feddpsyn/distaim/plan/v1"
 # A share vector must fit the intake's 64 MiB body limit as base64 (16 bytes per cell).
@@ -165,10 +172,87 @@ def _normalise_workload(workload: list[list[int]] | None, d: int) -> list[list[i
     return [list(c) for c in unique]
 
 
-def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
+class DistPlanFields(wire.DocumentModel):
+    """What every server derives from the operator's request, whatever the mode; reads as
+    its JSON reads (``plan["cells"]``). The order of the fields is the order of
+    ``session.json``'s keys."""
+
+    version: Literal[PLAN_VERSION]
+    session_id: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    schema_fingerprint: str = ""
+    domain_sizes: list[int]
+    workload: list[list[int]] = Field(description="the workload's marginals, sorted")
+    cells: int = Field(description="a client's upload: the workload's completion, in cells")
+    clients: list[str] = Field(description="sorted")
+    epsilon: float
+    delta: float
+    delta_reserve: str = Field(description="exact rational: delta kept for the samplers")
+    rho: str = Field(description="zCDP budget, exact rational")
+    rounds: int | None
+    max_rounds: int
+    score_grid_bits: int
+    round_iters: int | None
+    final_iters: int | None
+    participation: str = Field(description="client sampling rate per round, exact rational")
+    rows_bound: int
+    modulus: int = Field(description="the prime of the servers' field")
+    mpc_parties: list[tuple[str, int]] = Field(description="(host, port) of the three parties")
+    mpc_channel_tls: bool
+    mpc_timeout: float = 120.0
+    mpc_deadline: float = 3600.0
+
+    model_config = wire.DocumentModel.model_config | {"populate_by_name": True}
+
+    def mapping(self) -> dict[str, Any]:
+        """The plan as JSON values: what ``session.json`` holds and ``plan_digest`` reads."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def digest(self) -> str:
+        return plan_digest(self.mapping())
+
+
+class FixedRoundsPlan(DistPlanFields):
+    """FLAIM's fixed-T plan: exactly ``rounds`` selections, no annealing."""
+
+    rounds: int = Field(ge=1)
+    max_rounds: int = Field(ge=1, description="equal to rounds")
+
+    @model_validator(mode="after")
+    def _cap_is_rounds(self) -> FixedRoundsPlan:
+        if self.max_rounds != self.rounds:
+            raise ValueError("a fixed-rounds plan runs exactly its rounds (max_rounds = rounds)")
+        return self
+
+
+class AnnealingPlan(DistPlanFields):
+    """AIM's own plan (T = 16 d, annealing): the budget decides the rounds, at most
+    ``max_rounds``."""
+
+    rounds: None = None
+    max_rounds: int = Field(ge=1)
+
+
+def _mode(plan: Any) -> str:
+    rounds = plan.get("rounds") if isinstance(plan, dict) else getattr(plan, "rounds", None)
+    return "annealing" if rounds is None else "fixed-rounds"
+
+
+DistPlan = Annotated[Union[Annotated[FixedRoundsPlan, Tag("fixed-rounds")],
+                           Annotated[AnnealingPlan, Tag("annealing")]],
+                     Discriminator(_mode)]
+_PLAN = TypeAdapter(DistPlan)
+
+
+def parse_plan(mapping: dict[str, Any]) -> FixedRoundsPlan | AnnealingPlan:
+    """The typed plan of a plan mapping (a server's own keys, ``LOCAL_KEYS``, left out)."""
+    return _PLAN.validate_python({k: v for k, v in mapping.items() if k not in LOCAL_KEYS})
+
+
+def build_plan(request: SessionRequest, modulus: int) -> FixedRoundsPlan | AnnealingPlan:
     """The public plan a server derives from the operator's request (raises ValueError with
     a message for the operator on anything it cannot run)."""
-    from distaim.protocol import Layout
+    from params.layout import MarginalLayout
     from params.schema import Schema, SchemaError
     try:
         schema = Schema.from_dict(request.schema_)
@@ -178,7 +262,7 @@ def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
     workload = _normalise_workload(request.workload, len(sizes))
     if not workload:
         raise ValueError("the workload is empty")
-    layout = Layout.for_workload(sizes, [tuple(c) for c in workload])
+    layout = MarginalLayout.for_workload(sizes, [tuple(c) for c in workload])
     if len(layout.cliques) > MAX_CANDIDATES:
         raise ValueError(f"the workload's completion has {len(layout.cliques)} marginals; the "
                          f"in-MPC exponential mechanism takes at most {MAX_CANDIDATES}")
@@ -189,35 +273,28 @@ def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
     parties = []
     for a in request.mpc_parties:
         host, _, port = a.rpartition(":")
-        parties.append([host, int(port)])
-    # explicit types: a default the validator never saw (int 120) must digest as the
-    # value a server parses from JSON (float 120.0)
-    return {
-        "version": PLAN_VERSION,
-        "session_id": request.session_id,
-        "schema": schema.to_dict(),
-        "schema_fingerprint": schema.fingerprint(),
-        "domain_sizes": sizes,
-        "workload": workload,
-        "cells": layout.length,
-        "clients": sorted(request.clients),
-        "epsilon": float(request.epsilon),
-        "delta": float(request.delta),
-        "delta_reserve": str(delta_reserve(request.delta)),
-        "rho": str(rho),
-        "rounds": request.rounds,
-        "max_rounds": request.rounds if request.rounds is not None else request.max_rounds,
-        "score_grid_bits": request.score_grid_bits,
-        "round_iters": request.round_iters,
-        "final_iters": request.final_iters,
-        "participation": request.participation,
-        "rows_bound": request.rows_bound,
-        "modulus": modulus,
-        "mpc_parties": parties,
-        "mpc_channel_tls": request.mpc_channel_tls,
-        "mpc_timeout": float(request.mpc_timeout),
-        "mpc_deadline": float(request.mpc_deadline),
-    }
+        parties.append((host, int(port)))
+    common = dict(
+        version=PLAN_VERSION, session_id=request.session_id, schema=schema.to_dict(),
+        schema_fingerprint=schema.fingerprint(), domain_sizes=sizes, workload=workload,
+        cells=layout.length, clients=sorted(request.clients),
+        epsilon=request.epsilon, delta=request.delta,
+        delta_reserve=str(delta_reserve(request.delta)), rho=str(rho),
+        score_grid_bits=request.score_grid_bits, round_iters=request.round_iters,
+        final_iters=request.final_iters, participation=request.participation,
+        rows_bound=request.rows_bound, modulus=modulus, mpc_parties=parties,
+        mpc_channel_tls=request.mpc_channel_tls,
+        # float fields: a default the validator never saw (int 120) digests as the value a
+        # server parses from JSON (float 120.0)
+        mpc_timeout=request.mpc_timeout, mpc_deadline=request.mpc_deadline)
+    if request.rounds is None:
+        return AnnealingPlan(rounds=None, max_rounds=request.max_rounds, **common)
+    return FixedRoundsPlan(rounds=request.rounds, max_rounds=request.rounds, **common)
+
+
+def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:
+    """The plan's mapping (``build_plan(...).mapping()``): what ``session.json`` holds."""
+    return build_plan(request, modulus).mapping()
 
 
 def plan_digest(session: dict[str, Any]) -> str:

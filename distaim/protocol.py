@@ -1,4 +1,4 @@
-"""The servers' side of a DistAIM session before AIM starts: the upload layout, agreement on
+"""The servers' side of a DistAIM session before AIM starts: the upload vector, agreement on
 the set of clients, the share-consistency check and the aggregation of shares.
 
 FLAIM paper, Algorithm 3, lines 4-5: clients secret-share their workload answers, the compute
@@ -22,6 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from distaim import sharing
+from params.layout import MarginalLayout
 
 __all__ = ["Layout", "client_vector", "Admission", "Participation", "admit_clients",
            "aggregate"]
@@ -29,33 +30,11 @@ __all__ = ["Layout", "client_vector", "Admission", "Participation", "admit_clien
 Clique = tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where each marginal of the completed workload sits in a client's upload vector."""
-
-    domain_sizes: tuple[int, ...]
-    cliques: tuple[Clique, ...]
-
-    @classmethod
-    def for_workload(cls, domain_sizes: Sequence[int], workload: Sequence[Clique]) -> "Layout":
-        from synthesis.aim import completion
-        return cls(tuple(int(s) for s in domain_sizes), tuple(completion(workload)))
-
-    @property
-    def offsets(self) -> dict[Clique, tuple[int, int]]:
-        out, start = {}, 0
-        for c in self.cliques:
-            n = int(np.prod([self.domain_sizes[a] for a in c], dtype=np.int64))
-            out[c] = (start, n)
-            start += n
-        return out
-
-    @property
-    def length(self) -> int:
-        return sum(n for _, n in self.offsets.values())
+# DistAIM's name for the one marginal layout (its callers and tests import it from here).
+Layout = MarginalLayout
 
 
-def client_vector(records: np.ndarray, layout: Layout) -> np.ndarray:
+def client_vector(records: np.ndarray, layout: MarginalLayout) -> np.ndarray:
     """A client's workload answers, concatenated in the layout's order (exact counts)."""
     from synthesis.graphical_model import marginal_counts
     return np.concatenate([marginal_counts(records, c, layout.domain_sizes)

@@ -27,7 +27,7 @@ from common.credentials import (CLIENT_TOKENS_SQL, new_token, store_client_token
                                 stored_token_hashes)
 from common.serving import Database, ServiceError, already_stored, write_private
 from distaim import sharing
-from distaim.plan import SessionRequest, derive_plan, plan_digest
+from distaim.plan import AnnealingPlan, FixedRoundsPlan, SessionRequest, build_plan, parse_plan
 from distaim.wire import DistSessionCreated, DistSessionInfo, DistStatus, ShareUpload
 
 __all__ = ["DistServer"]
@@ -68,7 +68,7 @@ class DistServer:
         self.db = Database(state_dir / "intake.sqlite", CLIENT_TOKENS_SQL + _SCHEMA_SQL)
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
-        self._plans: dict[str, dict] = {}
+        self._plans: dict[str, FixedRoundsPlan | AnnealingPlan] = {}
         with self.db.transaction() as conn:
             conn.execute("UPDATE sessions SET state = 'failed', detail = 'the server stopped "
                          "during the MPC run' WHERE state = 'running'")
@@ -83,30 +83,36 @@ class DistServer:
             return conn.execute("SELECT * FROM sessions WHERE session_id = ?",
                                 (session_id,)).fetchone()
 
-    def plan(self, session_id: str) -> dict:
+    def plan(self, session_id: str) -> FixedRoundsPlan | AnnealingPlan:
         """The session's plan (404 if there is none)."""
         if self._row(session_id) is None:
             raise ServiceError(404, f"no session {session_id!r} at this server")
         if session_id not in self._plans:
-            self._plans[session_id] = json.loads(
-                (self.session_dir(session_id) / "session.json").read_text())
+            self._plans[session_id] = parse_plan(json.loads(
+                (self.session_dir(session_id) / "session.json").read_text()))
         return self._plans[session_id]
+
+    def plan_digest(self, session_id: str) -> str:
+        row = self._row(session_id)
+        if row is None:
+            raise ServiceError(404, f"no session {session_id!r} at this server")
+        return row["plan_digest"]
 
     def create(self, request: SessionRequest) -> tuple[DistSessionCreated, bool]:
         try:
-            plan = derive_plan(request, self.modulus)
+            plan = build_plan(request, self.modulus)
         except ValueError as exc:
             raise ServiceError(422, str(exc)) from None
-        own = ":".join(map(str, plan["mpc_parties"][self.x - 1]))
+        own = ":".join(map(str, plan.mpc_parties[self.x - 1]))
         if own != self.mpc_address:
             raise ServiceError(422, f"server {self.x} runs its MPC party at "
                                     f"{self.mpc_address}, the request says {own}")
-        if plan["mpc_channel_tls"] != bool(self.mpc_tls):
+        if plan.mpc_channel_tls != bool(self.mpc_tls):
             raise ServiceError(422, f"server {self.x} runs its MPC channels "
                                     f"{'with' if self.mpc_tls else 'without'} TLS, the "
                                     "request says otherwise")
-        digest = plan_digest(plan)
-        tokens = {c: new_token() for c in plan["clients"]}
+        digest = plan.digest()
+        tokens = {c: new_token() for c in plan.clients}
         with self.db.transaction() as conn:
             row = conn.execute("SELECT plan_digest FROM sessions WHERE session_id = ?",
                                (request.session_id,)).fetchone()
@@ -121,7 +127,7 @@ class DistServer:
             folder = self.session_dir(request.session_id)
             if folder.exists():  # left by a delete that was cut short
                 shutil.rmtree(folder)
-            local = dict(plan, pid=self.x - 1, plan_digest=digest)
+            local = dict(plan.mapping(), pid=self.x - 1, plan_digest=digest)
             if self.mpc_tls:
                 local["mpc_tls"] = self.mpc_tls
             write_private(folder / "session.json", json.dumps(local).encode())
@@ -160,7 +166,7 @@ class DistServer:
 
     def store(self, session_id: str, client_id: str, body: ShareUpload) -> wire.UploadReceipt:
         plan = self.plan(session_id)
-        modulus, length = int(plan["modulus"]), int(plan["cells"])
+        modulus, length = plan.modulus, plan.cells
         if self.x == 1:
             if body.seed_hex is None or body.vector_b64 is not None:
                 raise ServiceError(422, "server 1 takes the seed (seed_hex) only")
@@ -194,10 +200,10 @@ class DistServer:
     def info(self, session_id: str) -> DistSessionInfo:
         plan = self.plan(session_id)
         return DistSessionInfo(session_id=session_id, party=self.x,
-                               domain_sizes=plan["domain_sizes"], workload=plan["workload"],
-                               modulus=str(plan["modulus"]), cells=plan["cells"],
-                               plan_digest=plan["plan_digest"],
-                               schema_fingerprint=plan.get("schema_fingerprint", ""))
+                               domain_sizes=plan.domain_sizes, workload=plan.workload,
+                               modulus=str(plan.modulus), cells=plan.cells,
+                               plan_digest=self.plan_digest(session_id),
+                               schema_fingerprint=plan.schema_fingerprint)
 
     def status(self, session_id: str) -> DistStatus:
         plan = self.plan(session_id)
@@ -206,8 +212,8 @@ class DistServer:
                 "SELECT client_id FROM uploads WHERE session_id = ?", (session_id,)))
         state, detail = self.state(session_id)
         return DistStatus(session_id=session_id, party=self.x, state=state,
-                          plan_digest=plan["plan_digest"], clients_uploaded=done,
-                          clients_missing=[c for c in plan["clients"] if c not in done],
+                          plan_digest=self.plan_digest(session_id), clients_uploaded=done,
+                          clients_missing=[c for c in plan.clients if c not in done],
                           detail=detail)
 
     # ------------------------------------------------------------------ MPC run
@@ -228,14 +234,14 @@ class DistServer:
             self._set_state(session_id, "running", "")
             folder = self.session_dir(session_id)
             (folder / "uploads").mkdir(exist_ok=True)
-            parties = ",".join(f"{h}:{p}" for h, p in plan["mpc_parties"])
+            parties = ",".join(f"{h}:{p}" for h, p in plan.mpc_parties)
             log = (folder / "party.log").open("ab")
             self._procs[session_id] = subprocess.Popen(
                 [sys.executable, "-m", "distaim.party", "--pid", str(self.x - 1),
                  "--parties", parties, "--session-dir", str(folder),
                  "--out", str(folder / "result.json"),
-                 "--timeout", str(plan.get("mpc_timeout", 120)),
-                 "--deadline", str(plan.get("mpc_deadline", 3600))],
+                 "--timeout", str(plan.mpc_timeout),
+                 "--deadline", str(plan.mpc_deadline)],
                 cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT)
             log.close()
 

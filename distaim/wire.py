@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from common import wire
+from distaim.plan import DistPlan
 
 __all__ = ["MAX_BODY_BYTES", "ShareUpload", "ServerInfo", "DistSessionCreated",
            "DistSessionInfo", "DistStatus"]
@@ -38,7 +39,7 @@ class DistSessionCreated(wire.StrictModel):
     party: int
     created: bool = Field(description="false: this session already existed with this plan")
     plan_digest: str
-    plan: dict
+    plan: DistPlan
     client_tokens: dict[str, str] = Field(
         description="one bearer token per client for this server, shown once (empty when "
                     "created is false); the server keeps only hashes")

@@ -12,14 +12,41 @@ Layout: every 1-way marginal in column order, then every 2-way marginal in pair 
 [((0,), 0, 3), ((1,), 3, 2), ((2,), 5, 2), ((0, 1), 7, 6)]
 >>> lay.total_cells
 13
+
+DistAIM's uploads use the general form: the marginals of a workload's completion (every
+non-empty subset of a workload marginal), by size, then lexicographically
+(:meth:`MarginalLayout.for_workload`).
+
+>>> lay = MarginalLayout.for_workload((3, 2, 2), [(0, 2), (1,)])
+>>> [(m.attrs, m.offset, m.size) for m in lay.marginals]
+[((0,), 0, 3), ((1,), 3, 2), ((2,), 5, 2), ((0, 2), 7, 6)]
+>>> lay.length
+13
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+__all__ = ["MarginalSlot", "MarginalLayout", "completion"]
+
+Clique = tuple[int, ...]
+
+
+def completion(workload: Sequence[Sequence[int]]) -> list[Clique]:
+    """Every non-empty subset of every workload marginal (AIM's candidates), by size, then
+    lexicographically.
+
+    >>> completion([(2, 0), (1,)])
+    [(0,), (1,), (2,), (0, 2)]
+    """
+    subsets = {subset for clique in workload for k in range(1, len(clique) + 1)
+               for subset in itertools.combinations(sorted(clique), k)}
+    return sorted(subsets, key=lambda c: (len(c), c))
 
 
 @dataclass(frozen=True)
@@ -58,19 +85,47 @@ class MarginalLayout:
                 raise ValueError(f"invalid attribute pair {p} for {d} columns")
         if len(set(pair_list)) != len(pair_list):
             raise ValueError("duplicate attribute pairs")
+        return cls.for_cliques(sizes, [(j,) for j in range(d)] + pair_list)
+
+    @classmethod
+    def for_cliques(cls, domain_sizes: Sequence[int],
+                    cliques: Sequence[Sequence[int]]) -> MarginalLayout:
+        """The given marginals (any number of attributes each), in the given order."""
+        sizes = tuple(int(s) for s in domain_sizes)
         slots = []
         offset = 0
-        for attrs in [(j,) for j in range(d)] + pair_list:
+        for attrs in cliques:
             shape = tuple(sizes[a] for a in attrs)
             slot = MarginalSlot(attrs=tuple(attrs), shape=shape, offset=offset)
             slots.append(slot)
             offset += slot.size
         return cls(domain_sizes=sizes, marginals=tuple(slots))
 
+    @classmethod
+    def for_workload(cls, domain_sizes: Sequence[int],
+                     workload: Sequence[Sequence[int]]) -> MarginalLayout:
+        """The marginals of the workload's :func:`completion` (a DistAIM upload)."""
+        return cls.for_cliques(domain_sizes, completion(workload))
+
     @property
     def total_cells(self) -> int:
         last = self.marginals[-1]
         return last.offset + last.size
+
+    @property
+    def length(self) -> int:
+        """:attr:`total_cells`, as DistAIM names it (the length of a client's upload)."""
+        return self.total_cells
+
+    @property
+    def cliques(self) -> tuple[Clique, ...]:
+        """Each marginal's attributes, in the layout's order."""
+        return tuple(m.attrs for m in self.marginals)
+
+    @property
+    def offsets(self) -> dict[Clique, tuple[int, int]]:
+        """Each marginal's (offset, size) by its attributes."""
+        return {m.attrs: (m.offset, m.size) for m in self.marginals}
 
     @property
     def one_way(self) -> tuple[MarginalSlot, ...]:
