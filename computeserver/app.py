@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from common import wire
 from common.credentials import member_check, own_client_check
 from common.serving import BackgroundWorker, service_app
+from computeserver.executor import Executor
 from computeserver.service import ComputeServer
 
 log = logging.getLogger("feddpsyn.computeserver")
@@ -23,8 +24,12 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
-               job_interval: float = 0.5, verify: bool | str = True) -> FastAPI:
-    service = ComputeServer(state_dir, keyserver_url, peer_token, verify=verify)
+               job_interval: float = 0.5, verify: bool | str = True,
+               executor: Executor | None = None) -> FastAPI:
+    """``executor``: where the encrypted selection runs (``computeserver.executor``;
+    default: in this process)."""
+    service = ComputeServer(state_dir, keyserver_url, peer_token, verify=verify,
+                            executor=executor)
     worker = BackgroundWorker("compute-job", service.step, job_interval)
 
     app = service_app("feddpsyn compute server",

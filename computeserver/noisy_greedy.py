@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Callable
 
 import numpy as np
 
 from common import wire
 from common.serving import write_private
+from computeserver.executor import CallTask, Circuit, Executor
+from computeserver.store import SessionStore
 from crypto.blobs import pack_blobs
 from crypto.noisy_scores import NoiseOutOfRange, noise_operand
 from params.session_plan import SCORE_NOISE, SessionPlan
@@ -38,47 +41,55 @@ CREATE TABLE IF NOT EXISTS noisy_greedy_picks (
     session_id TEXT PRIMARY KEY, pairs_json TEXT NOT NULL);
 """
 
+CandidateScores = Callable[[str, SessionPlan, dict[str, bytes]], list[bytes]]
+
 
 class NoisyGreedyRole:
-    """Mixed into :class:`computeserver.service.ComputeServer` (through ``SelectionRole``)."""
+    """The compute server's part of a noisy-greedy selection; the encrypted scores come
+    from ``candidate_scores`` (P2, shared with ``em``: ``computeserver.selection``)."""
 
-    def noisy_greedy_picks(self, session_id: str) -> list[tuple[int, int]] | None:
-        with self.db.connect() as conn:
+    def __init__(self, store: SessionStore, executor: Executor,
+                 circuit: Callable[[str], Circuit], candidate_scores: CandidateScores):
+        self._store = store
+        self._executor = executor
+        self._circuit = circuit
+        self._candidate_scores = candidate_scores
+
+    def picks(self, session_id: str) -> list[tuple[int, int]] | None:
+        with self._store.db.connect() as conn:
             row = conn.execute("SELECT pairs_json FROM noisy_greedy_picks WHERE "
                                "session_id = ?", (session_id,)).fetchone()
         return None if row is None else [tuple(p) for p in json.loads(row["pairs_json"])]
 
-    def _run_noisy_greedy(self, session_id: str, plan: SessionPlan,
-                          seeds: dict[str, bytes]) -> list[tuple[int, int]]:
+    def run(self, session_id: str, plan: SessionPlan,
+            seeds: dict[str, bytes]) -> list[tuple[int, int]]:
         """Noise every encrypted score, send them, record the chosen pairs (module docstring)."""
-        picks = self.noisy_greedy_picks(session_id)
+        picks = self.picks(session_id)
         if picks is not None:
             return picks
-        path = self.session_dir(session_id) / "outputs" / "noisy_scores.bin"
+        path = self._store.session_dir(session_id) / "outputs" / "noisy_scores.bin"
         if not path.exists():
             shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
             scores = self._candidate_scores(session_id, plan, seeds)
-            noise = self.pool_noise(session_id, SCORE_NOISE, np.arange(len(scores)))
+            noise = self._store.pool_noise(session_id, SCORE_NOISE, np.arange(len(scores)))
             try:
                 operands = [noise_operand(int(z), shape) for z in noise]
             except NoiseOutOfRange as exc:
-                with self.db.transaction() as conn:
-                    conn.execute("UPDATE sessions SET blocked = ? WHERE id = ?",
-                                 (f"noisy-greedy: {exc}", session_id))
+                self._store.block(session_id, f"noisy-greedy: {exc}")
                 raise
-            server, keys = self._selection_server(session_id)
-            self._progress[session_id] = "noisy dependency scores under encryption"
-            noisy = [server.run(score, operand, evaluation_keys=keys, function_name="noise")
-                     for score, operand in zip(scores, operands)]
-            write_private(path, pack_blobs([v.serialize() for v in noisy]))
-        self._progress[session_id] = "waiting for the key server's greedy selection"
-        decided = self._peer("PUT", f"/peer/sessions/{session_id}/selection/noisy-scores",
-                             wire.NoisyGreedyDecision, content=path.read_bytes(),
-                             headers={"Content-Type": "application/octet-stream"})
+            self._store.set_progress(session_id, "noisy dependency scores under encryption")
+            noisy = self._executor.map(
+                self._circuit(session_id),
+                [CallTask("noise", (score, operand)) for score, operand in zip(scores, operands)])
+            write_private(path, pack_blobs([outputs[0] for outputs in noisy]))
+        self._store.set_progress(session_id, "waiting for the key server's greedy selection")
+        decided = self._store.peer("PUT", f"/peer/sessions/{session_id}/selection/noisy-scores",
+                                   wire.NoisyGreedyDecision, content=path.read_bytes(),
+                                   headers={"Content-Type": "application/octet-stream"})
         picks = [tuple(p) for p in decided.pairs]
-        with self.db.transaction() as conn:
+        with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO noisy_greedy_picks VALUES (?, ?)",
                          (session_id, json.dumps([list(p) for p in picks])))
-        self._progress.pop(session_id, None)
+        self._store.set_progress(session_id, None)
         log.info("session %s: noisy-greedy selection chose %s", session_id, picks)
         return picks

@@ -31,6 +31,7 @@ from concrete import fhe
 
 from common import wire
 from common.serving import Database, ServiceError, already_stored, write_private
+from computeserver.executor import Executor, InProcessExecutor
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
@@ -60,9 +61,14 @@ CREATE TABLE IF NOT EXISTS releases (
 
 
 
-class ComputeServer(SelectionRole):
+class ComputeServer:
+    """The compute server's sessions and its job; its selection is :attr:`selection`, built
+    from this server as its store (``computeserver.store.SessionStore``) and the executor
+    its encrypted work runs on (default: in this process)."""
+
     def __init__(self, state_dir: Path, keyserver_url: str, peer_token: str,
-                 timeout: float = 600, verify: bool | str = True):
+                 timeout: float = 600, verify: bool | str = True,
+                 executor: Executor | None = None):
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
@@ -75,6 +81,8 @@ class ComputeServer(SelectionRole):
         self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
         # What a long step is doing now, for status (progress of the encrypted selection).
         self._progress: dict[str, str] = {}
+        self.executor = executor or InProcessExecutor()
+        self.selection = SelectionRole(self, self.executor)
 
     @property
     def _http(self) -> httpx.Client:
@@ -87,6 +95,7 @@ class ComputeServer(SelectionRole):
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+        self.executor.close()
 
     def session_dir(self, session_id: str) -> Path:
         return self.state_dir / "sessions" / session_id
@@ -113,7 +122,7 @@ class ComputeServer(SelectionRole):
         write_private(directory / "server.zip", base64.b64decode(peer.server_zip_b64))
         write_private(directory / "evaluation_keys.bin",
                       base64.b64decode(peer.evaluation_keys_b64))
-        self._store_selection_artefacts(peer, directory)
+        self.selection.store_artefacts(peer, directory)
         # Every noise this server may add, drawn now, before any client uploads
         # (dp.noise_pool): no run time later depends on a noise value.
         write_private(directory / "noise_pool.npz",
@@ -258,11 +267,19 @@ class ComputeServer(SelectionRole):
         if bad:
             detail = (f"clients {bad}: the seed uploaded here does not match the commitment "
                       "sent with their masked vector; their data is not summed")
-            with self.db.transaction() as conn:
-                conn.execute("UPDATE sessions SET blocked = ? WHERE id = ?",
-                             (detail, session_id))
+            self.block(session_id, detail)
             raise RuntimeError(detail)
         return seeds
+
+    def block(self, session_id: str, detail: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE sessions SET blocked = ? WHERE id = ?", (detail, session_id))
+
+    def set_progress(self, session_id: str, detail: str | None) -> None:
+        if detail is None:
+            self._progress.pop(session_id, None)
+        else:
+            self._progress[session_id] = detail
 
     def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
         """This server's noise drawn when it learned the session (``dp.noise_pool``)."""
@@ -288,9 +305,9 @@ class ComputeServer(SelectionRole):
             if spec.name in done:
                 continue
             if not spec.marginal_keys:  # a selected release: its pairs come from the rounds
-                spec = plan.resolve(spec, self._run_selection(session_id, plan, seeds))
+                spec = plan.resolve(spec, self.selection.run(session_id, plan, seeds))
                 if not spec.marginal_keys:  # nothing chosen: the key server recorded it empty
-                    result = self._peer("POST", f"/peer/sessions/{session_id}/releases/"
+                    result = self.peer("POST", f"/peer/sessions/{session_id}/releases/"
                                         f"{spec.name}/finalize", wire.ReleaseResult)
                     with self.db.transaction() as conn:
                         conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)",
@@ -322,19 +339,22 @@ class ComputeServer(SelectionRole):
         manifest = wire.ReleaseManifest(
             chunks=chunks, digests=[hashlib.sha256(o).hexdigest() for o in outputs])
         base = f"/peer/sessions/{session_id}/releases/{name}"
-        progress = self._peer("PUT", f"{base}/manifest", wire.ReleaseProgress,
+        progress = self.peer("PUT", f"{base}/manifest", wire.ReleaseProgress,
                               content=manifest.model_dump_json(),
                               headers={"Content-Type": "application/json"})
         if not progress.published:
             for chunk, output in zip(chunks, outputs):
                 if chunk in progress.missing_chunks:
-                    self._peer("PUT", f"{base}/chunks/{chunk}", wire.ReleaseProgress,
+                    self.peer("PUT", f"{base}/chunks/{chunk}", wire.ReleaseProgress,
                                content=output,
                                headers={"Content-Type": "application/octet-stream"})
-        return self._peer("POST", f"{base}/finalize", wire.ReleaseResult)
+        return self.peer("POST", f"{base}/finalize", wire.ReleaseResult)
 
-    def _peer(self, method: str, url: str, model, **kw):
-        response = self._http.request(method, url, **kw)
+    def peer_request(self, method: str, url: str, **kw) -> httpx.Response:
+        return self._http.request(method, url, **kw)
+
+    def peer(self, method: str, url: str, model, **kw):
+        response = self.peer_request(method, url, **kw)
         if response.status_code != 200:
             raise RuntimeError(f"key server answered {method} {url}: {response.status_code} "
                                f"{wire.error_detail(response, 300)}")

@@ -43,7 +43,10 @@ def demo(dataset: Optional[str] = typer.Option(
                         "your own table). An estimate is printed first."),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
-                        "half the pairs otherwise)")) -> None:
+                        "half the pairs otherwise)"),
+         workers: Optional[int] = typer.Option(
+             None, help="tfhe path: the compute server's local worker processes for the "
+                        "encrypted selection (0: threads in its process, the default)")) -> None:
     """Run the whole protocol on a bundled data set or your own table, all on loopback."""
     from feddpsyn.demo import user_table
 
@@ -86,7 +89,7 @@ def demo(dataset: Optional[str] = typer.Option(
             rounds = DEMO_ROUNDS.get(key)
         try:
             report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
-                              seed, selection=selection, rounds=rounds)
+                              seed, selection=selection, rounds=rounds, workers=workers)
         except ValueError as exc:
             fail(str(exc))
     else:

@@ -52,9 +52,20 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   keyserver_ca: Optional[Path] = typer.Option(
                       None, help="CA certificate to verify an HTTPS key server"),
                   ssl_certfile: Optional[Path] = None, ssl_keyfile: Optional[Path] = None,
+                  workers: Optional[int] = typer.Option(
+                      None, help="run the encrypted selection in this many local worker "
+                                 "processes (0: threads in the server's process, the default)"),
+                  dask_scheduler: Optional[str] = typer.Option(
+                      None, help="run it on a Dask cluster instead: the scheduler's address, "
+                                 "tcp://HOST:PORT (tls://HOST:PORT with the --dask-tls-* files)"),
+                  dask_tls_ca: Optional[Path] = typer.Option(None, help="CA of the cluster"),
+                  dask_tls_cert: Optional[Path] = typer.Option(
+                      None, help="this server's certificate for the cluster (PEM)"),
+                  dask_tls_key: Optional[Path] = typer.Option(None, help="its private key"),
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
     from computeserver.app import create_app
+    from computeserver.executor import make_executor
     from common.serving import configure_logging
 
     configure_logging(log_level.upper())
@@ -62,6 +73,21 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
     if not peer_token_file.exists():
         fail(f"{peer_token_file} not found: copy the key server's peer.token there "
               "(or pass --peer-token-file)")
+    if workers is not None and dask_scheduler is not None:
+        fail("--workers and --dask-scheduler exclude each other")
+    if workers is not None and workers < 0:
+        fail("--workers is 0 (in-process) or a positive number of processes")
+    tls = (dask_tls_ca, dask_tls_cert, dask_tls_key)
+    security = None
+    if any(tls):
+        if not all(tls) or dask_scheduler is None:
+            fail("--dask-tls-ca, --dask-tls-cert and --dask-tls-key go together, with "
+                 "--dask-scheduler")
+        from distributed import Security
+
+        security = Security(tls_ca_file=str(dask_tls_ca), tls_client_cert=str(dask_tls_cert),
+                            tls_client_key=str(dask_tls_key), require_encryption=True)
     app = create_app(state_dir, keyserver, read_token(peer_token_file),
-                     verify=str(keyserver_ca) if keyserver_ca else True)
+                     verify=str(keyserver_ca) if keyserver_ca else True,
+                     executor=make_executor(workers, dask_scheduler, security))
     _serve(app, host, port, log_level, ssl_certfile, ssl_keyfile)

@@ -161,7 +161,10 @@ class ServerProcess:
         self._log.close()
 
 
-def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
+def start_servers(state: Path,
+                  workers: int | None = None) -> tuple[ServerProcess, ServerProcess]:
+    """Both servers on loopback; ``workers``: the compute server's local worker processes
+    (``computeserver.executor``; None: its default)."""
     state.mkdir(parents=True, exist_ok=True)
     peer_token = state / "peer.token"
     if not peer_token.exists():
@@ -174,7 +177,8 @@ def start_servers(state: Path) -> tuple[ServerProcess, ServerProcess]:
     ks.wait_healthy()
     cs = ServerProcess(["computeserver", "--host", "127.0.0.1", "--port", str(cs_port),
                         "--state-dir", str(state / "computeserver"), "--keyserver", ks.url,
-                        "--peer-token-file", str(peer_token)],
+                        "--peer-token-file", str(peer_token)]
+                       + ([] if workers is None else ["--workers", str(workers)]),
                        state / "computeserver.log", f"http://127.0.0.1:{cs_port}")
     cs.wait_healthy()
     return ks, cs
@@ -199,7 +203,7 @@ SECONDS_PER_BOOTSTRAP = {"p2": 0.0090, "p3": 0.0074, "noise": 0.0074}
 def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: float,
              delta: float, method: str, rows: int | None, seed: int, say=print,
              timeout: float = 3600, selection: str = "none",
-             rounds: int | None = None) -> dict:
+             rounds: int | None = None, workers: int | None = None) -> dict:
     """The demo on a bundled data set (by name) or on a user's table (``user_table``)."""
     phases: dict[str, float] = {}
     ds = dataset_name if isinstance(dataset_name, DemoDataset) else dataset(dataset_name)
@@ -211,7 +215,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     say(f"[demo] {ds.name}: {len(csvs)} data owners "
         f"({'natural split by ' + ds.natural_column if ds.natural_column else 'uniform split'})")
     t = time.time()
-    ks, cs = start_servers(out / "state")
+    ks, cs = start_servers(out / "state", workers)
     phases["start_servers"] = time.time() - t
     try:
         say(f"[demo] key server {ks.url}, compute server {cs.url}")
