@@ -16,13 +16,10 @@ Run: .venv/bin/python bench/bench_hidden_order.py [--candidates 16] [--repeats 3
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import secrets
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.baseline import module_at  # noqa: E402
 from crypto import selection as current  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
@@ -38,15 +36,7 @@ from params.session_plan import SessionPlan  # noqa: E402
 
 def baseline_module(rev: str):
     """crypto/selection.py as it was at ``rev`` (the known-order construction)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:crypto/selection.py"],
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "selection_baseline.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("selection_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    return module_at(rev, "crypto/selection.py", "selection_baseline")
 
 
 def main() -> None:

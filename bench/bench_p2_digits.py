@@ -20,11 +20,8 @@ demo itself then measured P2 at about 275 s against 565 s (README, "Measured").
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import secrets
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.baseline import module_at  # noqa: E402
 from crypto import indif  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
 from params.schema import Schema  # noqa: E402
@@ -41,14 +39,7 @@ from params.session_plan import SessionPlan  # noqa: E402
 
 def baseline_module(rev: str):
     """``crypto/indif.py`` at ``rev``, imported under another name."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:crypto/indif.py"],
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "indif_baseline.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("indif_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(rev, "crypto/indif.py", "indif_baseline")
 
 
 def timed(circuit, encrypted_args, clear_args) -> tuple[float, int]:

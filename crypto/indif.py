@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack
+from crypto._concrete import ensure_tag_stack, lookup, table
 
 __all__ = ["compile_indif_chunk", "digits_of", "digit_count", "indif_offset",
            "indif_plaintext", "indif_exact", "indif_from_bits", "indif_inputset",
@@ -132,24 +132,16 @@ def indif_exact(counts: np.ndarray, expected: np.ndarray) -> int:
     return int(np.abs(np.asarray(counts, dtype=np.int64) - np.asarray(expected)).sum())
 
 
-def _lut(fn, width: int) -> fhe.LookupTable:
-    return fhe.LookupTable([fn(i) for i in range(1 << width)])
 
-
-_CARRY = _lut(lambda u: int(u >= 4), 3)                   # u = M_i + c_i + carry_i <= 7
-_XOR_SIGN = _lut(lambda t: (t & 3) ^ (3 if t >> 2 else 0), 3)   # v_i + 4 neg
+_CARRY = table(lambda u: int(u >= 4), 3)                   # u = M_i + c_i + carry_i <= 7
+_XOR_SIGN = table(lambda t: (t & 3) ^ (3 if t >> 2 else 0), 3)   # v_i + 4 neg
 # The top digit's u: k even, bits (k-2, k-1) of v = u mod 4; k odd, bit k-1 = u mod 2.
-_NEG_EVEN = _lut(lambda u: 1 - ((u >> 1) & 1), 3)
-_TOP_EVEN = _lut(lambda u: (u & 1) ^ (1 - ((u >> 1) & 1)), 3)
+_NEG_EVEN = table(lambda u: 1 - ((u >> 1) & 1), 3)
+_TOP_EVEN = table(lambda u: (u & 1) ^ (1 - ((u >> 1) & 1)), 3)
 # u <= 3 here, but every row of the digit tensor must share one encoding (concrete gives a
 # tensor one width), so this lookup is declared as wide as the others.
-_NEG_ODD = _lut(lambda u: 1 - (u & 1), 3)
+_NEG_ODD = table(lambda u: 1 - (u & 1), 3)
 
-
-def _tlu(table: fhe.LookupTable, index):
-    """A lookup whose index is declared wide enough for the whole table: an input set cannot
-    be trusted to reach every intermediate, and a too narrow encoding would wrap silently."""
-    return table[fhe.hint(index, can_store=len(table.table) - 1)]
 
 
 def _indif_bits_function(count_bits: int, cells: int):
@@ -163,15 +155,15 @@ def _indif_bits_function(count_bits: int, cells: int):
         values, carry = [], None
         for i in range(d - 1):
             u = masked_digits[i] + offset_digits[i] + (0 if carry is None else carry)
-            carry = _tlu(_CARRY, u)
+            carry = lookup(_CARRY, u)
             values.append(fhe.hint(u - 4 * carry, can_store=3))  # leveled: u mod 4
         u = masked_digits[d - 1] + offset_digits[d - 1] + (0 if carry is None else carry)
         if k % 2 == 0:
-            negative = _tlu(_NEG_EVEN, u)
-            top = [_tlu(_TOP_EVEN, u)]
+            negative = lookup(_NEG_EVEN, u)
+            top = [lookup(_TOP_EVEN, u)]
         else:
-            negative, top = _tlu(_NEG_ODD, u), []
-        planes = [np.sum(_tlu(_XOR_SIGN, v + 4 * negative)) for v in values]
+            negative, top = lookup(_NEG_ODD, u), []
+        planes = [np.sum(lookup(_XOR_SIGN, v + 4 * negative)) for v in values]
         planes += [np.sum(t) for t in top] + [np.sum(negative)]
         planes = [fhe.hint(p, can_store=m) for p, (_, m) in zip(planes, maxima)]
         columns: dict[int, list] = {}

@@ -74,7 +74,7 @@ from fractions import Fraction
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack
+from crypto._concrete import ensure_tag_stack, lookup, table
 from dp.shuffle import randbelow_from_bits, uniform_order
 
 __all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta", "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext", "em_rounds_model",
@@ -283,15 +283,12 @@ def clear_arguments(digits, active, r_ks, r_cs, priority) -> tuple:
             2 * r_cs, r_cs)
 
 
-def _lut(fn, width: int) -> fhe.LookupTable:
-    return fhe.LookupTable([fn(i) for i in range(2 ** width)])
 
-
-_NONZERO = _lut(lambda s: int(s > 0), 2)          # OR of up to 3 bits, from their sum
-_AND = _lut(lambda i: int(i == 3), 2)             # x + 2y
-_KEEP_ALIVE = _lut(lambda i: (i & 1) & int(((i >> 1) & 1) or not (i >> 2) & 1), 3)
-_DIFF = _lut(lambda i: ((i & 1) - ((i >> 1) & 1) - (i >> 2)) % 2, 3)   # m + 2b + 4borrow
-_BORROW = _lut(lambda i: int((i & 1) - ((i >> 1) & 1) - (i >> 2) < 0), 3)
+_NONZERO = table(lambda s: int(s > 0), 2)          # OR of up to 3 bits, from their sum
+_AND = table(lambda i: int(i == 3), 2)             # x + 2y
+_KEEP_ALIVE = table(lambda i: (i & 1) & int(((i >> 1) & 1) or not (i >> 2) & 1), 3)
+_DIFF = table(lambda i: ((i & 1) - ((i >> 1) & 1) - (i >> 2)) % 2, 3)   # m + 2b + 4borrow
+_BORROW = table(lambda i: int((i & 1) - ((i >> 1) & 1) - (i >> 2) < 0), 3)
 
 
 def _le_table(d_bits: list[int]) -> fhe.LookupTable:
@@ -299,17 +296,11 @@ def _le_table(d_bits: list[int]) -> fhe.LookupTable:
     r + 2^w le (r: those w bits of R; le: the lower bits of R are <= those of d)."""
     w = len(d_bits)
     d = sum(b << i for i, b in enumerate(d_bits))
-    return _lut(lambda i: int((i % 2 ** w) < d or ((i % 2 ** w) == d and (i >> w) & 1)), w + 1)
+    return table(lambda i: int((i % 2 ** w) < d or ((i % 2 ** w) == d and (i >> w) & 1)), w + 1)
 
 
-_FAIL = _lut(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
+_FAIL = table(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
 
-
-def _tlu(table: fhe.LookupTable, index):
-    """A lookup whose index is declared wide enough for the whole table: the input set can
-    never be trusted to reach every intermediate value of a bit-level circuit, and a too
-    narrow index would wrap silently."""
-    return table[fhe.hint(index, can_store=len(table.table) - 1)]
 
 
 def _or_columns(columns: list) -> object:
@@ -322,7 +313,7 @@ def _or_columns(columns: list) -> object:
             total = part[0]
             for p in part[1:]:
                 total = total + p
-            grouped.append(_tlu(_NONZERO, total) if len(part) > 1 else total)
+            grouped.append(lookup(_NONZERO, total) if len(part) > 1 else total)
         columns = grouped
     return columns[0]
 
@@ -356,17 +347,17 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
     # 1. the maximum, most significant digit first
     alive, top = None, [None] * width
     for j in reversed(range(width)):
-        hits = q[j] if alive is None else _tlu(_AND, alive + 2 * q[j])
+        hits = q[j] if alive is None else lookup(_AND, alive + 2 * q[j])
         top[j] = _or_elements(hits, s).reshape((shape.batch, 1))  # broadcast over S
-        alive = (_tlu(_KEEP_ALIVE, active + 2 * q[j] + 4 * top[j]) if alive is None
-                 else _tlu(_KEEP_ALIVE, alive + 2 * q[j] + 4 * top[j]))
+        alive = (lookup(_KEEP_ALIVE, active + 2 * q[j] + 4 * top[j]) if alive is None
+                 else lookup(_KEEP_ALIVE, alive + 2 * q[j] + 4 * top[j]))
     # 2. A = max - q, least significant digit first
     a_bits, borrow = [], None
     for j in range(width):
         index = top[j] + 2 * q[j] + (0 if borrow is None else 4 * borrow)
-        a_bits.append(_tlu(_DIFF, index))
+        a_bits.append(lookup(_DIFF, index))
         if j + 1 < width:
-            borrow = _tlu(_BORROW, index)
+            borrow = lookup(_BORROW, index)
     saturated = (_or_columns(a_bits[shape.nb:]) if width > shape.nb else None)
     # 3. one Bernoulli trial per bit of A: R = R_ks XOR R_cs, pass iff R <= c_j - 1
     r = (r_ks + xor_shift) - r_ks * xor_twice  # XOR, never negative
@@ -378,11 +369,11 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
             low = r[:, :, pos + i]
             for t in range(1, w):
                 low = low + (2 ** t) * r[:, :, pos + i + t]
-            le = _tlu(_le_table(d_bits[pos + i:pos + i + w]),
+            le = lookup(_le_table(d_bits[pos + i:pos + i + w]),
                       low + 2 ** w * (1 if le is None else le))
         pos += kp
         a_j = a_bits[j] if j < width else 0 * r[:, :, 0]
-        fails.append(_tlu(_FAIL, a_j + 2 * (0 if saturated is None else saturated) + 4 * le))
+        fails.append(lookup(_FAIL, a_j + 2 * (0 if saturated is None else saturated) + 4 * le))
     fails.append(fails[0] * 0 + 1 - active)
     accept = 1 - _or_columns(fails)
     # 4. the accepted position of least priority, most significant priority bit first: a
@@ -392,9 +383,9 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
     alive = accept
     for j in reversed(range(shape.priority_bits)):
         low = 1 - priority[:, :, j]  # 1 where this priority bit is 0
-        hits = _tlu(_AND, alive + 2 * low)
+        hits = lookup(_AND, alive + 2 * low)
         any_low = _or_elements(hits, s).reshape((shape.batch, 1))
-        alive = _tlu(_KEEP_ALIVE, alive + 2 * low + 4 * any_low)
+        alive = lookup(_KEEP_ALIVE, alive + 2 * low + 4 * any_low)
     return tuple(alive[:, i] for i in range(s))  # one (batch,) output per position
 
 
