@@ -57,7 +57,7 @@ from bench.distaim_common import adult_flaim  # noqa: E402
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
 from distaim.plan import session_rho  # noqa: E402
-from distaim.protocol import Layout, Participation, client_vector  # noqa: E402
+from distaim.protocol import Layout, Participation, Schedule, client_vector  # noqa: E402
 from fedbench.partitions import feature_skew, umap_clusters  # noqa: E402
 from synthesis.aim import PlainOracle, aim, completion  # noqa: E402
 from synthesis.evaluate import marginal  # noqa: E402
@@ -123,7 +123,7 @@ def upload_bytes(cells: int) -> tuple[int, int]:
 
 
 def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rounds, seed,
-                clients_bound):
+                clients_bound, schedule: Schedule):
     rt = local_runtime()
     secint, em = rt.SecInt(SECINT_BITS), rt.SecInt(EM_SECINT_BITS)
     ids = [f"c{k:03d}" for k in range(len(client_vectors))]
@@ -133,7 +133,7 @@ def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rou
     joined_log: list[int] = []
 
     def totals_at_round(t):
-        joined = tuple(ids if t is None else participation.joined_by(ids, t))
+        joined = tuple(schedule.clients_at(participation, ids, t))
         if t is not None:
             joined_log.append(len(joined))
         if joined not in sums:
@@ -143,7 +143,8 @@ def run_distaim(client_vectors, layout, sizes, workload, rho, epsilon, rate, rou
         return sums[joined]
 
     oracle = MpcOracle(rt, secint, em, None, layout, epsilon, rows_bound=clients_bound,
-                       totals_at_round=totals_at_round, score_grid_bits=0, grows=rate < 1)
+                       totals_at_round=totals_at_round, score_grid_bits=0,
+                       grows=schedule.grows(participation.rate))
     run = aim(oracle, sizes, workload, rho, rounds=rounds, max_rounds=rounds,
               rng=np.random.default_rng(seed))
     selects = [t for t in oracle.timings if t["step"] == "select"]
@@ -157,19 +158,20 @@ class SubsetOracle(PlainOracle):
     same distributions up to its samplers' total variation (about 1e-12 a run), so this
     measures the same algorithm's utility faster; the 10-bin runs check both agree."""
 
-    def __init__(self, records, owner, sizes, rate, clients):
+    def __init__(self, records, owner, sizes, rate, clients, schedule: Schedule):
         self.ids = [f"c{k:03d}" for k in range(clients)]
         self.width = records.shape[1]
         self.by_client = {cid: records[owner == k] for k, cid in enumerate(self.ids)}
         self.participation = Participation(secrets.token_bytes(32), Fraction(rate))
-        self.grows = rate < 1
+        self.schedule = schedule
+        self.grows = schedule.grows(self.participation.rate)
         self.round = 0
         self.joined_log: list[int] = []
         self._joined: tuple = ()
         super().__init__(self._records(0), sizes)
 
     def _records(self, t):
-        joined = tuple(self.participation.joined_by(self.ids, t))
+        joined = tuple(self.schedule.clients_at(self.participation, self.ids, t))
         self.joined_log.append(len(joined))
         self._joined = joined
         parts = [self.by_client[c] for c in joined]
@@ -202,6 +204,12 @@ def flaim_split(clients: int, cache: Path) -> np.ndarray:
         owner = np.load(cache)
         if owner.max() + 1 == clients:
             return owner
+    try:
+        import umap  # noqa: F401
+    except ImportError:
+        sys.exit("the UMAP split needs umap-learn: install the bench extra, "
+                 "`.venv/bin/pip install -e '.[bench]'` (umap-learn==0.5.12), "
+                 "or run with --partition kmeans")
     owner = umap_clusters(adult_flaim(None)[0], clients, seed=0)
     np.save(cache, owner)
     return owner
@@ -232,6 +240,13 @@ def main() -> None:
     parser.add_argument("--split-cache", type=Path, default=Path(
         "/tmp/feddpsyn-adult-umap-k100-seed0.npy"), help="where the UMAP split is kept")
     parser.add_argument("--skip-p1", action="store_true", help="no DistAIM p=1 reference")
+    parser.add_argument("--schedule", choices=["deferred", "interleaved"], default="deferred",
+                        help=("which clients AIM's rounds read (distaim.protocol.Schedule): "
+                              "deferred, the clients joined by round T; interleaved, FLAIM's "
+                              "Algorithm 3 as written, those joined by round t"))
+    parser.add_argument("--enrolment-one-ways", action="store_true", help=(
+        "the 1-way initialisation reads every client (assumes every client reachable once, "
+        "which FLAIM's setting does not)"))
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--oracle", choices=["mpc", "plain"], default="mpc", help=(
         "mpc: the servers' program in a one-party runtime; plain: the same algorithm with "
@@ -248,6 +263,7 @@ def main() -> None:
           f"{layout.length} cells; upload per client {raw / 1e6:.2f} MB raw, "
           f"{http / 1e6:.2f} MB over HTTP ({http / layout.length:.1f} B per cell)", flush=True)
     rho = session_rho(args.epsilon, args.delta)
+    schedule = Schedule(args.rounds, args.schedule, args.enrolment_one_ways)
     methods = ["distaim"] + ([] if args.skip_p1 else ["distaim_p1"]) + ["central_aim"]
     errors: dict[str, dict[str, list[float]]] = {
         m: {"flaim": [], "three_way": []} for m in methods}
@@ -266,13 +282,13 @@ def main() -> None:
 
         def distaim_run(rate):
             if args.oracle == "plain":
-                oracle = SubsetOracle(records, owner, sizes, rate, args.clients)
+                oracle = SubsetOracle(records, owner, sizes, rate, args.clients, schedule)
                 run = aim(oracle, sizes, triples, rho, rounds=args.rounds,
                           max_rounds=args.rounds, rng=np.random.default_rng(rep))
                 return run, oracle.joined_log, []
             run, _, joined, selects = run_distaim(vectors, layout, sizes, triples, rho,
                                                   args.epsilon, rate, args.rounds, rep,
-                                                  args.clients * bound)
+                                                  args.clients * bound, schedule)
             return run, joined, selects
 
         def record(method, run, started):
@@ -320,6 +336,8 @@ def main() -> None:
                         "workload": f"{len(triples)} random 3-way marginals, seed "
                                     f"{args.workload_seed}", "triples": triples,
                         "participation": args.rate, "rounds": args.rounds,
+                        "schedule": args.schedule,
+                        "enrolment_one_ways": args.enrolment_one_ways,
                         "epsilon": args.epsilon, "delta": args.delta, "rho": str(rho)},
             "metric": ("FLAIM's l1_avg_err: mean L1 between normalised marginals of the union "
                        "and of the synthetic table (as many rows), over the workload's "

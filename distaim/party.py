@@ -37,7 +37,7 @@ from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
                                  mpyc_module, party_runtime)
 from distaim.plan import plan_digest
-from distaim.protocol import Participation, admit_clients, aggregate
+from distaim.protocol import Participation, Schedule, admit_clients, aggregate
 from distaim.validation import validate_clients, validation_tv
 from params.layout import MarginalLayout
 
@@ -168,11 +168,14 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     phases["validation"] = time.time() - t
     rate = Fraction(session.get("participation", 1))
     participation = Participation(admission.joint_seed, rate)
+    rounds = session.get("rounds")
+    schedule = Schedule(rounds if rounds is not None else 16 * len(layout.domain_sizes),
+                        session.get("schedule", "deferred"),
+                        bool(session.get("enrolment_one_ways", False)))
     sums: dict[tuple[str, ...], object] = {}
 
     def totals_at_round(round_index: int | None):
-        joined = tuple(admitted if round_index is None
-                       else participation.joined_by(admitted, round_index))
+        joined = tuple(schedule.clients_at(participation, admitted, round_index))
         if joined not in sums:
             total = aggregate(shares, joined, modulus, layout.length)
             sums[joined] = secint.array(secint.field.array(np.array(total, dtype=object)))
@@ -183,7 +186,7 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
                        rows_bound=max(1, len(admitted)) * rows_bound,
                        totals_at_round=totals_at_round,
                        score_grid_bits=int(session.get("score_grid_bits", SCORE_GRID_BITS)),
-                       grows=rate < 1)
+                       grows=schedule.grows(rate))
     result = aim(oracle, layout.domain_sizes, [tuple(c) for c in session["workload"]],
                  Fraction(session["rho"]), max_rounds=session.get("max_rounds", 1000),
                  rounds=session.get("rounds"),
@@ -197,8 +200,10 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     report = {
         "pid": pid,
         "admitted": admitted,
-        "participation": {"rate": str(participation.rate), "arrival_round": {
-            c: participation.arrival(c) for c in admitted}},
+        "participation": {"rate": str(participation.rate), "schedule": schedule.mode,
+                          "window": schedule.window,
+                          "enrolment_one_ways": schedule.enrolment_one_ways,
+                          "arrival_round": {c: participation.arrival(c) for c in admitted}},
         "excluded": excluded,
         "selected": [list(c) for c in result.selected],
         "measurements": [{"clique": list(m.attrs), "sigma2": m.variance,

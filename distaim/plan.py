@@ -30,7 +30,8 @@ import re
 from fractions import Fraction
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
+from pydantic import (Discriminator, Field, Tag, TypeAdapter, field_validator, model_serializer,
+                      model_validator)
 
 from common import wire
 from dp.accounting import eps_delta_to_rho
@@ -71,6 +72,13 @@ class SessionRequest(wire.StrictModel):
     rows_bound: int = Field(default=1 << 20, ge=1, le=MAX_ROWS_BOUND,
                             description=("public upper bound on any one client's rows "
                                          "(checked inside MPC, distaim.validation)"))
+    schedule: Literal["deferred", "interleaved"] = Field(default="deferred", description=(
+        "with participation < 1, which clients AIM's rounds read (distaim.protocol.Schedule): "
+        "deferred, those joined by the last participation round; interleaved, FLAIM's "
+        "Algorithm 3 as written, those joined by the current round"))
+    enrolment_one_ways: bool = Field(default=False, description=(
+        "the 1-way initialisation reads every admitted client (assumes every client "
+        "reachable once, which FLAIM's setting does not)"))
     mpc_parties: list[str] = Field(min_length=3, max_length=3,
                                    description="host:port of the three MPC parties, in order")
     score_grid_bits: int = Field(default=0, ge=0, le=8, description=(
@@ -172,6 +180,10 @@ def _normalise_workload(workload: list[list[int]] | None, d: int) -> list[list[i
     return [list(c) for c in unique]
 
 
+# plan fields added after v1, left out of the mapping at these defaults (digests unchanged)
+_OMITTED_AT_DEFAULT = {"schedule": "deferred", "enrolment_one_ways": False}
+
+
 class DistPlanFields(wire.DocumentModel):
     """What every server derives from the operator's request, whatever the mode; reads as
     its JSON reads (``plan["cells"]``). The order of the fields is the order of
@@ -196,6 +208,8 @@ class DistPlanFields(wire.DocumentModel):
     final_iters: int | None
     participation: str = Field(description="client sampling rate per round, exact rational")
     rows_bound: int
+    schedule: Literal["deferred", "interleaved"] = "deferred"
+    enrolment_one_ways: bool = False
     modulus: int = Field(description="the prime of the servers' field")
     mpc_parties: list[tuple[str, int]] = Field(description="(host, port) of the three parties")
     mpc_channel_tls: bool
@@ -205,8 +219,18 @@ class DistPlanFields(wire.DocumentModel):
     model_config = wire.DocumentModel.model_config | {"populate_by_name": True}
 
     def mapping(self) -> dict[str, Any]:
-        """The plan as JSON values: what ``session.json`` holds and ``plan_digest`` reads."""
+        """The plan as JSON values: what ``session.json`` holds and ``plan_digest`` reads.
+        Fields added after v1 are left out at their defaults (``_omit_new_defaults``), so a
+        plan that does not use them keeps the digest it had."""
         return self.model_dump(mode="json", by_alias=True)
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler):
+        out = handler(self)
+        for key, default in _OMITTED_AT_DEFAULT.items():
+            if key in out and out[key] == default:
+                del out[key]
+        return out
 
     def digest(self) -> str:
         return plan_digest(self.mapping())
@@ -282,7 +306,8 @@ def build_plan(request: SessionRequest, modulus: int) -> FixedRoundsPlan | Annea
         delta_reserve=str(delta_reserve(request.delta)), rho=str(rho),
         score_grid_bits=request.score_grid_bits, round_iters=request.round_iters,
         final_iters=request.final_iters, participation=request.participation,
-        rows_bound=request.rows_bound, modulus=modulus, mpc_parties=parties,
+        rows_bound=request.rows_bound, schedule=request.schedule,
+        enrolment_one_ways=request.enrolment_one_ways, modulus=modulus, mpc_parties=parties,
         mpc_channel_tls=request.mpc_channel_tls,
         # float fields: a default the validator never saw (int 120) digests as the value a
         # server parses from JSON (float 120.0)
