@@ -160,3 +160,26 @@ def test_simulated_joint_release_carries_the_shapes_variance():
     sd = float(shape.variance) ** 0.5
     assert abs(error.mean()) <= 4.9 * sd / cells ** 0.5
     assert abs(error.var() / float(shape.variance) - 1) <= 4.9 * (2 / cells) ** 0.5
+
+
+def test_noisy_greedy_joint_scores_and_releases_carry_one_noise_each_within_delta():
+    """feddpsyn-noisy-greedy-joint: the scores' joint noise is matched to the selection's rho
+    over every pair, the session's delta at the requested eps (conditioning rule over every
+    order, failure masses included) is within the requested delta, and it spends the budget."""
+    from dp.joint_noise_accounting import JointNoiseShape
+    from fedbench.methods.feddpsyn_sim import joint_session_delta
+    rng = np.random.default_rng(5)
+    records = np.stack([rng.integers(0, 3, 600), rng.integers(0, 3, 600),
+                        rng.integers(0, 2, 600)], axis=1)
+    owner = rng.integers(0, 3, 600)
+    result = METHODS["feddpsyn-noisy-greedy-joint"](records, owner, SCHEMA, 1.0, 1e-6, seed=0)
+    shapes = result.notes["joint_shapes"]
+    assert shapes[0][2] == 3 and shapes[1][2] == 3  # the 1-ways, then the 3 pairs' scores
+    assert len(shapes) == 2 + bool(result.notes["selected_pairs"])
+    assert result.notes["session_delta"] <= 1e-6
+    assert result.rho_spent == result.rho_budget
+    parts = [(JointNoiseShape(u, b), m) for u, b, m in shapes]
+    assert joint_session_delta(parts, 0, 1.0) == result.notes["session_delta"]
+    # Halving the noise of every part must break the session's delta (the check has teeth).
+    weak = [(JointNoiseShape(max(2, s.uniforms // 2 // 2 * 2), s.bits), m) for s, m in parts]
+    assert joint_session_delta(weak, 0, 1.0) > 1e-6

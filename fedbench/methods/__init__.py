@@ -16,7 +16,9 @@ from fedbench.methods.concat import concat
 from fedbench.methods.distaim_method import distaim
 from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
 from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pairs_joint,
-                                           feddpsyn_joint, feddpsyn_noisy_greedy, feddpsyn_sim)
+                                           feddpsyn_joint, feddpsyn_noisy_greedy,
+                                           feddpsyn_noisy_greedy_joint,
+                                           feddpsyn_noisy_greedy_joint_privsyn, feddpsyn_sim)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -30,6 +32,8 @@ METHODS = {
     "concat": concat,
     "feddpsyn": feddpsyn_sim,
     "feddpsyn-noisy-greedy": feddpsyn_noisy_greedy,
+    "feddpsyn-noisy-greedy-joint": feddpsyn_noisy_greedy_joint,
+    "feddpsyn-noisy-greedy-joint-privsyn": feddpsyn_noisy_greedy_joint_privsyn,
     "feddpsyn-all": feddpsyn_all_pairs,
     "feddpsyn-joint": feddpsyn_joint,
     "feddpsyn-all-joint": feddpsyn_all_pairs_joint,

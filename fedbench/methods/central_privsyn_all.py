@@ -22,7 +22,7 @@ DEFAULT_SPLIT = {"one_way": 0.2, "two_way": 0.8}
 def central_privsyn_all(records: np.ndarray, owner: np.ndarray, schema: Schema,
                         epsilon: float, delta: float, seed: int) -> MethodResult:
     plan = SessionPlan.build(schema, None, epsilon, delta, DEFAULT_SPLIT, "default",
-                             max_rows=max(len(records), 1))
+                             max_rows=max(len(records), 1), noise="two-server")
     noisy = central_marginals(plan, records)
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
     spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)

@@ -13,33 +13,44 @@ permute-and-flip rounds run as their exact integer model (``dp.pair_selection``;
 bit-identical to it). ``feddpsyn-noisy-greedy`` and ``feddpsyn-all`` are the other modes.
 Then consistency and GUM, as the demo does.
 
-``noise="joint"`` (``feddpsyn-joint``, ``feddpsyn-all-joint``) releases with issue 14's one
-noise that neither server knows instead of two discrete Gaussians: per release the shape of
-``crypto.joint_noise.choose_shape`` (matched to the release's rho at the orders of the
-session's conversion), both servers' bits from the CSPRNG, through the joint circuit's exact
-integer model (``crypto.joint_noise.joint_release_plaintext``, tested against the circuit in
-``tests/test_joint_noise.py``). The servers do not run this path yet: it measures what
-wiring it would buy.
+``noise="joint"`` (``feddpsyn-joint``, ``feddpsyn-all-joint``, ``feddpsyn-noisy-greedy-joint``)
+releases with issue 14's one noise that neither server knows instead of two discrete
+Gaussians: per release the shape of ``crypto.joint_noise.choose_shape`` (matched to the
+release's rho at the orders of the session's conversion), both servers' bits from the
+CSPRNG, through the joint circuit's exact integer model
+(``crypto.joint_noise.joint_release_plaintext``, tested against the circuit in
+``tests/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
+matched to the selection's rho over the pairs (every pair's InDif moves by at most 1, so the
+scores are a release of ``pairs`` sensitivity-1 queries). The servers do not run this path
+yet: it measures what wiring it would buy. Each joint session is checked end to end
+(:func:`joint_session_delta`): its conditioned Renyi curve (the joint parts) plus the em
+selection's rho, converted at the requested epsilon, plus every part's failure mass, is at
+most delta.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 
 from common import wire
 from crypto.aggregation import (aggregate_plaintext, decode_release, publish_counts,
                                 release_offset)
-from crypto.joint_noise import (check_room, choose_shape, draw_bits, joint_offset,
-                                joint_release_plaintext, signed_weights)
+from crypto.joint_noise import (check_room, choose_shape, draw_bits, joint_noise_plaintext,
+                                joint_offset, joint_release_plaintext, signed_weights)
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
 from crypto.selection import em_rounds_model, thresholds
 from dp.accounting import gaussian_sigma2
 from dp.discrete_gaussian import discrete_gaussian_vector
+from dp.binomial_accounting import session_delta_of
 from dp.joint_noise_accounting import JointNoiseShape, release_marginals
-from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
+from dp.pair_selection import (expected_counts_for_pairs, greedy_by_error, greedy_select,
+                               indif_scores)
 from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.central_privsyn import allocation_weight
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
@@ -83,10 +94,12 @@ def joint_release_model(masked: list[np.ndarray], mask_sum: np.ndarray,
 
 def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
                      session_id: str = "bench", names: tuple[str, ...] | None = None,
-                     noise: str = "two-server") -> tuple[list[NoisyMarginal], float]:
+                     noise: str = "two-server",
+                     joint_parts: list | None = None) -> tuple[list[NoisyMarginal], float]:
     """The published noisy marginals of ``plan``'s releases (or those ``names``), and the
     bytes one client uploads (masked JSON + seed); ``noise``: "two-server" (today's
-    servers) or "joint" (module docstring)."""
+    servers) or "joint" (module docstring); each joint release's (shape, marginals) is
+    appended to ``joint_parts`` for the session's check."""
     if noise not in ("two-server", "joint"):
         raise ValueError("noise is 'two-server' or 'joint'")
     k = plan.parameters.count_bits
@@ -102,6 +115,8 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
         cells = plan.layout.cells_of(plan.slots_of(spec))
         if noise == "joint":
             shape = joint_shape(plan, spec)
+            if joint_parts is not None:
+                joint_parts.append((shape, release_marginals(spec.rho, spec.sigma2)))
             released = joint_release_model([m[cells] for m in masked], mask_sum[cells], shape, k)
             variance = float(shape.variance)
         else:
@@ -124,11 +139,22 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
     return out, float(upload)
 
 
+def score_shape(plan: SessionPlan, selection: SelectionPlan) -> JointNoiseShape:
+    """noisy-greedy's joint score noise: one per pair, matched to the selection's rho over
+    ``pairs`` sensitivity-1 scores (its planned sigma2 is pairs / (2 rho))."""
+    return choose_shape(release_marginals(selection.rho, selection.noise_sigma2), selection.rho,
+                        plan.rho_total, plan.delta_conversion, JOINT_TAIL)
+
+
 def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts: np.ndarray,
-                       one_way: list[NoisyMarginal], max_rows: int) -> list[tuple[int, int]]:
+                       one_way: list[NoisyMarginal], max_rows: int, noise: str = "two-server",
+                       joint_parts: list | None = None,
+                       allocation: str = "even") -> list[tuple[int, int]]:
     """The pairs the servers would choose: InDif against expected counts from the released
     1-ways (Primitive 2's exact value), then the encrypted rounds' integer model (em) or
-    two independent noises and PrivSyn's greedy rule (noisy-greedy)."""
+    noisy scores and PrivSyn's greedy rule (noisy-greedy: two independent discrete
+    Gaussians, or with ``noise="joint"`` one joint noise per score, both servers' bits from
+    the CSPRNG; its (shape, pairs) is appended to ``joint_parts``)."""
     pairs = [slot.attrs for slot in plan.layout.two_way]
     expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs, max_rows)
     counts = {slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
@@ -139,12 +165,65 @@ def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts
         picks = em_rounds_model([scores[p] for p in pairs], selection.shape, c,
                                 selection.rounds)
         return [pairs[i] for i in picks]
-    # noisy-greedy: each server adds its own noise (two views, as the releases).
-    sigma2 = selection.noise_sigma2
-    noisy = {p: scores[p] + int(discrete_gaussian_vector(sigma2, 1)[0])
-             + int(discrete_gaussian_vector(sigma2, 1)[0]) for p in pairs}
+    if noise == "joint":
+        shape = score_shape(plan, selection)
+        if joint_parts is not None:
+            joint_parts.append((shape, len(pairs)))
+        draws = joint_noise_plaintext(shape, draw_bits(len(pairs), shape),
+                                      draw_bits(len(pairs), shape))
+        noisy = {p: scores[p] + int(z) for p, z in zip(pairs, draws)}
+    else:
+        # Each server adds its own noise (two views, as the releases).
+        sigma2 = selection.noise_sigma2
+        noisy = {p: scores[p] + int(discrete_gaussian_vector(sigma2, 1)[0])
+                 + int(discrete_gaussian_vector(sigma2, 1)[0]) for p in pairs}
     cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
+    if allocation == "privsyn":
+        return greedy_select_allocated(noisy, cells, plan.release("two_way").rho)
     return greedy_select(noisy, cells, plan.release("two_way").rho)
+
+
+def joint_session_delta(parts: list[tuple[JointNoiseShape, int]], rho_zcdp: Fraction,
+                        epsilon: float) -> float:
+    """The delta at ``epsilon`` of a session whose releases carry the joint ``parts`` (shape,
+    how many of its queries one record moves) and whose other steps are ``rho_zcdp``-zCDP:
+    ``dp.binomial_accounting``'s conditioning rule over every order, rounded up."""
+    return session_delta_of([(shape.pair(), marginals, JOINT_TAIL)
+                             for shape, marginals in parts], rho_zcdp, epsilon)
+
+
+def allocation_groups(cells: dict[tuple[int, int], int], chosen: list[tuple[int, int]],
+                      rho_two: Fraction) -> list[tuple[list[tuple[int, int]], Fraction]]:
+    """PrivSyn's allocation of the 2-way rho over the chosen pairs: pair i gets
+    rho_two w_i / W with w_i = c_i^(2/3) (``central_privsyn.allocation_weight``, rational, so
+    the shares add to rho_two exactly). Pairs of equal size share one release (one joint
+    shape): a group of M pairs gets M w / W of rho_two, so its sigma2 = M / (2 rho_group) is
+    each pair's own W / (2 rho_two w)."""
+    weight = {p: allocation_weight(cells[p]) for p in chosen}
+    total = sum(weight.values(), start=Fraction(0))
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for p in chosen:
+        groups.setdefault(cells[p], []).append(p)
+    return [(pairs, rho_two * sum((weight[p] for p in pairs), start=Fraction(0)) / total)
+            for _, pairs in sorted(groups.items())]
+
+
+def greedy_select_allocated(scores: dict[tuple[int, int], float],
+                            cells: dict[tuple[int, int], int],
+                            rho_two: Fraction) -> list[tuple[int, int]]:
+    """PrivSyn's greedy rule with its c^(2/3) allocation of ``rho_two`` over the selected
+    pairs (the 1-ways are released before, from their own share): the expected L1 noise of
+    pair i is sqrt(2/pi) c_i sigma_i, sigma_i^2 = W / (2 rho_two w_i)."""
+    weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
+    scale = math.sqrt(2 / math.pi)
+
+    def total_error(selected: list) -> float:
+        total = sum(weight[p] for p in selected)
+        noise = sum(scale * cells[p] * math.sqrt(total / (2 * float(rho_two) * weight[p]))
+                    for p in selected)
+        return sum(v for p, v in scores.items() if p not in selected) + noise
+
+    return greedy_by_error(list(scores), total_error)
 
 
 def default_rounds(attributes: int) -> int:
@@ -153,31 +232,43 @@ def default_rounds(attributes: int) -> int:
 
 def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                  delta: float, seed: int, selection_mode: str = "em",
-                 rounds: int | None = None, noise: str = "two-server") -> MethodResult:
-    if noise == "joint" and selection_mode == "noisy-greedy":
-        raise ValueError("the joint noise is simulated for the releases (em or none), not for "
-                         "noisy-greedy's scores")
+                 rounds: int | None = None, noise: str = "two-server",
+                 allocation: str = "even") -> MethodResult:
+    """``allocation``: how the 2-way rho is shared over the chosen pairs, "even" (the
+    servers' one release) or "privsyn" (PrivSyn's c^(2/3), :func:`allocation_groups`; with
+    noisy-greedy its greedy rule uses the same allocation)."""
+    if allocation not in ("even", "privsyn"):
+        raise ValueError("allocation is 'even' or 'privsyn'")
     max_rows = max(len(records), 1)
     split = DEFAULT_SPLITS[selection_mode]
+    # The plan's own budget and Gaussians; the joint shapes are this module's (docstring), so
+    # the two noises compare on one rho, and the joint session is checked end to end below.
     plan = SessionPlan.build(schema, None, epsilon, delta,
                              {"one_way": split["one_way"], "two_way": split["two_way"]},
-                             "default", max_rows=max_rows)
+                             "default", max_rows=max_rows, noise="two-server")
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     notes = {"noise": ("one joint noise neither server knows (per release: "
                        "crypto.joint_noise.choose_shape)" if noise == "joint" else
                        "two independent discrete Gaussians (CS + KS)"),
              "selection": selection_mode}
     unspent = ""
+    joint_parts: list = []
+    rho_zcdp = Fraction(0)  # what the joint check composes as zCDP: the em rounds
     if selection_mode == "none":
-        noisy, upload = simulate_release(plan, counts, noise=noise)
+        noisy, upload = simulate_release(plan, counts, noise=noise, joint_parts=joint_parts)
         spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
     else:
         rho_select = split_share(plan.rho_total, split["selection"])
         selection = SelectionPlan.build(selection_mode, len(plan.layout.two_way), max_rows,
                                         rho_select, rounds if rounds is not None
                                         else default_rounds(len(schema.domain_sizes)))
-        one_way, upload = simulate_release(plan, counts, names=("one_way",), noise=noise)
-        chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows)
+        one_way, upload = simulate_release(plan, counts, names=("one_way",), noise=noise,
+                                           joint_parts=joint_parts)
+        chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows,
+                                    noise=noise, joint_parts=joint_parts,
+                                    allocation=allocation)
+        if selection_mode == "em" or noise != "joint":
+            rho_zcdp = selection.rho_charged
         if not chosen:  # greedy may keep none: the 1-ways alone then
             noisy = one_way
             spent = plan.release("one_way").rho + selection.rho_charged
@@ -186,18 +277,32 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
             # What the selection's grid left unspent goes to the 2-ways, by the servers' rule.
             rho_two = two_way_rho(plan.rho_total, split, selection.rho_charged)
             layout = MarginalLayout.build(schema.domain_sizes, chosen)
-            final = replace(plan, layout=layout, releases=(
-                plan.release("one_way"),
-                ReleaseSpec("two_way", tuple(m.key for m in layout.two_way), rho_two,
-                            gaussian_sigma2(rho_two, len(chosen)))))
+            if allocation == "privsyn":
+                groups = allocation_groups({m.attrs: m.size for m in layout.two_way}, chosen,
+                                           rho_two)
+            else:
+                groups = [(chosen, rho_two)]
+            two_ways = tuple(
+                ReleaseSpec(f"two_way_{i}", tuple(layout.slot(p).key for p in pairs), rho,
+                            gaussian_sigma2(rho, len(pairs)))
+                for i, (pairs, rho) in enumerate(groups))
+            final = replace(plan, layout=layout, releases=(plan.release("one_way"),) + two_ways)
             two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
                                                   for c in np.unique(owner)],
-                                          names=("two_way",), noise=noise)
+                                          names=tuple(r.name for r in two_ways), noise=noise,
+                                          joint_parts=joint_parts)
             noisy = one_way + two_way
             spent = (plan.release("one_way").rho + selection.rho_charged
-                     + final.release("two_way").rho)
+                     + sum((r.rho for r in two_ways), start=Fraction(0)))
         notes.update(selected_pairs=chosen,
                      selection_report=selection.report(plan.pair_cells()))
+    if noise == "joint":
+        session_delta = joint_session_delta(joint_parts, rho_zcdp, epsilon)
+        if session_delta > delta:
+            raise RuntimeError(f"the joint session is ({epsilon}, {session_delta:.4g})-DP, "
+                               f"above delta {delta}")
+        notes.update(joint_shapes=[(s.uniforms, s.bits, m) for s, m in joint_parts],
+                     session_delta=session_delta)
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
     return MethodResult(synth, spent, budget_rho(epsilon, delta), bytes_per_client=upload,
                         notes=notes, unspent_reason=unspent)
@@ -218,6 +323,20 @@ def feddpsyn_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> Metho
 def feddpsyn_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """``feddpsyn`` (em selection) with the releases' one joint noise (module docstring)."""
     return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, noise="joint")
+
+
+def feddpsyn_noisy_greedy_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """``feddpsyn-noisy-greedy`` with one joint noise on every score and every release."""
+    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
+                        selection_mode="noisy-greedy", noise="joint")
+
+
+def feddpsyn_noisy_greedy_joint_privsyn(records, owner, schema, epsilon, delta,
+                                        seed) -> MethodResult:
+    """``feddpsyn-noisy-greedy-joint`` with PrivSyn's c^(2/3) allocation of the 2-way rho
+    over the chosen pairs (one joint release per pair size) and its greedy rule to match."""
+    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
+                        selection_mode="noisy-greedy", noise="joint", allocation="privsyn")
 
 
 def feddpsyn_all_pairs_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
