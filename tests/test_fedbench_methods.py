@@ -183,3 +183,25 @@ def test_noisy_greedy_joint_scores_and_releases_carry_one_noise_each_within_delt
     # Halving the noise of every part must break the session's delta (the check has teeth).
     weak = [(JointNoiseShape(max(2, s.uniforms // 2 // 2 * 2), s.bits), m) for s, m in parts]
     assert joint_session_delta(weak, 0, 1.0) > 1e-6
+
+
+def test_privsyn_allocation_shares_the_two_way_rho_exactly_by_pair_size():
+    """allocation_groups: one release per pair size, the groups' rho adding to exactly the
+    2-way rho, each pair's sigma2 = M / (2 rho_group) equal to PrivSyn's W / (2 rho w_i)."""
+    from fractions import Fraction
+
+    from dp.accounting import gaussian_sigma2
+    from fedbench.methods.central_privsyn import allocation_weight
+    from fedbench.methods.feddpsyn_sim import allocation_groups
+    cells = {(0, 1): 90, (0, 2): 100, (1, 2): 90, (0, 3): 420}
+    chosen = [(0, 1), (0, 3), (1, 2)]
+    rho_two = Fraction(3, 1000)
+    groups = allocation_groups(cells, chosen, rho_two)
+    assert sum(rho for _, rho in groups) == rho_two
+    assert sorted(p for pairs, _ in groups for p in pairs) == sorted(chosen)
+    total = sum(allocation_weight(cells[p]) for p in chosen)
+    for pairs, rho in groups:
+        assert len({cells[p] for p in pairs}) == 1
+        for p in pairs:
+            assert gaussian_sigma2(rho, len(pairs)) == total / (2 * rho_two
+                                                                 * allocation_weight(cells[p]))
