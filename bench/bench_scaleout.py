@@ -2,22 +2,28 @@
 model of many cores built from the measured per-task cost and overhead.
 
 What runs: a selection module at the demo's P2 width (k = 12, chunks of 16 cells) with a small
-P3 (``--candidates``), keyed once; ``--pairs`` P2 tasks (one chunk each, random counts) and
-``--rounds`` P3 calls, on (a) today's in-process executor (two threads, concrete's default
-OpenMP threads), (b) one spawned worker process and (c) two, each worker pinned to one
-OpenMP thread (``computeserver.executor``), the three alternating across ``--repeats`` so
-that machine noise hits each. Every score decrypts to the clear InDif and every executor's
-outputs decrypt to the in-process ones.
+P3 (``--candidates``), keyed once; a few pairs of uneven size (``PAIRS``: chunks per pair, one
+large pair among small ones, as a small table has) and ``--rounds`` P3 calls, on (a) the
+in-process executor (two threads, concrete's default OpenMP threads), (b) one spawned worker
+process and (c) two, each worker pinned to one OpenMP thread (``computeserver.executor``), the
+three alternating across ``--repeats`` so that machine noise hits each. P2 runs as the compute
+server runs it, one task per chunk and a tree of encrypted adds per pair
+(``computeserver.executor.map_summed``); on two workers it also runs in the earlier form, one
+task per pair (its chunks and adds in one task), the same run. Every score decrypts to the
+clear InDif and every executor's P3 outputs decrypt to the in-process ones.
 
-Overhead per task, measured apart: serialising and pickling a task and its result, and the
-round trip of one task at a time on a warm worker minus its time inside concrete; the key
+Overhead per task, measured apart: pickling a task, serialising and parsing a ciphertext, and
+the round trip of one task at a time on a warm worker minus its time inside concrete; the key
 load once per worker process.
 
-The model (stated as a model, not a measurement): a step of N equal tasks of t seconds each
-(one worker, one thread) with overhead o per task on n cores takes ceil(N / n) (t + o) plus
-one key load L; Adult's P2 is its 105 pairs, t scaled by each pair's chunk count, its
-critical path the largest pair (a pair is one task). P3 is one call per round: more workers
-do not shorten it, so the model keeps its measured per-round time.
+The model (stated as a model, not a measurement): Adult's P2 at its session widths (k = 17,
+17 score digits; 453 chunks of 8, 16 or 32 cells over 105 pairs, ``SessionPlan``). A chunk
+costs the measured chunk time scaled by its bootstrap count (``crypto.indif.chunk_bootstraps``)
+against the measured chunk's, an add the measured add scaled by its digits; each task pays
+the measured overhead o. Chunks are list-scheduled longest first on n one-thread workers, then
+each level of adds runs in ceil(adds / n) waves; plus one key load. The earlier one-task-per-
+pair form is modelled the same way (its critical path is the largest pair). P3 is one call a
+round: more workers do not shorten it.
 
 Run: .venv/bin/python bench/bench_scaleout.py [--quick]
 """
@@ -31,6 +37,7 @@ import secrets
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -42,10 +49,31 @@ sys.path.insert(0, str(ROOT))
 # No concrete import at this level: spawned workers re-import this file as their main
 # module, and concrete must load there only after the worker has pinned its OpenMP threads.
 from computeserver.executor import (CallTask, Circuit, InProcessExecutor,  # noqa: E402
-                                    LocalPoolExecutor, ScoreTask)
+                                    LocalPoolExecutor, map_summed)
 
 K, CHUNK = 12, 16
+# Chunks per pair: a small table's P2, one large pair among small ones.
+PAIRS = {"quick": (5, 1, 1, 1), "full": (8, 3, 2, 1, 1, 1)}
 FEDDPSYN_A6000_MIN, FU_ET_AL_MIN = 13.7, 24.0
+
+
+@dataclass(frozen=True)
+class PairTask:
+    """The earlier scheduling unit, kept here for comparison: a whole pair in one task (its
+    chunks, then their sum by sequential adds)."""
+
+    chunks: tuple[CallTask, ...]
+
+    def run(self, server, keys) -> tuple[bytes]:
+        from concrete import fhe
+
+        total = None
+        for chunk in self.chunks:
+            score = server.run(fhe.Value.deserialize(chunk.arguments[0]), chunk.arguments[1],
+                               evaluation_keys=keys, function_name=chunk.function)
+            total = score if total is None else server.run(
+                total, score, evaluation_keys=keys, function_name="add")
+        return (total.serialize(),)
 
 
 def build(candidates: int, directory: Path):
@@ -62,27 +90,34 @@ def build(candidates: int, directory: Path):
     module.server.save(directory / "server.zip")
     (directory / "keys.bin").write_bytes(module.keys.evaluation.serialize())
     print(f"module: P2 k = {K}, {CHUNK} cells a chunk "
-          f"({module.indif_16.statistics['programmable_bootstrap_count']} bootstraps); "
-          f"P3 over {candidates} candidates, {selection.score_bits} score bits "
+          f"({module.indif_16.statistics['programmable_bootstrap_count']} bootstraps), add "
+          f"({module.add.statistics['programmable_bootstrap_count']}); P3 over {candidates} "
+          f"candidates, {selection.score_bits} score bits "
           f"({module.select.statistics['programmable_bootstrap_count']} bootstraps); "
           f"compiled in {compiled:.0f} s; evaluation keys "
           f"{(directory / 'keys.bin').stat().st_size / 1e6:.0f} MB", flush=True)
     return module, selection
 
 
-def score_tasks(module, pairs: int, seed: int) -> tuple[list[ScoreTask], list[int]]:
+def chunk_groups(module, pairs: tuple[int, ...], seed: int
+                 ) -> tuple[list[list[CallTask]], list[int]]:
+    """Per pair its chunks' P2 tasks (random counts), and the pair's clear InDif."""
     from crypto.indif import digits_of, indif_exact, indif_offset
 
     rng = np.random.default_rng(seed)
-    tasks, exact = [], []
-    for _ in range(pairs):
-        counts, expected = rng.integers(0, 20, CHUNK), rng.integers(0, 20, CHUNK)
-        mask = rng.integers(0, 2 ** K, CHUNK)
-        masked, _ = module.indif_16.encrypt(digits_of((counts + mask) % 2 ** K, K), None)
-        tasks.append(ScoreTask((("indif_16", masked.serialize(),
-                                 digits_of(indif_offset(mask, expected, K), K)),)))
-        exact.append(indif_exact(counts, expected))
-    return tasks, exact
+    groups, exact = [], []
+    for chunks in pairs:
+        group, total = [], 0
+        for _ in range(chunks):
+            counts, expected = rng.integers(0, 20, CHUNK), rng.integers(0, 20, CHUNK)
+            mask = rng.integers(0, 2 ** K, CHUNK)
+            masked, _ = module.indif_16.encrypt(digits_of((counts + mask) % 2 ** K, K), None)
+            group.append(CallTask("indif_16", (masked.serialize(),
+                                               digits_of(indif_offset(mask, expected, K), K))))
+            total += indif_exact(counts, expected)
+        groups.append(group)
+        exact.append(total)
+    return groups, exact
 
 
 def select_task(module, selection, candidates: list[bytes]) -> CallTask:
@@ -111,78 +146,106 @@ def one_hot(module, outputs: tuple[bytes, ...]) -> list[int]:
             for v in module.select.decrypt(*[fhe.Value.deserialize(o) for o in outputs])]
 
 
-def overhead(executor, circuit: Circuit, task, repeats: int) -> float:
-    """Seconds per task outside concrete: one task at a time on a warm worker."""
-    extra = []
+def overhead(executor, circuit: Circuit, task, repeats: int) -> tuple[float, float]:
+    """(seconds per task outside concrete, seconds inside) for one task at a time on a warm
+    worker: medians."""
+    extra, inside = [], []
     for _ in range(repeats):
         started = time.perf_counter()
         executor.map(circuit, [task])
-        extra.append(time.perf_counter() - started - executor.stats.run_seconds[0])
-    return float(np.median(extra))
+        inside.append(executor.stats.run_seconds[0])
+        extra.append(time.perf_counter() - started - inside[-1])
+    return float(np.median(extra)), float(np.median(inside))
 
 
-def adult_p2_chunks() -> list[int]:
-    """Chunks per pair of Adult's P2 at the demo's widths (the cut of ``SessionPlan``)."""
+def adult_p2() -> tuple[list[list[int]], int, int]:
+    """Adult's chunk sizes per pair (the cut of ``SessionPlan`` at the default parameter set,
+    em with 10 rounds, a public bound of 50,000 rows) and its score digits."""
     from feddpsyn.demo import dataset
     from params.schema import Schema
     from params.session_plan import SessionPlan
 
-    schema = Schema.load(dataset("adult").schema)
-    plan = SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143, selection="em",
-                             rounds=1)
-    per_pair: dict[int, float] = {}
+    plan = SessionPlan.build(Schema.load(dataset("adult").schema), None, 1.0, 1e-5, None,
+                             "default", 50_000, selection="em", rounds=10)
+    per_pair: dict[int, list[int]] = {}
     for index, _, size in plan.indif_chunks():
-        # Cost of a chunk relative to one of CHUNK cells: linear in cells (the digit
-        # conversion is per cell at a fixed k), a stated simplification.
-        per_pair[index] = per_pair.get(index, 0.0) + size / CHUNK
-    return [per_pair[i] for i in sorted(per_pair)]
+        per_pair.setdefault(index, []).append(size)
+    return ([per_pair[i] for i in sorted(per_pair)], plan.selection.indif_bits,
+            plan.selection.score_bits)
+
+
+def longest_first(costs: list[float], workers: int) -> float:
+    """Makespan of list scheduling, longest task first, on ``workers`` workers."""
+    finish = [0.0] * workers
+    for cost in sorted(costs, reverse=True):
+        i = finish.index(min(finish))
+        finish[i] += cost
+    return max(finish)
+
+
+def add_levels(sizes: list[int]) -> list[int]:
+    """Adds per level of ``map_summed``'s tree over groups of these sizes."""
+    levels = []
+    while max(sizes) > 1:  # bounded: every group halves
+        levels.append(sum(n // 2 for n in sizes))
+        sizes = [n // 2 + n % 2 for n in sizes]
+    return levels
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few minutes")
-    parser.add_argument("--pairs", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--candidates", type=int, default=4)
     args = parser.parse_args()
-    pairs = args.pairs or (8 if args.quick else 24)
+    pairs = PAIRS["quick" if args.quick else "full"]
     rounds = args.rounds or (1 if args.quick else 3)
     repeats = args.repeats or (1 if args.quick else 2)
+    chunks = sum(pairs)
 
     directory = Path(tempfile.mkdtemp(prefix="scaleout-"))
     module, selection = build(args.candidates, directory)
     circuit = Circuit.of_files("bench", directory / "server.zip", directory / "keys.bin")
-    tasks, exact = score_tasks(module, pairs, seed=1)
+    groups, exact = chunk_groups(module, pairs, seed=1)
+    pair_tasks = [PairTask(tuple(group)) for group in groups]
     executors = {"in-process (2 threads)": InProcessExecutor(),
                  "1 worker": LocalPoolExecutor(workers=1, threads=1),
                  "2 workers": LocalPoolExecutor(workers=2, threads=1)}
+    print(f"P2: {len(pairs)} pairs of {pairs} chunks: {chunks} chunk tasks and "
+          f"{chunks - len(pairs)} adds", flush=True)
     # Warm-up: every worker process spawned and keyed before anything is timed.
     loads = {}
     for name, executor in executors.items():
         started = time.perf_counter()
-        executor.map(circuit, tasks[:2])
+        executor.map(circuit, [groups[0][0]] * 2)
         loads[name] = (time.perf_counter() - started, dict(executor.stats.load_seconds))
         print(f"warm-up {name}: {loads[name][0]:.1f} s (key load per process: "
               f"{', '.join(f'{s:.2f} s' for s in loads[name][1].values()) or 'cached'})",
               flush=True)
 
     p2: dict[str, list[float]] = {name: [] for name in executors}
+    p2_per_pair: list[float] = []
     p3: dict[str, list[float]] = {name: [] for name in executors}
-    reference_scores, reference_hots = None, []
+    reference_hots: list[list[int]] = []
     names = list(executors)
     selects = None
     for repeat in range(repeats):
         for name in (names if repeat % 2 == 0 else names[::-1]):
             executor = executors[name]
             started = time.perf_counter()
-            scores = executor.map(circuit, tasks)
+            scores = map_summed(executor, circuit, groups, "add")
             p2[name].append(time.perf_counter() - started)
-            values = [decode(module, s) for s in scores]
-            assert values == exact, f"{name}: a score differs from the clear InDif"
-            if reference_scores is None:
-                reference_scores = scores
-                selects = [select_task(module, selection, scores) for _ in range(rounds)]
+            assert [decode(module, s) for s in scores] == exact, \
+                f"{name}: a score differs from the clear InDif"
+            if name == "2 workers":
+                started = time.perf_counter()
+                whole = executor.map(circuit, pair_tasks)
+                p2_per_pair.append(time.perf_counter() - started)
+                assert [decode(module, out[0]) for out in whole] == exact
+            if selects is None:
+                candidates = (scores * args.candidates)[:args.candidates]
+                selects = [select_task(module, selection, candidates) for _ in range(rounds)]
             for r, task in enumerate(selects):
                 started = time.perf_counter()
                 outputs = executor.map(circuit, [task])[0]
@@ -192,59 +255,78 @@ def main() -> None:
                 if len(reference_hots) <= r:
                     reference_hots.append(hot)
                 assert hot == reference_hots[r], f"{name}: a P3 output differs"
-            print(f"repeat {repeat} {name}: P2 {pairs} tasks {p2[name][-1]:.1f} s, P3 "
-                  f"{np.mean(p3[name][-rounds:]):.1f} s a call", flush=True)
+            print(f"repeat {repeat} {name}: P2 {p2[name][-1]:.1f} s"
+                  + (f" (one task per pair: {p2_per_pair[-1]:.1f} s)" if name == "2 workers"
+                     else "")
+                  + f", P3 {np.mean(p3[name][-rounds:]):.1f} s a call", flush=True)
 
     # Per-task overhead, apart from the timings above.
     from concrete import fhe
 
-    task = tasks[0]
+    task = groups[0][0]
     started = time.perf_counter()
     blob = pickle.dumps(task)
     pickle.loads(blob)
     pickling = time.perf_counter() - started
-    value = fhe.Value.deserialize(task.chunks[0][1])
+    value = fhe.Value.deserialize(task.arguments[0])
     started = time.perf_counter()
     for _ in range(10):
         fhe.Value.deserialize(value.serialize())
     value_codec = (time.perf_counter() - started) / 10
-    one_trip = overhead(executors["1 worker"], circuit, task, 3)
-    in_trip = overhead(executors["in-process (2 threads)"], circuit, task, 3)
+    one_trip, chunk_seconds = overhead(executors["1 worker"], circuit, task, 3)
+    partial = executors["1 worker"].map(circuit, [task])[0][0]
+    add_trip, add_seconds = overhead(executors["1 worker"], circuit,
+                                     CallTask("add", (partial, partial)), 3)
     for executor in executors.values():
         executor.close()
 
     p2_median = {n: float(np.median(v)) for n, v in p2.items()}
     p3_median = {n: float(np.median(v)) for n, v in p3.items()}
-    task_seconds = p2_median["1 worker"] / pairs
+    per_pair_median = float(np.median(p2_per_pair))
     load = max(loads["2 workers"][1].values(), default=0.0)
-    print(f"\nP2 ({pairs} tasks, median of {repeats}): "
-          + ", ".join(f"{n} {s:.1f} s" for n, s in p2_median.items()))
+    print(f"\nP2 ({chunks} chunks + {chunks - len(pairs)} adds, median of {repeats}): "
+          + ", ".join(f"{n} {s:.1f} s" for n, s in p2_median.items())
+          + f"; 2 workers, one task per pair: {per_pair_median:.1f} s")
     print("P3 (one call a round, median): "
           + ", ".join(f"{n} {s:.1f} s" for n, s in p3_median.items()))
     print(f"overhead per task: task pickle {len(blob) / 1e3:.1f} KB in {pickling * 1e3:.2f} ms, "
           f"one ciphertext serialise+parse {value_codec * 1e3:.2f} ms, round trip on a warm "
-          f"worker process outside concrete {one_trip * 1e3:.1f} ms (in-process "
-          f"{in_trip * 1e3:.1f} ms); key load {load:.2f} s per worker process, once")
-    print(f"task time on one worker, one thread: {task_seconds:.2f} s; overhead / task time "
-          f"{one_trip / task_seconds:.2%}")
-    print(f"P2 2 workers vs in-process default: x{p2_median['in-process (2 threads)'] / p2_median['2 workers']:.2f}; "
-          f"P3 2 workers vs in-process: x{p3_median['in-process (2 threads)'] / p3_median['2 workers']:.2f}")
+          f"worker process outside concrete {one_trip * 1e3:.1f} ms a chunk task, "
+          f"{add_trip * 1e3:.1f} ms an add; key load {load:.2f} s per worker process, once")
+    print(f"task time on one worker, one thread: chunk {chunk_seconds:.2f} s, add "
+          f"{add_seconds:.2f} s; overhead / task time {one_trip / chunk_seconds:.2%} (chunk), "
+          f"{add_trip / add_seconds:.2%} (add)")
+    print(f"P2 2 workers: chunk tasks vs one task per pair x{per_pair_median / p2_median['2 workers']:.2f}, "
+          f"vs in-process default x{p2_median['in-process (2 threads)'] / p2_median['2 workers']:.2f}; "
+          f"P3 2 workers vs in-process x{p3_median['in-process (2 threads)'] / p3_median['2 workers']:.2f}")
 
-    # The model (see the module docstring), applied to Adult's P2.
-    chunks = adult_p2_chunks()
-    print(f"\nMODEL (not a measurement): Adult's P2, {len(chunks)} pair tasks, "
-          f"{sum(chunks):.0f} chunk-equivalents of {CHUNK} cells; t = {task_seconds:.2f} s a "
-          f"chunk, o = {one_trip * 1e3:.0f} ms a task, L = {load:.1f} s")
+    # The model (module docstring), applied to Adult's P2.
+    from crypto.indif import chunk_bootstraps
+
+    adult, k_adult, digits_adult = adult_p2()
+    measured = chunk_bootstraps(CHUNK, K)
+    chunk_cost = {size: chunk_seconds * chunk_bootstraps(size, k_adult) / measured
+                  for size in {s for pair in adult for s in pair}}
+    add_cost = add_seconds * (2 * digits_adult - 1) / (2 * selection.score_bits - 1)
+    o = max(one_trip, add_trip)
+    costs = [chunk_cost[s] for pair in adult for s in pair]
+    levels = add_levels([len(pair) for pair in adult])
+    pair_costs = [sum(chunk_cost[s] for s in pair) + (len(pair) - 1) * add_cost + o
+                  for pair in adult]
+    print(f"\nMODEL (not a measurement): Adult's P2, {len(adult)} pairs, {len(costs)} chunks "
+          f"(k = {k_adult}); t = {min(chunk_cost.values()):.2f}-{max(chunk_cost.values()):.2f} s "
+          f"a chunk, {add_cost:.2f} s an add ({sum(levels)} adds in {len(levels)} levels), "
+          f"o = {o * 1e3:.0f} ms a task, L = {load:.1f} s; one thread a core")
     for cores in (2, 16, 64, 192):
-        # Longest-first list scheduling of the pair tasks on `cores` one-thread workers.
-        finish = [0.0] * cores
-        for c in sorted(chunks, reverse=True):
-            i = finish.index(min(finish))
-            finish[i] += c * task_seconds + one_trip
-        minutes = (max(finish) + load) / 60
-        share = one_trip / (one_trip + task_seconds * max(min(chunks), 1e-9))
-        print(f"  {cores:>3} cores: P2 {minutes:.1f} min (overhead {share:.2%} of the "
-              f"smallest task); critical path the largest pair {max(chunks) * task_seconds / 60:.1f} min")
+        chunk_step = longest_first([c + o for c in costs], cores)
+        add_step = sum(math.ceil(n / cores) * (add_cost + o) for n in levels)
+        minutes = (chunk_step + add_step + load) / 60
+        per_pair = (longest_first(pair_costs, cores) + load) / 60
+        busy = sum(costs) + sum(levels) * add_cost
+        share = o * (len(costs) + sum(levels)) / busy
+        print(f"  {cores:>3} cores: P2 {minutes:.1f} min (one task per pair: {per_pair:.1f} "
+              f"min); overhead {share:.2%} of task time ({o / add_cost:.2%} on an add, the "
+              f"smallest task)")
     print(f"  P3 does not shorten with workers (one call a round): "
           f"{p3_median['1 worker']:.1f} s a round at {args.candidates} candidates here; "
           f"compare FedDPSyn {FEDDPSYN_A6000_MIN} min (A6000), Fu et al. {FU_ET_AL_MIN} min")

@@ -23,7 +23,7 @@ from distributed import Client, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from computeserver import executor
-from computeserver.executor import Circuit, Progress, Task, TaskStats, run_task
+from computeserver.executor import CallTask, Circuit, Progress, TaskStats, run_task
 
 __all__ = ["DaskExecutor", "CircuitPlugin"]
 
@@ -71,7 +71,7 @@ class DaskExecutor:
             self._registered.add(key)
         return circuit.remote()
 
-    def map(self, circuit: Circuit, tasks: Sequence[Task],
+    def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         self.stats = TaskStats()
         remote = self._register(circuit)

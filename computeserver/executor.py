@@ -3,13 +3,19 @@ or on a Dask cluster, behind one interface.
 
 Design concerns:
 
-* **Pure tasks, same answer anywhere.** A task is a chunk list of one pair's P2 (its InDif
-  digits, chunks summed under encryption) or one call of a module function (a P3 round, a
-  noisy score). It takes serialized ciphertexts and clear arrays and returns serialized
-  ciphertexts; nothing else is read or written. So the same ciphertexts in give the same
-  ciphertexts out whatever the executor, and a task whose worker died is simply run again:
-  the session's stored state is written by the compute server only after every task of a
-  step has answered.
+* **Pure tasks, same answer anywhere.** A task is one call of a module function: one chunk of
+  a pair's P2, one encrypted add of two partial scores, a P3 round, a noisy score. It takes
+  serialized ciphertexts and clear arrays and returns serialized ciphertexts; nothing else
+  is read or written. So the same ciphertexts in give the same decryptions out whatever the
+  executor (not the same bytes: measured, a call repeated in one process gives the same
+  bytes, the same call in another process other bytes, with one OpenMP thread or two; only
+  the noise differs), and a task whose worker died is simply run
+  again: the session's stored state is written by the compute server only after every task
+  of a step has answered.
+* **The chunk is the scheduling unit, not the pair.** A pair's P2 is its chunks' calls, then
+  a tree of encrypted adds (:func:`map_summed`) whose shape depends only on the chunk count,
+  so where the calls ran changes no decryption. With one task per pair, the largest pair
+  (Adult: 21 of 453 chunks, 5% of P2) would bound P2 from about 20 cores on.
 * **Evaluation keys only, loaded once per worker.** A worker receives the session's compiled
   server and evaluation keys (never a secret key: the compute server has none) and keeps
   them per process, keyed by session and the digest of both files, so a task carries only
@@ -42,8 +48,8 @@ from typing import Callable, Protocol, Sequence, Union
 
 import numpy as np
 
-__all__ = ["Circuit", "ScoreTask", "CallTask", "Task", "Executor", "InProcessExecutor",
-           "LocalPoolExecutor", "make_executor", "TaskStats", "run_task"]
+__all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExecutor",
+           "make_executor", "map_summed", "TaskStats", "run_task"]
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -82,28 +88,10 @@ class Circuit:
 
 
 @dataclass(frozen=True)
-class ScoreTask:
-    """One pair's P2: ``function(masked, offset)`` per chunk, the chunk outputs summed with
-    ``add`` (``crypto.private_selection``); returns the pair's serialized score digits."""
-
-    chunks: tuple[tuple[str, bytes, np.ndarray], ...]  # (function name, Enc(M) digits, c digits)
-
-    def run(self, server, keys) -> bytes:
-        from concrete import fhe
-
-        total = None
-        for function, masked, offset in self.chunks:
-            score = server.run(fhe.Value.deserialize(masked), offset, evaluation_keys=keys,
-                               function_name=function)
-            total = score if total is None else server.run(
-                total, score, evaluation_keys=keys, function_name="add")
-        return total.serialize()
-
-
-@dataclass(frozen=True)
 class CallTask:
-    """One call of a module function (a P3 round's ``select``, a noisy score's ``noise``);
-    returns its outputs serialized, always as a tuple."""
+    """One call of a module function (a P2 chunk's ``indif_<s>``, an ``add``, a P3 round's
+    ``select``, a noisy score's ``noise``); returns its outputs serialized, always as a
+    tuple."""
 
     function: str
     arguments: tuple[Argument, ...]
@@ -116,8 +104,6 @@ class CallTask:
         out = server.run(*args, evaluation_keys=keys, function_name=self.function)
         return tuple(v.serialize() for v in (out if isinstance(out, tuple) else (out,)))
 
-
-Task = Union[ScoreTask, CallTask]
 
 
 @dataclass
@@ -171,7 +157,7 @@ def _load(circuit: Circuit) -> tuple[tuple, float]:
         return _LOADED[key], time.perf_counter() - started
 
 
-def run_task(circuit: Circuit, task: Task) -> tuple[object, float, float, int]:
+def run_task(circuit: Circuit, task: CallTask) -> tuple[object, float, float, int]:
     """Run one task where this is called: (result, run seconds, load seconds, process id)."""
     (server, keys), loaded = _load(circuit)
     started = time.perf_counter()
@@ -194,7 +180,7 @@ class Executor(Protocol):
 
     description: str
 
-    def map(self, circuit: Circuit, tasks: Sequence[Task],
+    def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         """Every task's result, in order; ``progress(done, total)`` after each one."""
 
@@ -231,7 +217,7 @@ class InProcessExecutor:
         self.description = f"in-process, {self.threads} threads"
         self.stats = TaskStats()
 
-    def map(self, circuit: Circuit, tasks: Sequence[Task],
+    def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         self.stats = TaskStats()
         results: list = [None] * len(tasks)
@@ -278,7 +264,7 @@ class LocalPoolExecutor:
         pool = self._pool
         return [] if pool is None else [p.pid for p in (pool._processes or {}).values()]
 
-    def map(self, circuit: Circuit, tasks: Sequence[Task],
+    def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         self.stats = TaskStats()
         results: list = [None] * len(tasks)
@@ -306,10 +292,19 @@ class LocalPoolExecutor:
         return results
 
     def _discard(self) -> None:
+        """Stop the pool and its worker processes, also one busy with a task (tasks are pure,
+        so nothing is lost); without the terminate, an idle worker could outlive the pool
+        (seen once in the tests)."""
         with self._lock:
             pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if pool is None:
+            return
+        processes = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=10)
 
     def close(self) -> None:
         self._discard()
@@ -328,3 +323,38 @@ def make_executor(workers: int | None = None, dask_scheduler: str | None = None,
     if workers < 0:
         raise ValueError("workers: 0 (in-process) or a positive number of processes")
     return InProcessExecutor() if workers == 0 else LocalPoolExecutor(workers)
+
+
+def map_summed(executor: Executor, circuit: Circuit, groups: Sequence[Sequence[CallTask]],
+               add: str, progress: Progress | None = None) -> list[bytes]:
+    """Each group's task outputs summed under encryption, one result per group: every task
+    of every group in one ``map``, then each group's partial results added pairwise by the
+    module function ``add`` (neighbours 0+1, 2+3, ...; an odd last one waits a level), one
+    ``map`` per level of the tree for all groups at once. The tree's shape depends only on
+    the group sizes, so the same tasks give the same decryptions whatever the executor.
+    Each task returns one output; ``progress(done, total)`` counts calls and adds."""
+    sizes = [len(group) for group in groups]
+    if not sizes or min(sizes) < 1:
+        raise ValueError("map_summed: one or more groups, each of one or more tasks")
+    total = sum(sizes) * 2 - len(sizes)  # a group of n tasks needs n - 1 adds
+
+    def offset_progress(base: int) -> Progress | None:
+        return None if progress is None else (lambda done, _: progress(base + done, total))
+
+    outputs = executor.map(circuit, [task for group in groups for task in group],
+                           offset_progress(0))
+    done = len(outputs)
+    partials, start = [], 0
+    for size in sizes:
+        partials.append([out[0] for out in outputs[start:start + size]])
+        start += size
+    for _ in range(max(sizes).bit_length()):  # bounded: each level halves every group
+        adds = [(g, i) for g, group in enumerate(partials) for i in range(0, len(group) - 1, 2)]
+        if not adds:
+            break
+        sums = iter(executor.map(circuit, [CallTask(add, (partials[g][i], partials[g][i + 1]))
+                                           for g, i in adds], offset_progress(done)))
+        done += len(adds)
+        partials = [[next(sums)[0] for _ in range(len(group) // 2)] + group[len(group) // 2 * 2:]
+                    for group in partials]
+    return [group[0] for group in partials]

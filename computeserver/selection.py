@@ -15,9 +15,10 @@ Design concerns:
   recognises) instead of drawing the round again.
 * **Bounded and resumable.** Candidates and every round's outputs are files; a restarted job
   continues at the first round without a recorded pair.
-* **Anywhere the executor runs it.** P2 is one task per pair and each round's P3 one task,
-  on the executor the server was started with (``computeserver.executor``); tasks are pure,
-  so where they ran changes no ciphertext, and the files above are written only once every
+* **Anywhere the executor runs it.** P2 is one task per chunk plus a tree of encrypted adds
+  per pair, each round's P3 one task, on the executor the server was started with
+  (``computeserver.executor``); tasks are pure,
+  so where they ran changes no decryption, and the files above are written only once every
   task of the step has answered.
 """
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from common import wire
 from common.serving import write_private
-from computeserver.executor import CallTask, Circuit, Executor, ScoreTask
+from computeserver.executor import CallTask, Circuit, Executor, map_summed
 from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
 from computeserver.store import SessionStore
 from crypto.blobs import pack_blobs, unpack_blobs
@@ -109,8 +110,9 @@ class SelectionRole:
 
     def candidate_scores(self, session_id: str, plan: SessionPlan,
                          seeds: dict[str, bytes]) -> list[bytes]:
-        """Every pair's encrypted InDif digits, serialized (P2 per chunk, then chunk sums):
-        one executor task per pair."""
+        """Every pair's encrypted InDif digits, serialized: one executor task per chunk, then
+        each pair's chunk scores summed by a tree of encrypted adds
+        (``computeserver.executor.map_summed``)."""
         path = self._store.session_dir(session_id) / "outputs" / "selection_candidates.bin"
         if path.exists():
             return unpack_blobs(path.read_bytes())
@@ -137,16 +139,16 @@ class SelectionRole:
             offset = np.full(size, 1 << (k2 - 1), dtype=np.int64)  # padding: |C - K| = 0
             offset[:len(cells)] = indif_offset(
                 mask_sum[cells], expected[slot.attrs][cells - slot.offset], k2)
-            by_pair.setdefault(index, []).append((indif_name(size), blob,
-                                                  digits_of(offset, k2)))
-        tasks = [ScoreTask(tuple(by_pair[index])) for index in range(len(pairs))]
+            by_pair.setdefault(index, []).append(
+                CallTask(indif_name(size), (blob, digits_of(offset, k2))))
         description = self.executor.description
 
         def progress(done: int, total_tasks: int) -> None:
-            self._store.set_progress(session_id, f"dependency scores under encryption: pair "
+            self._store.set_progress(session_id, f"dependency scores under encryption: task "
                                                  f"{done} of {total_tasks} ({description})")
 
-        scores = self.executor.map(self.circuit(session_id), tasks, progress)
+        scores = map_summed(self.executor, self.circuit(session_id),
+                            [by_pair[index] for index in range(len(pairs))], "add", progress)
         write_private(path, pack_blobs(scores))
         log.info("session %s: dependency scores of %d pairs computed under encryption (%s)",
                  session_id, len(pairs), description)

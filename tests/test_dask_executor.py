@@ -1,40 +1,75 @@
 """The compute server's executors (``computeserver.executor``) on a tiny P2 + P3 module: a
 local Dask cluster of two worker processes on loopback and a local spawn pool decrypt to
 exactly what the in-process path gives, and a worker killed mid-task costs a retry, not a
-result."""
+result.
+
+Cost: the module is compiled and keyed once for the file (about 12 s), and the cluster's
+workers start (and import concrete) in a thread meanwhile; every circuit is a few dozen
+bootstraps. Everything is seeded, so no run differs from another."""
 
 import os
-import secrets
+import random
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from computeserver.dask_executor import DaskExecutor
-from computeserver.executor import (CallTask, Circuit, InProcessExecutor,
-                                    LocalPoolExecutor, ScoreTask)
+from computeserver.executor import (CallTask, Circuit, InProcessExecutor, LocalPoolExecutor,
+                                    map_summed)
 from crypto.indif import digits_of, indif_exact, indif_offset
 from crypto.private_selection import PrivateSelectionShape, compile_private_selection, indif_name
 from crypto.selection import (SelectionShape, clear_arguments, random_priorities, random_share,
                               thresholds)
 
-# Smaller than tests/test_private_selection.py's module (72 MB of evaluation keys, 51
-# bootstraps a select): these tests are about where tasks run, not about the circuits.
-K, CELLS = 4, 4
+# The smallest module with every function the compute server sends to workers: P2 on chunks
+# of 2 and 4 cells at k = 4, add, and P3 over two candidates (72 MB of evaluation keys).
+K = 4
 SELECTION = SelectionShape(candidates=2, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 3))
-SHAPE = PrivateSelectionShape(count_bits=K, chunk_sizes=(2, CELLS), selection=SELECTION)
+SHAPE = PrivateSelectionShape(count_bits=K, chunk_sizes=(2, 4), selection=SELECTION)
 EPS = Fraction(1, 2)
+# Pair 0 is three chunks (two levels of adds, one carried over a level), pair 1 one chunk.
+PAIR_CHUNKS = ((4, 2, 2), (2,))
+
+
+def start_cluster():
+    from distributed import Client, LocalCluster
+
+    # concrete preloaded: each worker imports it while the test process compiles.
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           host="127.0.0.1", scheduler_port=0, dashboard_address=None,
+                           silence_logs=40, preload=["concrete.fhe"])
+    return cluster, Client(cluster)
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """The module, its circuit files as the compute server stores them, and one step's
-    tasks: two pairs' P2 (the first cut into two chunks)."""
+def booting_cluster():
+    """The cluster's start, under way in a thread (joined by ``dask_cluster``)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(start_cluster)
+        yield future
+        cluster, client = future.result()
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(booting_cluster):
+    return booting_cluster.result(timeout=120)[1]
+
+
+@pytest.fixture(scope="module")
+def step(booting_cluster, tmp_path_factory):
+    """The module and its circuit files as the compute server stores them; one step's P2
+    tasks (chunks grouped by pair) with the clear InDif they must give; P3 tasks built from
+    the in-process scores; and the in-process path's results: (scores, one-hot outputs)."""
     module = compile_private_selection(SHAPE, thresholds(SELECTION, EPS), 2.0 ** -40)
-    module.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    module.keygen(seed=11, encryption_seed=12)
     directory = tmp_path_factory.mktemp("circuit")
     module.server.save(directory / "selection_server.zip")
     (directory / "selection_evaluation_keys.bin").write_bytes(
@@ -42,140 +77,134 @@ def compiled(tmp_path_factory):
     circuit = Circuit.of_files("tiny", directory / "selection_server.zip",
                                directory / "selection_evaluation_keys.bin")
     rng = np.random.default_rng(5)
-    chunks, exact = [], []
-    for cells in (CELLS, 2, CELLS):
-        counts, expected = rng.integers(0, 3, cells), rng.integers(0, 3, cells)
-        mask = rng.integers(0, 2 ** K, cells)
-        masked, _ = getattr(module, indif_name(cells)).encrypt(
-            digits_of((counts + mask) % 2 ** K, K), None)
-        chunks.append((indif_name(cells), masked.serialize(),
-                       digits_of(indif_offset(mask, expected, K), K)))
-        exact.append(indif_exact(counts, expected))
-    score_tasks = [ScoreTask((chunks[0], chunks[1])), ScoreTask((chunks[2],))]
-    scores = [exact[0] + exact[1], exact[2]]
-    return module, circuit, score_tasks, scores
+    groups, exact = [], []
+    for sizes in PAIR_CHUNKS:
+        group, total = [], 0
+        for cells in sizes:
+            counts, expected = rng.integers(0, 3, cells), rng.integers(0, 3, cells)
+            mask = rng.integers(0, 2 ** K, cells)
+            masked, _ = getattr(module, indif_name(cells)).encrypt(
+                digits_of((counts + mask) % 2 ** K, K), None)
+            group.append(CallTask(indif_name(cells), (
+                masked.serialize(), digits_of(indif_offset(mask, expected, K), K))))
+            total += indif_exact(counts, expected)
+        groups.append(group)
+        exact.append(total)
+    in_process = InProcessExecutor()
+    scores = map_summed(in_process, circuit, groups, "add")
+    assert [decode(module, s) for s in scores] == exact
+    selects = select_tasks(module, scores)
+    outputs = in_process.map(circuit, selects)
+    assert all(sum(one_hot(module, out)) == 1 for out in outputs)
+    return module, circuit, groups, selects, (scores, outputs)
 
 
 def select_tasks(module, candidates: list[bytes]) -> list[CallTask]:
-    """One P3 call, candidates in the compute server's order (second first)."""
-    r_ks, r_cs = random_share(SELECTION), random_share(SELECTION)
+    """One P3 call (candidates in the compute server's order: second first), the key
+    server's shares encrypted."""
+    randbits = random.Random(7).getrandbits
     args = clear_arguments(np.zeros((1, 2, SELECTION.score_bits), dtype=np.int64),
-                           np.array([1, 1]), r_ks, r_cs, random_priorities(SELECTION))
+                           np.array([1, 1]), random_share(SELECTION, randbits),
+                           random_share(SELECTION, randbits),
+                           random_priorities(SELECTION, randbits))
     shares = module.select.encrypt(None, None, None, args[2], args[3], None, None)
     return [CallTask("select", (candidates[1], candidates[0], args[1],
                                 *[v.serialize() for v in shares[3:5]], *args[4:]))]
 
 
-def decrypt_step(module, executor, score_tasks, select: bool = True
-                 ) -> tuple[list[int], list[list[int]]]:
-    """(the pairs' InDif, each P3 call's one-hot) as the key server would decrypt them."""
+def decode(module, score: bytes) -> int:
     from concrete import fhe
 
-    circuit = executor_circuit[0]
-    scores = executor.map(circuit, score_tasks)
-    values = [int(sum(int(b) << j for j, b in enumerate(np.asarray(
-        module.add.decrypt(fhe.Value.deserialize(s))).ravel()))) for s in scores]
-    if not select:
-        return values, []
-    outputs = executor.map(circuit, executor_selects[0])
-    one_hots = [[int(np.asarray(v).ravel()[0])
-                 for v in module.select.decrypt(*[fhe.Value.deserialize(o) for o in out])]
-                for out in outputs]
-    return values, one_hots
+    digits = np.asarray(module.add.decrypt(fhe.Value.deserialize(score))).ravel()
+    return int(sum(int(b) << j for j, b in enumerate(digits)))
 
 
-# The select tasks draw fresh shares: built once (from in-process scores) so that every
-# executor runs exactly the same ciphertexts.
-executor_circuit: list = []
-executor_selects: list = []
+def one_hot(module, outputs: tuple[bytes, ...]) -> list[int]:
+    from concrete import fhe
+
+    return [int(np.asarray(v).ravel()[0])
+            for v in module.select.decrypt(*[fhe.Value.deserialize(o) for o in outputs])]
 
 
-@pytest.fixture(scope="module")
-def in_process(compiled):
-    module, circuit, score_tasks, scores = compiled
-    executor_circuit.append(circuit)
-    candidates = InProcessExecutor().map(circuit, score_tasks)
-    executor_selects.append(select_tasks(module, candidates))
-    values, one_hots = decrypt_step(module, InProcessExecutor(), score_tasks)
-    assert values == scores
-    assert all(sum(h) == 1 for h in one_hots)
-    return values, one_hots
+def decrypted(module, scores, outputs) -> tuple[list[int], list[list[int]]]:
+    return [decode(module, s) for s in scores], [one_hot(module, out) for out in outputs]
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    from distributed import Client, LocalCluster
+def kill_when(pids_busy, killed: list[int], grace: float) -> threading.Thread:
+    """A thread that kills the first worker process ``pids_busy()`` names, ``grace`` seconds
+    after it appears (bounded: gives up after 30 s)."""
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", scheduler_port=0, dashboard_address=None,
-                           silence_logs=40)
-    client = Client(cluster)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
-
-
-def test_dask_cluster_decrypts_to_the_in_process_scores_and_one_hots(compiled, in_process,
-                                                                    dask_cluster):
-    module, _, score_tasks, _ = compiled
-    executor = DaskExecutor(client=dask_cluster)
-    assert decrypt_step(module, executor, score_tasks) == in_process
-    # Each worker process loaded the circuit at most once for both steps.
-    assert len(executor.stats.load_seconds) <= 2
-
-
-def test_dask_worker_killed_mid_task_has_its_task_run_again(compiled, in_process,
-                                                            dask_cluster):
-    module, circuit, score_tasks, _ = compiled
-    executor = DaskExecutor(client=dask_cluster)
-    executor.map(circuit, score_tasks[:1])  # circuit loaded on the workers
-    pids = dask_cluster.run(os.getpid)
-    killed: list[int] = []
-
-    def kill_a_busy_worker() -> None:
-        for _ in range(400):  # bounded: 20 s
-            busy = [w for w, keys in dask_cluster.processing().items() if keys]
+    def run() -> None:
+        for _ in range(600):
+            busy = pids_busy()
             if busy:
-                time.sleep(0.2)  # inside the task, past its deserialisation
-                killed.append(pids[busy[0]])
-                os.kill(pids[busy[0]], signal.SIGKILL)
+                time.sleep(grace)
+                killed.append(busy[0])
+                os.kill(busy[0], signal.SIGKILL)
                 return
             time.sleep(0.05)
 
-    killer = threading.Thread(target=kill_a_busy_worker)
-    killer.start()
-    values, _ = decrypt_step(module, executor, score_tasks * 3, select=False)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_dask_cluster_decrypts_to_the_in_process_scores_and_one_hots(step, dask_cluster):
+    module, circuit, groups, selects, (scores, outputs) = step
+    executor = DaskExecutor(client=dask_cluster)
+    assert len(dask_cluster.scheduler_info()["workers"]) == 2
+    seen: list[tuple[int, int]] = []
+    dask_scores = map_summed(executor, circuit, groups, "add",
+                             lambda done, total: seen.append((done, total)))
+    dask_outputs = executor.map(circuit, selects)
+    # Same ciphertexts in, same decryptions out (not the same bytes: another process's
+    # outputs differ from this one's in their noise, computeserver.executor).
+    assert decrypted(module, dask_scores, dask_outputs) == decrypted(module, scores, outputs)
+    # Progress counts every call and add across the workers: 4 chunks + 2 adds.
+    assert seen[-1] == (6, 6) and [d for d, _ in seen] == list(range(1, 7))
+    # The circuit reached each worker process once, through the plugin, and loaded once.
+    pids = set(dask_cluster.run(os.getpid).values())
+    assert set(executor.stats.load_seconds) <= pids
+
+
+def test_dask_worker_killed_mid_task_has_its_task_run_again(step, dask_cluster):
+    module, circuit, groups, _, (scores, _) = step
+    executor = DaskExecutor(client=dask_cluster)
+    executor.map(circuit, groups[1])  # the circuit loaded on the workers
+    pids = dask_cluster.run(os.getpid)
+    killed: list[int] = []
+    killer = kill_when(lambda: [pids[w] for w, keys in dask_cluster.processing().items()
+                                if keys and w in pids], killed, grace=0.2)
+    retried = map_summed(executor, circuit, groups, "add")
     killer.join()
     assert killed, "no worker was seen running a task"
-    assert values == in_process[0] * 3
+    assert [decode(module, s) for s in retried] == [decode(module, s) for s in scores]
     assert killed[0] not in dask_cluster.run(os.getpid).values()
 
 
-def test_executor_local_pool_matches_in_process_and_survives_a_killed_worker(compiled,
-                                                                             in_process):
-    module, circuit, score_tasks, _ = compiled
-    executor = LocalPoolExecutor(workers=2)
+def test_executor_local_pool_decrypts_to_the_in_process_path_despite_a_killed_worker(step):
+    module, circuit, groups, selects, (scores, outputs) = step
+    # One worker: a restart respawns the whole pool, whatever its size.
+    executor = LocalPoolExecutor(workers=1)
+    retries: list[int] = []  # per map: map_summed calls it once per level
+    map_level = executor.map
+
+    def counted_map(*args, **kwargs):
+        out = map_level(*args, **kwargs)
+        retries.append(executor.stats.retries)
+        return out
+
+    executor.map = counted_map
     try:
         killed: list[int] = []
-
-        def kill_a_worker() -> None:
-            for _ in range(400):  # bounded: 20 s for the pool to spawn its workers
-                pids = executor.worker_pids()
-                if pids:
-                    time.sleep(0.5)
-                    killed.append(pids[0])
-                    os.kill(pids[0], signal.SIGKILL)
-                    return
-                time.sleep(0.05)
-
-        killer = threading.Thread(target=kill_a_worker)
-        killer.start()
-        values, _ = decrypt_step(module, executor, score_tasks * 2, select=False)
+        killer = kill_when(executor.worker_pids, killed, grace=0.5)
+        pool_scores = map_summed(executor, circuit, groups, "add")
         killer.join()
-        assert killed and executor.stats.retries > 0
-        assert values == in_process[0] * 2
+        assert killed and sum(retries) > 0
         assert killed[0] not in executor.worker_pids()
+        assert (decrypted(module, pool_scores, executor.map(circuit, selects))
+                == decrypted(module, scores, outputs))
     finally:
+        pids = executor.worker_pids()
         executor.close()
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "a worker outlived close"
