@@ -13,8 +13,9 @@ task per pair (its chunks and adds in one task), the same run. Every score decry
 clear InDif and every executor's P3 outputs decrypt to the in-process ones.
 
 Overhead per task, measured apart: pickling a task, serialising and parsing a ciphertext, and
-the round trip of one task at a time on a warm worker minus its time inside concrete; the key
-load once per worker process.
+the round trip of one task at a time on a warm worker minus its time inside concrete, on the
+local pool and on a one-worker Dask cluster on loopback; the key load once per worker process
+(on Dask with the plugin's transfer).
 
 The model (stated as a model, not a measurement): Adult's P2 at its session widths (k = 17,
 17 score digits; 453 chunks of 8, 16 or 32 cells over 105 pairs, ``SessionPlan``). A chunk
@@ -158,6 +159,27 @@ def overhead(executor, circuit: Circuit, task, repeats: int) -> tuple[float, flo
     return float(np.median(extra)), float(np.median(inside))
 
 
+def dask_overhead(circuit: Circuit, chunk: CallTask, partial: bytes
+                  ) -> tuple[float, float, float]:
+    """On a one-worker Dask cluster on loopback: seconds per chunk task and per add outside
+    concrete (scheduler, transfer, serialisation), and the seconds to hand the circuit to
+    the worker and load it there (the plugin, then the first task's load)."""
+    from distributed import Client, LocalCluster
+
+    from computeserver.dask_executor import DaskExecutor
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      scheduler_port=0, dashboard_address=None, silence_logs=40,
+                      preload=["concrete.fhe"]) as cluster, Client(cluster) as client:
+        executor = DaskExecutor(client=client)
+        started = time.perf_counter()
+        executor.map(circuit, [CallTask("add", (partial, partial))])
+        register = time.perf_counter() - started - executor.stats.run_seconds[0]
+        chunk_trip, _ = overhead(executor, circuit, chunk, 3)
+        add_trip, _ = overhead(executor, circuit, CallTask("add", (partial, partial)), 3)
+    return chunk_trip, add_trip, register
+
+
 def adult_p2() -> tuple[list[list[int]], int, int]:
     """Adult's chunk sizes per pair (the cut of ``SessionPlan`` at the default parameter set,
     em with 10 rounds, a public bound of 50,000 rows) and its score digits."""
@@ -279,6 +301,7 @@ def main() -> None:
                                      CallTask("add", (partial, partial)), 3)
     for executor in executors.values():
         executor.close()
+    dask_trip, dask_add_trip, dask_register = dask_overhead(circuit, task, partial)
 
     p2_median = {n: float(np.median(v)) for n, v in p2.items()}
     p3_median = {n: float(np.median(v)) for n, v in p3.items()}
@@ -293,6 +316,9 @@ def main() -> None:
           f"one ciphertext serialise+parse {value_codec * 1e3:.2f} ms, round trip on a warm "
           f"worker process outside concrete {one_trip * 1e3:.1f} ms a chunk task, "
           f"{add_trip * 1e3:.1f} ms an add; key load {load:.2f} s per worker process, once")
+    print(f"overhead per task on a one-worker Dask cluster on loopback: {dask_trip * 1e3:.1f} "
+          f"ms a chunk task, {dask_add_trip * 1e3:.1f} ms an add; circuit to the worker "
+          f"(plugin, transfer, load) {dask_register:.2f} s, once")
     print(f"task time on one worker, one thread: chunk {chunk_seconds:.2f} s, add "
           f"{add_seconds:.2f} s; overhead / task time {one_trip / chunk_seconds:.2%} (chunk), "
           f"{add_trip / add_seconds:.2%} (add)")
@@ -308,7 +334,7 @@ def main() -> None:
     chunk_cost = {size: chunk_seconds * chunk_bootstraps(size, k_adult) / measured
                   for size in {s for pair in adult for s in pair}}
     add_cost = add_seconds * (2 * digits_adult - 1) / (2 * selection.score_bits - 1)
-    o = max(one_trip, add_trip)
+    o = max(one_trip, add_trip, dask_trip, dask_add_trip)  # the dearest measured
     costs = [chunk_cost[s] for pair in adult for s in pair]
     levels = add_levels([len(pair) for pair in adult])
     pair_costs = [sum(chunk_cost[s] for s in pair) + (len(pair) - 1) * add_cost + o
@@ -316,12 +342,13 @@ def main() -> None:
     print(f"\nMODEL (not a measurement): Adult's P2, {len(adult)} pairs, {len(costs)} chunks "
           f"(k = {k_adult}); t = {min(chunk_cost.values()):.2f}-{max(chunk_cost.values()):.2f} s "
           f"a chunk, {add_cost:.2f} s an add ({sum(levels)} adds in {len(levels)} levels), "
-          f"o = {o * 1e3:.0f} ms a task, L = {load:.1f} s; one thread a core")
+          f"o = {o * 1e3:.0f} ms a task (the dearest measured), L = "
+          f"{max(load, dask_register):.1f} s; one thread a core")
     for cores in (2, 16, 64, 192):
         chunk_step = longest_first([c + o for c in costs], cores)
         add_step = sum(math.ceil(n / cores) * (add_cost + o) for n in levels)
-        minutes = (chunk_step + add_step + load) / 60
-        per_pair = (longest_first(pair_costs, cores) + load) / 60
+        minutes = (chunk_step + add_step + max(load, dask_register)) / 60
+        per_pair = (longest_first(pair_costs, cores) + max(load, dask_register)) / 60
         busy = sum(costs) + sum(levels) * add_cost
         share = o * (len(costs) + sum(levels)) / busy
         print(f"  {cores:>3} cores: P2 {minutes:.1f} min (one task per pair: {per_pair:.1f} "
