@@ -77,6 +77,20 @@ class PairTask:
         return (total.serialize(),)
 
 
+class Recording:
+    """An executor that keeps, across its ``map`` calls, each task's seconds inside concrete
+    (so a map_summed's levels are all counted)."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.run_seconds: list[float] = []
+
+    def map(self, circuit, tasks, progress=None):
+        out = self.executor.map(circuit, tasks, progress)
+        self.run_seconds.extend(self.executor.stats.run_seconds)
+        return out
+
+
 def build(candidates: int, directory: Path):
     from crypto.private_selection import PrivateSelectionShape, compile_private_selection
     from crypto.selection import choose_shape, thresholds
@@ -248,6 +262,7 @@ def main() -> None:
 
     p2: dict[str, list[float]] = {name: [] for name in executors}
     p2_per_pair: list[float] = []
+    inside: dict[str, list[float]] = {name: [] for name in executors}
     p3: dict[str, list[float]] = {name: [] for name in executors}
     reference_hots: list[list[int]] = []
     names = list(executors)
@@ -255,9 +270,11 @@ def main() -> None:
     for repeat in range(repeats):
         for name in (names if repeat % 2 == 0 else names[::-1]):
             executor = executors[name]
+            recording = Recording(executor)
             started = time.perf_counter()
-            scores = map_summed(executor, circuit, groups, "add")
+            scores = map_summed(recording, circuit, groups, "add")
             p2[name].append(time.perf_counter() - started)
+            inside[name].append(sum(recording.run_seconds))
             assert [decode(module, s) for s in scores] == exact, \
                 f"{name}: a score differs from the clear InDif"
             if name == "2 workers":
@@ -277,7 +294,8 @@ def main() -> None:
                 if len(reference_hots) <= r:
                     reference_hots.append(hot)
                 assert hot == reference_hots[r], f"{name}: a P3 output differs"
-            print(f"repeat {repeat} {name}: P2 {p2[name][-1]:.1f} s"
+            print(f"repeat {repeat} {name}: P2 {p2[name][-1]:.1f} s ({inside[name][-1]:.1f} s "
+                  f"inside concrete)"
                   + (f" (one task per pair: {p2_per_pair[-1]:.1f} s)" if name == "2 workers"
                      else "")
                   + f", P3 {np.mean(p3[name][-rounds:]):.1f} s a call", flush=True)
@@ -322,6 +340,12 @@ def main() -> None:
     print(f"task time on one worker, one thread: chunk {chunk_seconds:.2f} s, add "
           f"{add_seconds:.2f} s; overhead / task time {one_trip / chunk_seconds:.2%} (chunk), "
           f"{add_trip / add_seconds:.2%} (add)")
+    # Contention made visible: a worker whose core is shared takes longer inside concrete.
+    cores_got = float(np.median(inside["2 workers"])) / p2_median["2 workers"]
+    slower = float(np.median(inside["2 workers"])) / float(np.median(inside["1 worker"]))
+    print(f"P2 2 workers: busy inside concrete {cores_got:.2f} worker-seconds a second; the "
+          f"same tasks took x{slower:.2f} as long inside concrete as on 1 worker, so the two "
+          f"together computed at most x{2 / slower:.2f} the 1-worker run's rate")
     print(f"P2 2 workers: chunk tasks vs one task per pair x{per_pair_median / p2_median['2 workers']:.2f}, "
           f"vs in-process default x{p2_median['in-process (2 threads)'] / p2_median['2 workers']:.2f}; "
           f"P3 2 workers vs in-process x{p3_median['in-process (2 threads)'] / p3_median['2 workers']:.2f}")
