@@ -61,7 +61,8 @@ def demo_plan() -> SessionPlan:
     draft = SessionPlan.build(schema, None, eps, delta, None, "default", max_rows,
                               selection="em", rounds=4)
     max_rows = max(max_rows, max_rows_with_room(
-        rows, [m.size for m in draft.layout.one_way], draft.release("one_way").sigma2, 2,
+        rows, [m.size for m in draft.layout.one_way],
+        *draft.release("one_way").row_bound_noise(),
         draft.selection.row_bound_delta(delta, eps)))
     return SessionPlan.build(schema, None, eps, delta, None, "default", max_rows,
                              selection="em", rounds=4)

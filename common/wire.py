@@ -91,6 +91,11 @@ class SessionCreate(StrictModel):
     max_rows: int = Field(default=100_000, gt=0,
                           description="public upper bound on the rows of the union")
     selection: SelectionRequest = Field(default_factory=SelectionRequest)
+    noise: Literal["auto", "joint", "two-server"] = Field(
+        default="auto", description="auto: one joint noise neither server knows on every "
+                                    "release that fits (params.session_plan's rule), two-server "
+                                    "elsewhere; joint: every release or refuse; two-server: "
+                                    "each server its own discrete Gaussian")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -105,11 +110,26 @@ class SessionCreate(StrictModel):
         return v
 
 
+class JointNoisePublic(StrictModel):
+    """The shape of a release's one joint noise (``dp.joint_noise_accounting``): the sum of
+    ``uniforms`` independent uniforms on {0..2^bits - 1}, centred (bits 1: coins)."""
+
+    uniforms: int = Field(ge=1)
+    bits: int = Field(ge=1, le=16)
+
+
 class ReleasePlan(StrictModel):
     name: str
     marginals: list[str]
     rho: str = Field(description="zCDP cost of this release against each server, exact rational")
-    sigma2: str = Field(description="variance of each server's discrete Gaussian noise")
+    sigma2: str = Field(description="the two-server noise's variance per server; the zCDP "
+                                    "reference the joint shape is matched to")
+    noise: Literal["joint", "two-server"] = Field(
+        default="two-server", description="joint: one noise neither server knows protects "
+                                          "both views; two-server: each adds N_Z(0, sigma2)")
+    per_count_variance: str | None = Field(
+        default=None, description="Var(published - true) per count, exact rational")
+    joint: JointNoisePublic | None = None
 
 
 class SelectionPublic(StrictModel):
@@ -187,6 +207,8 @@ class SessionPublic(StrictModel):
         default=None, description="the delta of the zCDP -> (eps, delta) conversion: the "
                                   "requested delta minus the selection's reserved terms")
     rho_total: str
+    joint_delta: float = Field(
+        default=0.0, description="the joint releases' conditioning mass, a delta term")
     selection: SelectionPublic | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -199,7 +221,7 @@ class SessionPublic(StrictModel):
         """What the session delivers: the conversion's delta plus the selection's reserved
         terms (at most the requested delta)."""
         terms = (self.selection.delta_terms or {}) if self.selection else {}
-        return self.conversion_delta() + sum(terms.values())
+        return self.conversion_delta() + sum(terms.values()) + self.joint_delta
 
 
 class SessionCreated(StrictModel):
@@ -298,7 +320,12 @@ class ReleaseResult(StrictModel):
     session_id: str
     release: str
     rho: str
-    sigma2_per_server: str
+    sigma2_per_server: str = Field(description="each server's own Gaussian's variance; 0 where "
+                                               "the release carries the joint noise")
+    noise: Literal["joint", "two-server"] = "two-server"
+    per_count_variance: str | None = Field(
+        default=None, description="Var(published - true) per count, exact rational")
+    joint: JointNoisePublic | None = None
     marginals: dict[str, ReleasedMarginal]
 
 

@@ -6,7 +6,9 @@ Design concerns:
   the key server hands out; nothing here can decrypt.
 * **Noise before anything leaves.** Every ciphertext sent for decryption is the output of
   the P1 circuit whose clear offset already carries this server's discrete Gaussian noise
-  on every selected cell (and a fresh uniform bit above the k count bits). The noise is
+  on every selected cell (and a fresh uniform bit above the k count bits), or, on a joint
+  release, the one joint noise: the key server's encrypted bits XORed with this server's
+  (``crypto.joint_noise``), so that the key server decrypts count + Z with Z unknown to it. The noise is
   used once: the circuit outputs are stored durably before the request, so a retry after a
   crash re-sends the same ciphertexts (which the key server recognises) instead of drawing
   new noise.
@@ -35,6 +37,7 @@ from computeserver.executor import Executor, InProcessExecutor
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
+from crypto.joint_noise import draw_bits, joint_offset, signed_weights
 from crypto.masking import expand_masks, seed_commitment
 from dp.noise_pool import draw_pool, pool_noise
 from params.session_plan import ReleaseSpec, SessionPlan
@@ -361,11 +364,14 @@ class ComputeServer:
         return model.model_validate_json(response.content)
 
     def _aggregate(self, session_id, plan, spec, seeds) -> bytes:
-        """Primitive 1 over the release's chunks, with this server's noise (module docstring)."""
+        """Primitive 1 over the release's chunks, with this server's noise (module
+        docstring), or, for a joint release, this server's half of the one joint noise
+        (``crypto.joint_noise``: its clear bits b, drawn here, used once, never stored)."""
         public = self.public(session_id)
         k = plan.parameters.count_bits
         chunk = plan.parameters.chunk_cells
         total = plan.layout.total_cells
+        columns = plan.joint_columns
         mask_sum = np.zeros(-(-total // chunk) * chunk, dtype=np.int64)
         for client_id in public.clients:
             mask_sum[:total] += expand_masks(seeds[client_id], session_id, client_id, total, k)
@@ -378,15 +384,41 @@ class ComputeServer:
         select_full = np.zeros_like(mask_sum)
         select_full[cells] = 1
         noise_full = np.zeros_like(mask_sum)
-        noise_full[cells] = self.pool_noise(session_id, plan.noise_label(spec), cells)
+        if spec.joint is None:
+            noise_full[cells] = self.pool_noise(session_id, plan.noise_label(spec), cells)
         server, keys = self._circuit(session_id)
         outputs = []
-        for c in sorted(set((cells // chunk).tolist())):
+        touched = sorted(set((cells // chunk).tolist()))
+        for n, c in enumerate(touched):
+            self.set_progress(session_id, f"release {spec.name}: chunk {n + 1} of "
+                                          f"{len(touched)}")
             window = slice(c * chunk, (c + 1) * chunk)
             select = select_full[window]
-            offset = release_offset(mask_sum[window], noise_full[window], select, k)
             args = [fhe.Value.deserialize(blobs[cid][c]) for cid in public.clients]
-            out = server.run(*args, select, offset, evaluation_keys=keys)
+            if not columns:
+                offset = release_offset(mask_sum[window], noise_full[window], select, k)
+                out = server.run(*args, select, offset, evaluation_keys=keys)
+            else:
+                coins = fhe.Value.deserialize(self._joint_coins(session_id, spec.name, c))
+                if spec.joint is None:  # a two-server release through the joint circuit
+                    weights = np.zeros((chunk, columns), dtype=np.int64)
+                    offset = release_offset(mask_sum[window], noise_full[window], select, k)
+                else:
+                    bits = draw_bits(chunk, spec.joint)
+                    weights = signed_weights(spec.joint, bits, select, columns)
+                    offset = joint_offset(spec.joint, mask_sum[window], bits, select, k)
+                    del bits
+                out = server.run(*args, coins, weights, select, offset, evaluation_keys=keys)
             outputs.append(out.serialize())
+        self.set_progress(session_id, None)
         return pack_blobs(outputs)
 
+    def _joint_coins(self, session_id: str, release: str, chunk: int) -> bytes:
+        """The key server's encrypted bits for one chunk (``keyserver.coins``)."""
+        response = self.peer_request(
+            "GET", f"/peer/sessions/{session_id}/releases/{release}/coins/{chunk}")
+        if response.status_code != 200:
+            raise RuntimeError(f"key server refused the joint noise's bits of {release} chunk "
+                               f"{chunk}: {response.status_code} "
+                               f"{wire.error_detail(response, 300)}")
+        return response.content

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import inspect
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -79,7 +79,8 @@ from crypto.aggregation import release_offset
 from dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, orders_for,
                                        smallest_coins)
 
-__all__ = ["JointNoiseShape", "compile_joint_release", "draw_bits", "signed_weights",
+__all__ = ["JointNoiseShape", "compile_joint_release", "columns_for", "padded_weights",
+           "draw_bits", "signed_weights",
            "joint_offset", "encrypt_key_server_bits", "joint_noise_plaintext",
            "joint_release_plaintext", "check_room", "choose_shape", "COINS_ARGUMENT"]
 
@@ -106,38 +107,50 @@ def _release_function(n_clients: int):
 
 
 def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
-                          shape: JointNoiseShape, p_error: float) -> fhe.Circuit:
-    """P1 over ``chunk_cells`` cells plus the joint noise of ``shape`` on every cell.
+                          shapes: JointNoiseShape | Sequence[JointNoiseShape],
+                          p_error: float) -> fhe.Circuit:
+    """P1 over ``chunk_cells`` cells plus a joint noise of any of ``shapes`` on every cell.
 
     Inputs: m0..m{n-1} (encrypted masked vectors), ``coins`` (encrypted KS bits,
-    chunk_cells x K), ``weights`` (clear s_j = +-w_j, :func:`signed_weights`), ``select`` and
-    ``offset`` (clear, :func:`joint_offset`)."""
+    chunk_cells x :func:`columns_for` ``shapes``), ``weights`` (clear s_j = +-w_j,
+    :func:`signed_weights`, zero past a shape's own K and on a two-server release),
+    ``select`` and ``offset`` (clear, :func:`joint_offset` or ``release_offset``). One circuit
+    serves every release of a session: a shape narrower than the widest leaves its extra
+    columns at weight 0."""
+    shapes = [shapes] if isinstance(shapes, JointNoiseShape) else list(shapes)
     if n_clients < 1:
         raise ValueError("need at least one client")
-    top_weight = max(shape.weights())
-    if shape.span >= 1 << (count_bits - 1):
+    if not shapes:
+        raise ValueError("need at least one shape")
+    span = max(s.span for s in shapes)
+    top_weight = max(max(s.weights()) for s in shapes)
+    columns = columns_for(shapes)
+    if span >= 1 << (count_bits - 1):
         raise ValueError("the noise's span does not fit the count width")
     ensure_tag_stack()
     encryption = {f"m{i}": "encrypted" for i in range(n_clients)}
     encryption.update({COINS_ARGUMENT: "encrypted", "weights": "clear", "select": "clear",
                        "offset": "clear"})
     compiler = fhe.Compiler(_release_function(n_clients), encryption)
-    k_bits = shape.ciphertexts
+    widest = max(shapes, key=lambda s: s.span)
     cells = np.zeros(chunk_cells, dtype=np.int64)
-    zero_bits = np.zeros((chunk_cells, k_bits), dtype=np.int64)
-    one_bits = np.ones((chunk_cells, k_bits), dtype=np.int64)
-    plus = np.tile(np.array(shape.weights(), dtype=np.int64), (chunk_cells, 1))
+    zero_bits = np.zeros((chunk_cells, columns), dtype=np.int64)
+    one_bits = np.ones((chunk_cells, columns), dtype=np.int64)
+    plus = np.tile(np.array(padded_weights(widest, columns), dtype=np.int64), (chunk_cells, 1))
+    heavy = np.zeros_like(plus)
+    heavy[:, 0] = top_weight
     # Every node of this input set stays in [0, 2^k): the coin sum is at most span, so the
     # counts leave it that room. The weights' extremes +-w_max fix their clear type.
-    top = (1 << count_bits) - 1 - shape.span
+    top = (1 << count_bits) - 1 - span
     share = np.full(chunk_cells, top // n_clients, dtype=np.int64)
     one = np.ones(chunk_cells, dtype=np.int64)
     full = np.full(chunk_cells, top, dtype=np.int64)
     inputset = [
         tuple([cells] * n_clients + [zero_bits, -plus, cells, cells]),
         tuple([share] * n_clients + [one_bits, plus, one, cells]),
-        tuple([cells] * n_clients + [one_bits, -plus, one, full + shape.span]),
-        tuple([cells] * n_clients + [zero_bits, plus * 0 + top_weight, one, full]),
+        tuple([cells] * n_clients + [one_bits, -plus, one, full + span]),
+        tuple([cells] * n_clients + [zero_bits, heavy, one, full]),
+        tuple([cells] * n_clients + [zero_bits, -heavy, one, full]),
     ]
     configuration = fhe.Configuration(compress_input_ciphertexts=True,
                                       compress_evaluation_keys=True, show_progress=False,
@@ -151,25 +164,45 @@ def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
     return circuit
 
 
-def draw_bits(cells: int, shape: JointNoiseShape,
+def columns_for(shapes: Sequence[JointNoiseShape]) -> int:
+    """The circuit's encrypted bits per cell: the widest shape's K."""
+    return max(s.ciphertexts for s in shapes)
+
+
+def padded_weights(shape: JointNoiseShape | None, columns: int) -> list[int]:
+    """The shape's public weights, then zeros up to ``columns`` (None: all zeros, a
+    two-server release through the joint circuit)."""
+    weights = [] if shape is None else shape.weights()
+    if len(weights) > columns:
+        raise ValueError(f"the shape has {len(weights)} bits, the circuit {columns}")
+    return weights + [0] * (columns - len(weights))
+
+
+def draw_bits(cells: int, shape: JointNoiseShape | int,
               token_bytes: Callable[[int], bytes] = secrets.token_bytes) -> np.ndarray:
-    """One server's uniform bits (cells x K) from a CSPRNG; a short answer from the source
-    raises (fail closed) instead of padding."""
-    count = cells * shape.ciphertexts
+    """One server's uniform bits (cells x K, K = the shape's bits or a column count) from a
+    CSPRNG; a short answer from the source raises (fail closed) instead of padding."""
+    columns = shape if isinstance(shape, int) else shape.ciphertexts
+    count = cells * columns
     need = -(-count // 8)
     raw = token_bytes(need)
     if len(raw) != need:
         raise RuntimeError("the random source returned too few bytes")
     bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:count]
-    return bits.astype(np.int64).reshape(cells, shape.ciphertexts)
+    return bits.astype(np.int64).reshape(cells, columns)
 
 
 def signed_weights(shape: JointNoiseShape, cs_bits: np.ndarray,
-                   select: np.ndarray) -> np.ndarray:
+                   select: np.ndarray, columns: int | None = None) -> np.ndarray:
     """The CS's clear multipliers w_j (1 - 2 b_j); zero on unselected cells, so padding
-    cells carry no noise and spend no coins' worth of anything."""
-    weights = np.array(shape.weights(), dtype=np.int64)
-    signs = 1 - 2 * np.asarray(cs_bits, dtype=np.int64)
+    cells carry no noise and spend no coins' worth of anything, and zero past the shape's
+    own K up to ``columns`` (:func:`padded_weights`)."""
+    columns = shape.ciphertexts if columns is None else columns
+    weights = np.array(padded_weights(shape, columns), dtype=np.int64)
+    bits = np.asarray(cs_bits, dtype=np.int64)
+    if bits.shape[1] < columns:
+        bits = np.pad(bits, ((0, 0), (0, columns - bits.shape[1])))
+    signs = 1 - 2 * bits[:, :columns]
     return weights * signs * np.asarray(select, dtype=np.int64)[:, None]
 
 
@@ -179,7 +212,8 @@ def joint_offset(shape: JointNoiseShape, mask_sum: np.ndarray, cs_bits: np.ndarr
     place of the CS's own noise (``crypto.aggregation.release_offset``: mod 2^k, plus a fresh
     uniform multiple of 2^k)."""
     weights = np.array(shape.weights(), dtype=np.int64)
-    clear_part = np.asarray(cs_bits, dtype=np.int64) @ weights - shape.span // 2
+    bits = np.asarray(cs_bits, dtype=np.int64)[:, :shape.ciphertexts]
+    clear_part = bits @ weights - shape.span // 2
     return release_offset(mask_sum, clear_part, select, count_bits)
 
 
@@ -195,7 +229,9 @@ def joint_noise_plaintext(shape: JointNoiseShape, ks_bits: np.ndarray,
                           cs_bits: np.ndarray) -> np.ndarray:
     """Z per cell: sum_j w_j (a_j xor b_j) - span/2 (the noise the release carries)."""
     weights = np.array(shape.weights(), dtype=np.int64)
-    return (np.bitwise_xor(ks_bits, cs_bits).astype(np.int64) @ weights) - shape.span // 2
+    k = shape.ciphertexts
+    both = np.bitwise_xor(np.asarray(ks_bits)[:, :k], np.asarray(cs_bits)[:, :k])
+    return (both.astype(np.int64) @ weights) - shape.span // 2
 
 
 def joint_release_plaintext(masked: list[np.ndarray], ks_bits: np.ndarray,
@@ -215,14 +251,37 @@ def check_room(shape: JointNoiseShape, max_rows: int, count_bits: int) -> None:
 
 
 def choose_shape(marginals: int, rho: Fraction, rho_total: Fraction, delta: float,
-                 tail: float) -> JointNoiseShape:
+                 tail: float, *, max_bits: int | None = None, max_span: int | None = None,
+                 max_variance: Fraction | None = None) -> JointNoiseShape:
     """The release's shape: the cheapest (fewest encrypted bits) of the smallest matching
-    coins and the cheapest matching uniforms within VARIANCE_SLACK of the coins' variance."""
+    coins and the cheapest matching uniforms within VARIANCE_SLACK of the coins' variance.
+
+    The caps bound the search to what a session could use (a caller's rule would refuse
+    anything beyond them anyway): at most ``max_bits`` encrypted bits per count, a span of at
+    most ``max_span``, and, when no coin count within ``max_bits`` matches, uniforms of
+    variance below ``max_variance``. Raises ValueError when nothing within them matches."""
     orders = orders_for(rho_total, delta)
-    coins = smallest_coins(marginals, rho, orders)
+    coins = None
+    if max_span is None or 2 <= max_span:
+        try:
+            coins = smallest_coins(marginals, rho, orders,
+                                   n_max=min(x for x in (max_bits, max_span, 1 << 24)
+                                             if x is not None))
+        except ValueError:
+            coins = None
+    if coins is not None:
+        cap = coins.variance * VARIANCE_SLACK
+    elif max_variance is not None:
+        cap = Fraction(max_variance)
+    else:
+        raise ValueError("no coin count within the caps matches the budget")
     try:
-        uniforms = cheapest_uniforms(marginals, rho, orders, tail,
-                                     coins.variance * VARIANCE_SLACK)
+        uniforms = cheapest_uniforms(marginals, rho, orders, tail, cap,
+                                     max_bits=max_bits, max_span=max_span)
     except ValueError:
+        if coins is None:
+            raise
         return coins
-    return uniforms if uniforms.ciphertexts < coins.ciphertexts else coins
+    if coins is None or uniforms.ciphertexts < coins.ciphertexts:
+        return uniforms
+    return coins

@@ -158,17 +158,22 @@ def smallest_coins(marginals: int, rho: Fraction | float, orders, tail: float = 
 
 def cheapest_uniforms(marginals: int, rho: Fraction | float, orders, tail: float,
                       max_variance: Fraction | float,
-                      uniforms: tuple[int, ...] = tuple(range(2, 129, 2))) -> JointNoiseShape:
+                      uniforms: tuple[int, ...] = tuple(range(2, 129, 2)), *,
+                      max_bits: int | None = None,
+                      max_span: int | None = None) -> JointNoiseShape:
     """The uniforms shape with the fewest encrypted bits that matches rho at ``orders`` with
     variance at most ``max_variance`` (ties: the smaller variance). Per number of uniforms
     only the least matching width can be the answer (one more bit multiplies the variance
-    by ~4 and adds ciphertexts), so each is a scan of at most MAX_BITS widths."""
+    by ~4 and adds ciphertexts), so each is a scan of at most MAX_BITS widths. ``max_bits``
+    and ``max_span`` cap the encrypted bits and the span searched."""
     best = None
     for n_u in uniforms:
         for bits in range(2, MAX_BITS + 1):
             shape = JointNoiseShape(n_u, bits)
             if shape.variance > max_variance or (
-                    best is not None and shape.ciphertexts > best.ciphertexts):
+                    best is not None and shape.ciphertexts > best.ciphertexts) or (
+                    max_bits is not None and shape.ciphertexts > max_bits) or (
+                    max_span is not None and shape.span > max_span):
                 break
             if release_matches(shape, marginals, rho, orders, tail):
                 if best is None or (shape.ciphertexts, shape.variance) < (

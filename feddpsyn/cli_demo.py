@@ -46,7 +46,11 @@ def demo(dataset: Optional[str] = typer.Option(
                         "half the pairs otherwise)"),
          workers: Optional[int] = typer.Option(
              None, help="tfhe path: the compute server's local worker processes for the "
-                        "encrypted selection (0: threads in its process, the default)")) -> None:
+                        "encrypted selection (0: threads in its process, the default)"),
+         noise: str = typer.Option(
+             "auto", help="tfhe path: auto (one joint noise neither server knows on every "
+                          "release that fits, the default) | joint | two-server (each "
+                          "server its own Gaussian)")) -> None:
     """Run the whole protocol on a bundled data set or your own table, all on loopback."""
     from feddpsyn.demo import user_table
 
@@ -56,6 +60,8 @@ def demo(dataset: Optional[str] = typer.Option(
         fail("give either --dataset or --csv/--schema, not both")
     if owner_column is not None and csv_path is None:
         fail("--owner-column splits your own table: give --csv and --schema too")
+    if noise not in ("auto", "joint", "two-server"):
+        fail(f"--noise is auto, joint or two-server, not {noise!r}")
     if owner_column is not None and clients is not None:
         fail("--owner-column decides the owners; leave out --clients")
     if clients is not None and clients < 1:
@@ -89,7 +95,8 @@ def demo(dataset: Optional[str] = typer.Option(
             rounds = DEMO_ROUNDS.get(key)
         try:
             report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
-                              seed, selection=selection, rounds=rounds, workers=workers)
+                              seed, selection=selection, rounds=rounds, workers=workers,
+                              noise=noise)
         except ValueError as exc:
             fail(str(exc))
     else:

@@ -20,6 +20,7 @@ def params_command(schema: Optional[Path] = typer.Option(
                    selection: str = typer.Option("em", help="em | noisy-greedy"),
                    rounds: Optional[int] = typer.Option(
                        None, help="em rounds (default: half the pairs)"),
+                   noise: str = typer.Option("auto", help="auto | joint | two-server"),
                    as_json: bool = typer.Option(False, "--json")) -> None:
     """The named selection parameter sets and what each costs for one session: the widths
     derived from the budget, epsilon per round with its numerical part, rho, fhe_delta."""
@@ -36,7 +37,8 @@ def params_command(schema: Optional[Path] = typer.Option(
     for name in SELECTION_SETS:
         try:
             plan = SessionPlan.build(s, None, epsilon, delta, None, "default", max_rows,
-                                     selection=selection, rounds=rounds, selection_set=name)
+                                     selection=selection, rounds=rounds, selection_set=name,
+                                     noise=noise)
         except ValueError as exc:
             fail(f"set {name}: {exc}")
         report = plan.selection.report(plan.pair_cells())
@@ -44,7 +46,13 @@ def params_command(schema: Optional[Path] = typer.Option(
                       bootstraps=plan.selection.bootstraps(plan.pair_cells()),
                       chunk_sizes_used=list(plan.used_chunk_sizes()),
                       delta_conversion=plan.delta_conversion, delta_terms=plan.delta_terms(),
-                      delta_total=plan.delta_total())
+                      delta_total=plan.delta_total(),
+                      releases={r.name: {"noise": r.noise_kind,
+                                         "joint": None if r.joint is None else
+                                         {"uniforms": r.joint.uniforms, "bits": r.joint.bits},
+                                         "per_count_variance": float(r.per_count_variance),
+                                         "two_server_variance": float(2 * r.sigma2)}
+                                for r in plan.releases})
         rows.append(report)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -67,6 +75,12 @@ def params_command(schema: Optional[Path] = typer.Option(
         terms = ", ".join(f"{k} {v:.2e}" for k, v in r["delta_terms"].items())
         typer.echo(f"  delta {delta:g} = conversion {r['delta_conversion']:.4e} + reserved "
                    f"(1 + e^eps) x failure terms: {terms}")
+        for name, rel in r["releases"].items():
+            shape = ("" if rel["joint"] is None else
+                     f" ({rel['joint']['uniforms']} uniforms of {rel['joint']['bits']} bits)")
+            typer.echo(f"  release {name}: {rel['noise']} noise{shape}, variance per count "
+                       f"{rel['per_count_variance']:.4g} (two servers' Gaussians: "
+                       f"{rel['two_server_variance']:.4g})")
 
 
 def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated epsilons"),

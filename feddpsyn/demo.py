@@ -203,7 +203,8 @@ SECONDS_PER_BOOTSTRAP = {"p2": 0.0090, "p3": 0.0074, "noise": 0.0074}
 def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: float,
              delta: float, method: str, rows: int | None, seed: int, say=print,
              timeout: float = 3600, selection: str = "none",
-             rounds: int | None = None, workers: int | None = None) -> dict:
+             rounds: int | None = None, workers: int | None = None,
+             noise: str = "auto") -> dict:
     """The demo on a bundled data set (by name) or on a user's table (``user_table``)."""
     phases: dict[str, float] = {}
     ds = dataset_name if isinstance(dataset_name, DemoDataset) else dataset(dataset_name)
@@ -229,18 +230,19 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         max_rows = int(rows * 1.1) + 10
         if selection != "none":
             draft = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
-                                      selection=selection, rounds=rounds)
+                                      selection=selection, rounds=rounds, noise=noise)
             max_rows = max(max_rows, max_rows_with_room(
                 rows, [m.size for m in draft.layout.one_way],
-                draft.release("one_way").sigma2, 2,
+                *draft.release("one_way").row_bound_noise(),
                 draft.selection.row_bound_delta(delta, epsilon)))
         request = wire.SessionCreate(schema=schema.to_dict(), clients=client_ids,
                                      budget=wire.BudgetSpec(epsilon=epsilon, delta=delta),
                                      max_rows=max_rows,
                                      selection=wire.SelectionRequest(mode=selection,
-                                                                     rounds=rounds))
+                                                                     rounds=rounds),
+                                     noise=noise)
         plan = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
-                                 selection=selection, rounds=rounds)
+                                 selection=selection, rounds=rounds, noise=noise)
         if plan.selection is not None:
             cells = plan.pair_cells()
             bootstraps = plan.selection.bootstraps_by_phase(cells)

@@ -101,6 +101,13 @@ def create_app(state_dir: Path, peer_token: str, *,
         return Response(service.ciphertexts(session_id, client_id),
                         media_type="application/octet-stream")
 
+    @peers.get("/{session_id}/releases/{release}/coins/{chunk}", response_class=Response,
+               responses={200: {"content": {"application/octet-stream": {}}}})
+    def joint_coins(session_id: wire.SessionId, release: wire.ReleaseName,
+                    chunk: int) -> Response:
+        return Response(service.coins.coins(session_id, release, chunk),
+                        media_type="application/octet-stream")
+
     @peers.put("/{session_id}/releases/{release}/manifest", response_model=wire.ReleaseProgress)
     def register_release(session_id: wire.SessionId, release: wire.ReleaseName,
                          body: wire.ReleaseManifest) -> wire.ReleaseProgress:

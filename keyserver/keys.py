@@ -19,6 +19,7 @@ from concrete import fhe
 from common.serving import write_private
 from crypto.aggregation import compile_aggregation
 from crypto.indif import digits_of
+from crypto.joint_noise import compile_joint_release
 from crypto.private_selection import (PrivateSelectionShape, compile_private_selection,
                                       indif_name)
 from params.session_plan import SessionPlan
@@ -51,33 +52,49 @@ def module_bootstraps(module, names: list[str]) -> dict[str, int]:
 class SessionKeys:
     """The key server's handle on one session's circuit client (holds the secret key)."""
 
-    def __init__(self, client: fhe.Client, n_clients: int):
+    def __init__(self, client: fhe.Client, n_clients: int, joint: bool = False):
         self._client = client
         self._n_clients = n_clients
+        # The joint P1 circuit (``crypto.joint_noise``) takes coins and weights as well.
+        self._arguments = n_clients + (4 if joint else 2)
 
     def __repr__(self) -> str:  # never print key material, even by accident
         return f"SessionKeys(n_clients={self._n_clients})"
 
     @staticmethod
     def create(plan: SessionPlan, n_clients: int, directory: Path) -> tuple[SessionKeys, bytes, bytes]:
-        """Compile, generate keys, persist them; return (keys, server.zip bytes, eval keys)."""
+        """Compile, generate keys, persist them; return (keys, server.zip bytes, eval keys).
+        With a joint release the P1 circuit is the joint one, for every release."""
         p = plan.parameters
-        circuit = compile_aggregation(n_clients, p.chunk_cells, p.count_bits, p.p_error)
+        if plan.joint_columns:
+            circuit = compile_joint_release(n_clients, p.chunk_cells, p.count_bits,
+                                            plan.joint_shapes(), p.p_error)
+        else:
+            circuit = compile_aggregation(n_clients, p.chunk_cells, p.count_bits, p.p_error)
         client, server_zip, evaluation_keys = _keys_for(circuit, directory, "")
-        return SessionKeys(client, n_clients), server_zip, evaluation_keys
+        return (SessionKeys(client, n_clients, bool(plan.joint_columns)), server_zip,
+                evaluation_keys)
 
     @staticmethod
-    def load(directory: Path, n_clients: int) -> SessionKeys:
+    def load(directory: Path, n_clients: int, joint: bool = False) -> SessionKeys:
         client = fhe.Client.load(directory / "client.zip")
         client.keys.load_from_bytes((directory / "keys.bin").read_bytes())
-        return SessionKeys(client, n_clients)
+        return SessionKeys(client, n_clients, joint)
 
     def encrypt_chunk(self, position: int, values: np.ndarray) -> bytes:
         """Encrypt one client's chunk as the circuit's input ``m{position}``."""
-        args: list = [None] * (self._n_clients + 2)
+        args: list = [None] * self._arguments
         args[position] = np.asarray(values, dtype=np.int64)
         encrypted = self._client.encrypt(*args)
         return encrypted[position].serialize()
+
+    def encrypt_coins(self, bits: np.ndarray) -> bytes:
+        """Encrypt one chunk of this server's joint-noise bits as the ``coins`` input."""
+        if self._arguments != self._n_clients + 4:
+            raise RuntimeError("this session's circuit has no joint noise")
+        args: list = [None] * self._arguments
+        args[self._n_clients] = np.asarray(bits, dtype=np.int64)
+        return self._client.encrypt(*args)[self._n_clients].serialize()
 
     @staticmethod
     def parse(serialized: bytes) -> fhe.Value:

@@ -1,5 +1,6 @@
 """The key server's releases: bind a release to its ciphertexts, decrypt its chunks, add this
-server's noise once and publish.
+server's noise once and publish (a release with the joint noise, ``crypto.joint_noise``, is
+published as decrypted: its one noise already protects this server's view too).
 
 Design concerns:
 
@@ -30,7 +31,7 @@ from crypto.aggregation import decode_release, publish_counts
 from keyserver.ledger import PrivacyLedger
 from keyserver.selection import SelectionRole
 from keyserver.sessions import SessionRegistry
-from params.session_plan import NOISE_TAIL_SIGMAS, SessionPlan
+from params.session_plan import SessionPlan
 
 __all__ = ["RELEASES_SQL", "Releases"]
 
@@ -172,12 +173,13 @@ class Releases:
         A chunk with the masks left in, or one client's masked vector, decodes to uniform
         residues and is refused here, before anything is stored or published. Only the
         lower side is checked: how far above max_rows a count lies depends on the data, so
-        refusing there would itself leak. A cheap check, not a proof (THREAT_MODEL.md)."""
-        slack = NOISE_TAIL_SIGMAS * float(spec.sigma2) ** 0.5
+        refusing there would itself leak. A cheap check, not a proof (THREAT_MODEL.md).
+        With the joint noise the floor is exact: |Z| <= span/2 always."""
+        slack = spec.key_server_noise_bound
         centred = decode_release(residues, plan.parameters.count_bits)
         if len(centred) and centred.min() < -slack:
             raise ServiceError(422, f"chunk {chunk} does not decode to noisy counts (a value "
-                                    f"below -{NOISE_TAIL_SIGMAS} noise sigmas); it is not "
+                                    f"below -{slack:.0f}, the noise's bound); it is not "
                                     "published")
 
     def finalize_release(self, session_id: str, name: str) -> wire.ReleaseResult:
@@ -197,8 +199,12 @@ class Releases:
             raise ServiceError(409, f"release {name!r} still misses chunks {missing}")
         noised_by_cs = np.concatenate([parts[c] for c in sorted(parts)])
         _, cells = self.release_chunks(session_id, plan, name)
-        noise = self._sessions.pool_noise(session_id, plan.noise_label(spec), cells)
-        released = publish_counts(noised_by_cs, noise, plan.parameters.count_bits)
+        if spec.joint is not None:
+            # One noise neither server knows is already in: nothing of this server's to add.
+            released = decode_release(noised_by_cs, plan.parameters.count_bits)
+        else:
+            noise = self._sessions.pool_noise(session_id, plan.noise_label(spec), cells)
+            released = publish_counts(noised_by_cs, noise, plan.parameters.count_bits)
         result = self._result(session_id, plan, spec, released)
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?, ?)",
@@ -239,8 +245,14 @@ class Releases:
                 attrs=[plan.schema.names[a] for a in slot.attrs], shape=list(slot.shape),
                 counts=released[pos:pos + slot.size].tolist())
             pos += slot.size
-        return wire.ReleaseResult(session_id=session_id, release=spec.name, rho=str(spec.rho),
-                                  sigma2_per_server=str(spec.sigma2), marginals=marginals)
+        joint = spec.joint
+        return wire.ReleaseResult(
+            session_id=session_id, release=spec.name, rho=str(spec.rho),
+            sigma2_per_server="0" if joint is not None else str(spec.sigma2),
+            noise=spec.noise_kind, per_count_variance=str(spec.per_count_variance),
+            joint=None if joint is None else wire.JointNoisePublic(uniforms=joint.uniforms,
+                                                                   bits=joint.bits),
+            marginals=marginals)
 
     def published(self, session_id: str) -> dict[str, wire.ReleaseResult]:
         """The session's published releases by name."""

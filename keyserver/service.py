@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import logging
 import secrets
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from common import wire
 from common.credentials import CLIENT_TOKENS_SQL, new_token
 from common.serving import Database, ServiceError, write_private
 from dp.noise_pool import draw_pool
+from keyserver.coins import COINS_SQL, JointCoins
 from keyserver.keys import SessionKeys
 from keyserver.ledger import LEDGER_SQL, PrivacyLedger
 from keyserver.releases import RELEASES_SQL, Releases
@@ -45,12 +47,13 @@ class KeyServer:
         state_dir.chmod(0o700)
         self.db = Database(state_dir / "keyserver.sqlite",
                            CLIENT_TOKENS_SQL + SESSIONS_SQL + UPLOADS_SQL + RELEASES_SQL
-                           + LEDGER_SQL + SELECTION_SQL)
+                           + LEDGER_SQL + SELECTION_SQL + COINS_SQL)
         self.privacy_ledger = PrivacyLedger(self.db)
         self.sessions = SessionRegistry(self.db, state_dir)
         self.uploads = MaskedUploads(self.sessions, self.privacy_ledger)
         self.selection = SelectionRole(self, self.privacy_ledger)
         self.releases = Releases(self.sessions, self.privacy_ledger, self.selection)
+        self.coins = JointCoins(self.sessions)
 
     def create_session(self, request: wire.SessionCreate) -> wire.SessionCreated:
         try:
@@ -105,7 +108,12 @@ class KeyServer:
         return self.uploads.store_masked(session_id, client_id, upload)
 
     def run_encryption_job(self) -> int:
-        return self.uploads.run_encryption_job()
+        """One pass of the offline job: clients' masked vectors first (they gate the
+        compute server), then at most one chunk of joint-noise bits (``keyserver.coins``)."""
+        done = self.uploads.run_encryption_job()
+        if done == 0 and self.coins.prepare_one():
+            done = 1
+        return done
 
     def ciphertext_index(self, session_id: str) -> list[dict]:
         return self.uploads.ciphertext_index(session_id)
@@ -173,11 +181,7 @@ class KeyServer:
         ledger = self.ledger(session_id)
         return wire.ReleaseDocument(
             session_id=session_id, schema=public.schema_, parameter_set=public.parameter_set,
-            noise={"mechanism": "discrete_gaussian",
-                   "servers": ["compute_server", "key_server"],
-                   "note": "each server adds independent N_Z(0, sigma2_per_server); the "
-                           "published counts carry both (variance 2 sigma2); each server's "
-                           "view is rho-zCDP on its own"},
+            noise=self._noise_summary(public, results),
             accounting=wire.ReleaseAccounting(
                 neighbouring="add/remove one record of the union",
                 rho_total=ledger.rho_total, rho_spent=ledger.rho_spent,
@@ -185,11 +189,44 @@ class KeyServer:
                 delta_conversion=public.conversion_delta(), epsilon_budget=public.epsilon,
                 conversion="zCDP -> (eps, delta_conversion): Canonne-Kamath-Steinke 2020, "
                            "rounded up; delta_total = delta_conversion + the selection's "
-                           "reserved terms <= delta",
+                           "reserved terms + the joint noise's conditioning mass <= delta; "
+                           "a joint release's exact Renyi curve (conditioned) is below "
+                           "alpha rho at the orders of the conversion, confirmed end to end",
                 entries=ledger.entries,
                 selection=self.selection.accounting(session_id, public),
-                delta_total=None if public.selection is None else public.delivered_delta()),
+                delta_total=(None if public.selection is None and not public.joint_delta
+                             else public.delivered_delta())),
             releases=results)
+
+    @staticmethod
+    def _noise_summary(public: wire.SessionPublic,
+                       results: list[wire.ReleaseResult]) -> dict:
+        """What noise the published counts carry, per release and in one word: ``kind`` is
+        "joint" when one noise neither server knows protects both views on every release,
+        "two-server" when each server added its own, "mixed" otherwise."""
+        kinds = {r.name: r.noise for r in public.releases}
+        kind = next(iter(set(kinds.values()))) if len(set(kinds.values())) == 1 else "mixed"
+        releases = {}
+        for r in public.releases:
+            if r.noise == "joint":
+                releases[r.name] = {
+                    "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
+                    "uniforms": r.joint.uniforms, "bits": r.joint.bits,
+                    "note": "each server draws uniform bits; the count carries sum_j w_j "
+                            "(a_j xor b_j) - span/2, exactly this shape given either "
+                            "server's bits"}
+            else:
+                releases[r.name] = {
+                    "kind": "two-server", "mechanism": "discrete_gaussian",
+                    "sigma2_per_server": r.sigma2,
+                    "note": "each server adds independent N_Z(0, sigma2_per_server); each "
+                            "server's view is rho-zCDP on its own"}
+        # From the published results: a noisy-greedy 2-way's variance depends on how many
+        # pairs were kept.
+        variance = {r.release: float(Fraction(r.per_count_variance
+                                              or 2 * Fraction(r.sigma2_per_server)))
+                    for r in results}
+        return {"kind": kind, "per_count_variance": variance, "releases": releases}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:
         public = self.public(session_id)

@@ -39,7 +39,8 @@ def build_plan(request: wire.SessionCreate) -> SessionPlan:
                              request.parameter_set, request.max_rows,
                              selection=request.selection.mode,
                              rounds=request.selection.rounds,
-                             selection_set=request.selection.parameter_set)
+                             selection_set=request.selection.parameter_set,
+                             noise=request.noise)
 
 
 class SessionRegistry:
@@ -98,7 +99,8 @@ class SessionRegistry:
             if session_id in self._keys:
                 return self._keys[session_id]
         public = self.public(session_id)
-        keys = SessionKeys.load(self.session_dir(session_id), len(public.clients))
+        keys = SessionKeys.load(self.session_dir(session_id), len(public.clients),
+                                any(r.joint is not None for r in public.releases))
         with self._lock:
             self._keys[session_id] = keys
         return keys

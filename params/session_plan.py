@@ -23,17 +23,35 @@ Privacy model (stated once, enforced by the key server's ledger):
   all): the plan's 2-way spec carries the worst case (every pair) for the capacity check, and
   :meth:`SessionPlan.resolve` sets sigma2 = m / (2 rho_R) for the m pairs chosen
   (:func:`selected_release`); with m = 0 nothing is released or charged.
+* **One noise for both views** (``noise="auto"``, the servers' default; issue 14): a release whose
+  number of marginals is fixed in advance carries instead one joint noise neither server
+  knows (``crypto.joint_noise``), of the shape :func:`crypto.joint_noise.choose_shape`
+  matches to its rho_R at the orders of the session's conversion. Its variance per count is
+  about sigma2, half of the two noises'. The rule (:func:`joint_shape_for`): a release is
+  joint when its count width has room for the noise's hard bound (|Z| <= span/2) and one
+  chunk's encrypted bits (chunk_cells x K) stay within ``JOINT_MAX_BITS_PER_CALL``; noisy-
+  greedy's 2-way release (its marginal count is known only at run time) stays two-server,
+  as does a release whose matching shape would not lower the published variance (large
+  eps: tiny noises) or would take over ``JOINT_DELTA_SHARE`` of delta in conditioning mass.
+  The conditioning mass each joint release excludes (M x its per-count failure) is a delta
+  term reserved out of delta like the selection's; :meth:`SessionPlan.check_joint` confirms
+  the session's (eps, delta) end to end with the exact curves (fails closed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import math
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
 
 from common import wire
+from crypto.joint_noise import choose_shape, columns_for
 from dp.accounting import eps_delta_to_rho, gaussian_sigma2
+from dp.binomial_accounting import session_delta_of
+from dp.joint_noise_accounting import JointNoiseShape
 from dp.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
@@ -43,7 +61,8 @@ from params.selection_plan import (DEFAULT_SPLITS, RowBound, SelectionPlan, chun
 
 __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
            "selected_release", "noise_draws", "noise_label", "SCORE_NOISE", "split_share",
-           "two_way_rho"]
+           "two_way_rho", "NOISE_MODES", "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL",
+           "joint_shape_for"]
 
 # The label of noisy-greedy's per-pair score noise in a server's noise pool.
 SCORE_NOISE = "selection_scores"
@@ -51,6 +70,22 @@ SCORE_NOISE = "selection_scores"
 # A count plus noise must decode unambiguously from k bits: we require max_rows + 40 sigma
 # < 2^(k-1). P[|N_Z(0, sigma2)| >= 40 sigma] < 2 exp(-800).
 NOISE_TAIL_SIGMAS = 40
+
+# How a session's releases are noised: "auto" (one joint noise wherever the rule of the
+# module docstring allows, two-server elsewhere), "joint" (every release, or refuse), or
+# "two-server" (each server its own discrete Gaussian).
+NOISE_MODES = ("auto", "joint", "two-server")
+# The conditioning tail of a uniforms-shaped joint noise, per count: the largest losses up to
+# this mass are excluded and charged to delta (``dp.binomial_accounting``).
+JOINT_TAIL = 1e-12
+# One P1 call holds chunk_cells x K encrypted bits of the key server's; concrete expands them
+# at run time (~40 KB each: 148 x 256 bits took 1.6 GB, measured), so a call is capped here.
+JOINT_MAX_BITS_PER_CALL = 1 << 16
+# Where no coin count fits the caps, uniforms are searched up to this multiple of sigma2 (the
+# matching coins' variance is 1.03-1.12 sigma2, DESIGN.md; the uniforms' slack over them 1.1).
+JOINT_VARIANCE_CAP = Fraction(5, 4)
+# A joint release's conditioning mass may take at most this share of the conversion's delta.
+JOINT_DELTA_SHARE = 0.01
 
 
 def indif_chunks(layout: MarginalLayout,
@@ -90,6 +125,100 @@ class ReleaseSpec:
     marginal_keys: tuple[str, ...]
     rho: Fraction
     sigma2: Fraction
+    # The one noise neither server knows (module docstring), or None: two servers' Gaussians.
+    joint: JointNoiseShape | None = None
+
+    @property
+    def noise_kind(self) -> str:
+        return "two-server" if self.joint is None else "joint"
+
+    @property
+    def per_count_variance(self) -> Fraction:
+        """Var(published - true) per count, by construction: the joint shape's variance, or
+        the two servers' independent Gaussians (2 sigma2)."""
+        return self.joint.variance if self.joint is not None else 2 * self.sigma2
+
+    @property
+    def key_server_noise_bound(self) -> float:
+        """How far below zero an honest chunk can decode in the key server's view: the joint
+        noise's hard bound, or NOISE_TAIL_SIGMAS of the compute server's Gaussian."""
+        if self.joint is not None:
+            return float(self.joint.span // 2)
+        return NOISE_TAIL_SIGMAS * float(self.sigma2) ** 0.5
+
+    @property
+    def published_noise_bound(self) -> float:
+        """The bound on |published - true| a count's width must leave room for."""
+        if self.joint is not None:
+            return float(self.joint.span // 2)
+        return NOISE_TAIL_SIGMAS * float(2 * self.sigma2) ** 0.5
+
+    def row_bound_noise(self) -> tuple[Fraction, int]:
+        """(sub-Gaussian variance proxy per noise, number of noises) of a published count:
+        N_Z(0, sigma2) has proxy sigma2 (two of them); a sum of centred uniforms on
+        {0..2^w - 1} has proxy u (2^w - 1)^2 / 4 (Hoeffding), one noise."""
+        if self.joint is None:
+            return self.sigma2, 2
+        return Fraction(self.joint.uniforms * ((1 << self.joint.bits) - 1) ** 2, 4), 1
+
+    def failure(self) -> float:
+        """The joint noise's conditioning mass over the release's M marginals (a delta
+        term); 0 for the two-server noise."""
+        if self.joint is None:
+            return 0.0
+        return release_count(self) * self.joint.pair().failure(JOINT_TAIL)
+
+
+def release_count(spec: ReleaseSpec) -> int:
+    """M, the marginals a record's neighbours differ in: sigma2 = M / (2 rho)."""
+    m = 2 * spec.rho * spec.sigma2
+    if m.denominator != 1 or m < 1:
+        raise ValueError(f"release {spec.name!r}: sigma2 is not M / (2 rho)")
+    return int(m)
+
+
+@functools.lru_cache(maxsize=256)
+def _matching_shape(marginals: int, rho: Fraction, rho_total: Fraction,
+                    delta_conversion: float, max_bits: int, max_span: int,
+                    max_variance: Fraction) -> JointNoiseShape:
+    # Cached: the plan's fixed-point iteration and restarts ask for the same shapes.
+    return choose_shape(marginals, rho, rho_total, delta_conversion, JOINT_TAIL,
+                        max_bits=max_bits, max_span=max_span, max_variance=max_variance)
+
+
+def joint_shape_for(spec: ReleaseSpec, rho_total: Fraction, delta_conversion: float,
+                    max_rows: int, parameters: ParameterSet) -> tuple[JointNoiseShape | None, str]:
+    """The joint shape a release takes under the rule of the module docstring, or None with
+    the reason it stays two-server."""
+    # The search is capped by the rule itself (a shape beyond these would be refused), which
+    # also keeps it fast where the budget is tiny and a matching noise huge.
+    max_bits = JOINT_MAX_BITS_PER_CALL // parameters.chunk_cells
+    max_span = 2 * ((1 << (parameters.count_bits - 1)) - 1 - max_rows)
+    if max_span < 2:
+        return None, f"max_rows {max_rows} leaves no room in {parameters.count_bits}-bit counts"
+    try:
+        shape = _matching_shape(release_count(spec), spec.rho, rho_total, delta_conversion,
+                                max_bits, max_span, JOINT_VARIANCE_CAP * spec.sigma2)
+    except ValueError as exc:
+        return None, (f"no joint shape within {max_bits} encrypted bits per count and span "
+                      f"{max_span} matches its budget ({exc})")
+    if shape.variance >= 2 * spec.sigma2:
+        # At large eps a matching shape is so small that its variance is not below the two
+        # Gaussians' (and its conditioning mass is large): nothing to gain.
+        return None, (f"the joint shape's variance {float(shape.variance):.3g} is not below "
+                      f"the two-server noise's {float(2 * spec.sigma2):.3g}")
+    failure = release_count(spec) * shape.pair().failure(JOINT_TAIL)
+    if failure > JOINT_DELTA_SHARE * delta_conversion:
+        return None, (f"its conditioning mass {failure:.3g} exceeds {JOINT_DELTA_SHARE} of "
+                      "delta")
+    room = 1 << (parameters.count_bits - 1)
+    if max_rows + shape.span // 2 >= room:
+        return None, (f"max_rows {max_rows} plus the joint noise's half-span {shape.span // 2} "
+                      f"does not fit {parameters.count_bits}-bit counts")
+    if parameters.chunk_cells * shape.ciphertexts > JOINT_MAX_BITS_PER_CALL:
+        return None, (f"{parameters.chunk_cells} cells x {shape.ciphertexts} encrypted bits "
+                      f"per call exceed {JOINT_MAX_BITS_PER_CALL}")
+    return shape, ""
 
 
 def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec:
@@ -98,6 +227,7 @@ def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec
     empty selection releases nothing and costs nothing."""
     if not keys:
         return ReleaseSpec(release.name, (), Fraction(0), Fraction(0))
+    # Two-server: a joint shape per possible m would be one compiled width each (docstring).
     return ReleaseSpec(release.name, keys, release.rho, gaussian_sigma2(release.rho, len(keys)))
 
 
@@ -114,11 +244,14 @@ def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
                 score_sigma2: Fraction | None = None) -> list[NoiseDraw]:
     """Every noise vector a server may add in this session, known from the public plan alone:
     a fixed release's cells; a selected release's every pair cell (per possible number of
-    pairs for noisy-greedy); noisy-greedy's per-pair score noise."""
+    pairs for noisy-greedy); noisy-greedy's per-pair score noise. A joint release draws
+    nothing here: its noise is the two servers' XOR-shared bits (``crypto.joint_noise``)."""
     total = layout.total_cells
     pair_cells = layout.cells_of(layout.two_way)
     draws = []
     for spec in releases:
+        if spec.joint is not None:
+            continue
         if spec.marginal_keys:
             keys = set(spec.marginal_keys)
             cells = layout.cells_of([m for m in layout.marginals if m.key in keys])
@@ -159,16 +292,21 @@ class SessionPlan:
     def build(cls, schema: Schema, pairs: list[tuple[int, int]] | None, epsilon: float,
               delta: float, split: dict[str, float] | None, parameter_set: str,
               max_rows: int, selection: str = "none",
-              rounds: int | None = None, selection_set: str | None = None) -> SessionPlan:
+              rounds: int | None = None, selection_set: str | None = None,
+              noise: str = "two-server") -> SessionPlan:
         """The session's plan. With a selection, its failure terms (bootstraps, the row
         bound, noisy-greedy's noise tail) are reserved out of ``delta`` before the budget is
         converted to zCDP, so that the conversion's delta plus the terms is at most ``delta``
         (``params.selection_plan``); the terms depend on the widths, which depend on rho, so
-        the reserve is found by a short fixed-point iteration (bounded, fails closed)."""
+        the reserve is found by a short fixed-point iteration (bounded, fails closed). The
+        joint releases' conditioning mass is reserved the same way (module docstring)."""
+        if noise not in NOISE_MODES:
+            raise ValueError(f"noise must be one of {NOISE_MODES}, not {noise!r}")
         reserved = 0.0
         for _ in range(8):
             plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
-                              parameter_set, max_rows, selection, rounds, selection_set)
+                              parameter_set, max_rows, selection, rounds, selection_set,
+                              noise)
             need = sum(plan.delta_terms().values())
             if need <= reserved:
                 break
@@ -180,12 +318,13 @@ class SessionPlan:
                 f"the selection's failure terms need delta >= {2 * reserved:.3g} (bootstraps "
                 f"x p_error and the row bound, {reserved:.3g} in all, may take at most half of "
                 f"delta = {delta:g}): raise delta or select fewer rounds")
+        plan.check_joint()
         return plan
 
     @classmethod
     def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
                delta_conversion: float, split, parameter_set: str, max_rows: int,
-               selection: str, rounds, selection_set) -> SessionPlan:
+               selection: str, rounds, selection_set, noise: str) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
@@ -219,10 +358,64 @@ class SessionPlan:
             count = chosen.rounds if chosen.mode == "em" else len(layout.two_way)
         two_way = ReleaseSpec("two_way", keys, rho_two,
                               gaussian_sigma2(rho_two, count or len(keys)))
-        plan = cls(schema, layout, params, epsilon, delta, rho_total, (one_way, two_way),
+        releases = (one_way, two_way)
+        # Refused early (and fast) if even the two servers' noise does not fit: a release the
+        # joint rule declines falls back to it.
+        cls(schema, layout, params, epsilon, delta, rho_total, releases, chosen,
+            delta_conversion, max_rows).check_capacity(max_rows)
+        if noise != "two-server":
+            releases = tuple(cls._with_noise(r, noise, rho_total, delta_conversion, max_rows,
+                                             params, chosen) for r in releases)
+        plan = cls(schema, layout, params, epsilon, delta, rho_total, releases,
                    chosen, delta_conversion, max_rows)
         plan.check_capacity(max_rows)
         return plan
+
+    @staticmethod
+    def _with_noise(spec: ReleaseSpec, noise: str, rho_total: Fraction,
+                    delta_conversion: float, max_rows: int, params: ParameterSet,
+                    chosen: SelectionPlan | None) -> ReleaseSpec:
+        """``spec`` with the joint shape the rule gives it (module docstring)."""
+        if spec.name == "two_way" and chosen is not None and chosen.mode == "noisy-greedy":
+            why = "noisy-greedy's 2-way release has a marginal count known only at run time"
+            shape = None
+        else:
+            shape, why = joint_shape_for(spec, rho_total, delta_conversion, max_rows, params)
+        if shape is None and noise == "joint":
+            raise ValueError(f"release {spec.name!r} cannot carry the joint noise: {why}; "
+                             "use noise 'auto' (two-server where it does not fit)")
+        return replace(spec, joint=shape)
+
+    @property
+    def joint_columns(self) -> int:
+        """Encrypted bits per cell of the session's P1 circuit: the widest joint shape's K
+        (``crypto.joint_noise.columns_for``), or 0 with no joint release (the plain P1)."""
+        shapes = [r.joint for r in self.releases if r.joint is not None]
+        return columns_for(shapes) if shapes else 0
+
+    def joint_shapes(self) -> list[JointNoiseShape]:
+        return [r.joint for r in self.releases if r.joint is not None]
+
+    def joint_failure(self) -> float:
+        """The joint releases' conditioning mass, a delta term (module docstring)."""
+        return sum(r.failure() for r in self.releases)
+
+    def check_joint(self) -> None:
+        """Confirm the session end to end with the joint releases' exact curves: their
+        conditioned Renyi divergences (M-fold) plus the zCDP parts' a rho at every order,
+        converted to delta at the session's eps, plus their conditioning mass, must stay
+        within the conversion's delta plus that mass (``dp.binomial_accounting``'s rule).
+        Fails closed: a plan that does not confirm is refused."""
+        joint = [r for r in self.releases if r.joint is not None]
+        if not joint:
+            return
+        rho_rest = self.rho_total - sum((r.rho for r in joint), start=Fraction(0))
+        parts = [(r.joint.pair(), release_count(r), JOINT_TAIL) for r in joint]
+        delivered = session_delta_of(parts, rho_rest, self.epsilon)
+        allowed = self.delta_conversion + self.joint_failure()
+        if delivered > allowed:
+            raise ValueError(f"the joint noise's exact curve gives delta {delivered:.4g} at eps "
+                             f"{self.epsilon}, above {allowed:.4g}: use noise 'two-server'")
 
     def to_public(self, session_id: str, clients: list[str],
                   bootstraps: int | None = None) -> wire.SessionPublic:
@@ -233,15 +426,20 @@ class SessionPlan:
         if self.selection is not None:
             selection = self.selection.to_public(
                 self.pair_cells(), self.used_chunk_sizes(), self.epsilon, self.delta,
-                self.delta_terms(bootstraps), bootstraps)
+                self.selection_delta_terms(bootstraps), bootstraps)
         return wire.SessionPublic(
             session_id=session_id, schema=self.schema.to_dict(),
             schema_fingerprint=self.schema.fingerprint(), clients=clients,
             pairs=self.layout.pairs, parameter_set=self.parameters.to_dict(),
             total_cells=self.layout.total_cells,
-            releases=[wire.ReleasePlan(name=r.name, marginals=list(r.marginal_keys),
-                                       rho=str(r.rho), sigma2=str(r.sigma2))
-                      for r in self.releases],
+            releases=[wire.ReleasePlan(
+                name=r.name, marginals=list(r.marginal_keys), rho=str(r.rho),
+                sigma2=str(r.sigma2), noise=r.noise_kind,
+                per_count_variance=str(r.per_count_variance),
+                joint=None if r.joint is None else wire.JointNoisePublic(
+                    uniforms=r.joint.uniforms, bits=r.joint.bits))
+                for r in self.releases],
+            joint_delta=self.joint_failure(),
             epsilon=self.epsilon, delta=self.delta, delta_conversion=self.delta_conversion,
             rho_total=str(self.rho_total), selection=selection)
 
@@ -254,12 +452,15 @@ class SessionPlan:
         selection = (None if public.selection is None
                      else SelectionPlan.from_public(public.selection, len(layout.two_way)))
         releases = tuple(ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho),
-                                     Fraction(r.sigma2)) for r in public.releases)
+                                     Fraction(r.sigma2),
+                                     None if r.joint is None
+                                     else JointNoiseShape(r.joint.uniforms, r.joint.bits))
+                         for r in public.releases)
         return cls(schema, layout, ParameterSet(**public.parameter_set), public.epsilon,
                    public.delta, Fraction(public.rho_total), releases, selection,
                    public.delta_conversion, 0 if selection is None else selection.max_rows)
 
-    def delta_terms(self, bootstraps: int | None = None) -> dict[str, float]:
+    def selection_delta_terms(self, bootstraps: int | None = None) -> dict[str, float]:
         """The selection's reserved delta terms (``params.selection_plan``); ``bootstraps``:
         the compiled count (default: the plan's upper bound)."""
         if self.selection is None:
@@ -267,8 +468,17 @@ class SessionPlan:
         return self.selection.delta_terms(self.pair_cells(), self.epsilon, self.delta,
                                           bootstraps)
 
+    def delta_terms(self, bootstraps: int | None = None) -> dict[str, float]:
+        """Every reserved delta term: the selection's, and the joint releases' conditioning
+        mass as ``joint_noise``."""
+        terms = self.selection_delta_terms(bootstraps)
+        failure = self.joint_failure()
+        if failure:
+            terms = {**terms, "joint_noise": math.nextafter(failure, math.inf)}
+        return terms
+
     def delta_total(self, bootstraps: int | None = None) -> float:
-        """What the session delivers: the conversion's delta plus the selection's terms
+        """What the session delivers: the conversion's delta plus the reserved terms
         (at most the requested delta)."""
         return self.delta_conversion + sum(self.delta_terms(bootstraps).values())
 
@@ -281,8 +491,8 @@ class SessionPlan:
                                 and len(selected) != self.selection.rounds):
             raise ValueError("the 2-way release waits for every selection round")
         if self.selection.mode == "em":
-            return ReleaseSpec(release.name, self.keys_of_pairs(selected), release.rho,
-                               release.sigma2)
+            # Same sensitivity (the rounds), same noise: only the marginals are filled in.
+            return replace(release, marginal_keys=self.keys_of_pairs(selected))
         return selected_release(release, self.keys_of_pairs(selected))
 
     def noise_label(self, release: ReleaseSpec) -> str:
@@ -293,7 +503,8 @@ class SessionPlan:
         """The selection's row-bound check on the published 1-ways, the one rule both
         servers apply before any score is computed or charged
         (``params.selection_plan.row_bound``)."""
-        return row_bound(one_way, self.release("one_way").sigma2, 2, self.selection.max_rows,
+        proxy, noises = self.release("one_way").row_bound_noise()
+        return row_bound(one_way, proxy, noises, self.selection.max_rows,
                          self.selection.row_bound_delta(self.delta, self.epsilon))
 
     def noise_draws(self) -> list[NoiseDraw]:
@@ -318,13 +529,14 @@ class SessionPlan:
         return [slot.size for slot in self.layout.two_way]
 
     def check_capacity(self, max_rows: int) -> None:
+        """max_rows plus each release's noise bound (its hard bound for a joint noise,
+        NOISE_TAIL_SIGMAS of the two Gaussians' sum otherwise) must decode from k bits."""
         room = 2 ** (self.parameters.count_bits - 1)
-        worst_sigma = max(float(r.sigma2) for r in self.releases) ** 0.5
-        need = max_rows + NOISE_TAIL_SIGMAS * worst_sigma
+        need = max_rows + max(r.published_noise_bound for r in self.releases)
         if need >= room:
             raise ValueError(
                 f"parameter set {self.parameters.name!r} holds counts below {room}; "
-                f"max_rows {max_rows} plus {NOISE_TAIL_SIGMAS} noise sigmas ({need:.0f}) "
+                f"max_rows {max_rows} plus the noise's bound ({need:.0f} in all) "
                 "does not fit: choose a larger parameter set or a smaller max_rows")
 
     def release(self, name: str) -> ReleaseSpec:

@@ -28,12 +28,15 @@ class NoisyMarginal:
 
 
 def marginals_from_release(document: wire.ReleaseDocument) -> tuple[Schema, list[NoisyMarginal]]:
-    """Read a release document; each released count carries both servers' noise (2 sigma2)."""
+    """Read a release document; each count's noise variance is what its release states
+    (``per_count_variance``: the joint noise's, or both servers' 2 sigma2)."""
     schema = Schema.from_dict(document.schema_)
     index = {n: i for i, n in enumerate(schema.names)}
     out = []
     for release in document.releases:
-        variance = 2 * float(Fraction(release.sigma2_per_server))
+        variance = (float(Fraction(release.per_count_variance))
+                    if release.per_count_variance is not None
+                    else 2 * float(Fraction(release.sigma2_per_server)))
         for marginal in release.marginals.values():
             attrs = tuple(index[a] for a in marginal.attrs)
             counts = np.asarray(marginal.counts, dtype=float).reshape(marginal.shape)

@@ -1,0 +1,116 @@
+"""The key server's half of the joint noise (``crypto.joint_noise``): encrypted uniform bits
+a, one set per (release, chunk), drawn and encrypted offline and handed to the compute server.
+
+Design concerns:
+
+* **Drawn from the CSPRNG, encrypted, forgotten.** ``draw_bits`` fails closed on a short
+  read; only the ciphertext is stored, so nothing on this server can later reconstruct the
+  noise (its view of a release is count + Z with Z uniform-shaped given a).
+* **One answer per (release, chunk).** The first ciphertext stored is the one served, on
+  every retry and after a restart: the compute server never gets two independent sets for
+  one chunk, so the release it sends is a function of one a.
+* **Offline.** :meth:`JointCoins.prepare_one` runs in the background job, one chunk per
+  pass (a client's upload waiting for encryption goes first), for every chunk a joint
+  release may touch: a fixed release's own chunks; a selected release's every chunk holding
+  pair cells (which pairs are chosen is published with the release anyway). A request that
+  arrives first makes its chunk on the spot.
+* **Two-server releases** go through the same circuit with weight 0 on every bit: their
+  coins change nothing, so one inert set per session serves all their chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from common.serving import Database, ServiceError
+from crypto.joint_noise import draw_bits
+from keyserver.sessions import SessionRegistry
+from params.session_plan import SessionPlan
+
+__all__ = ["COINS_SQL", "JointCoins"]
+
+log = logging.getLogger("feddpsyn.keyserver")
+
+COINS_SQL = """
+CREATE TABLE IF NOT EXISTS joint_coins (
+    session_id TEXT NOT NULL, release TEXT NOT NULL, chunk INTEGER NOT NULL,
+    ciphertext BLOB NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (session_id, release, chunk));
+"""
+
+# The chunk index under which a session's inert set (two-server releases) is stored.
+INERT = -1
+
+
+def release_chunks(plan: SessionPlan, name: str) -> list[int]:
+    """Every chunk a release may touch, from the public plan alone (module docstring)."""
+    spec = plan.release(name)
+    slots = plan.slots_of(spec) if spec.marginal_keys else plan.layout.two_way
+    cells = plan.layout.cells_of(slots)
+    return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
+
+
+class JointCoins:
+    """Encrypted bits of this server for each joint release's chunks."""
+
+    def __init__(self, sessions: SessionRegistry):
+        self._sessions = sessions
+        self.db: Database = sessions.db
+
+    def coins(self, session_id: str, name: str, chunk: int) -> bytes:
+        """The ciphertext of this server's bits for one chunk of a release (stored once)."""
+        plan = self._sessions.plan(session_id)
+        if plan.joint_columns == 0:
+            raise ServiceError(404, "this session's releases carry no joint noise")
+        try:
+            spec = plan.release(name)
+        except KeyError:
+            raise ServiceError(404, f"release {name!r} is not registered for this "
+                                    "session") from None
+        if spec.joint is None:
+            chunk = INERT
+        elif chunk not in release_chunks(plan, name):
+            raise ServiceError(404, f"chunk {chunk} is not one release {name!r} can touch")
+        stored = self._stored(session_id, name, chunk)
+        return stored if stored is not None else self._make(session_id, plan, name, chunk)
+
+    def prepare_one(self) -> bool:
+        """Encrypt one missing chunk of any session's joint releases; False if none is
+        missing (bounded: one chunk per call)."""
+        for session_id in self._sessions.session_ids():
+            plan = self._sessions.plan(session_id)
+            if plan.joint_columns == 0:
+                continue
+            with self.db.connect() as conn:
+                have = {(r["release"], r["chunk"]) for r in conn.execute(
+                    "SELECT release, chunk FROM joint_coins WHERE session_id = ?",
+                    (session_id,))}
+            for spec in plan.releases:
+                if spec.joint is None:
+                    continue
+                for chunk in release_chunks(plan, spec.name):
+                    if (spec.name, chunk) not in have:
+                        self._make(session_id, plan, spec.name, chunk)
+                        return True
+        return False
+
+    def _stored(self, session_id: str, name: str, chunk: int) -> bytes | None:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT ciphertext FROM joint_coins WHERE session_id = ? AND "
+                               "release = ? AND chunk = ?", (session_id, name, chunk)).fetchone()
+        return None if row is None else bytes(row["ciphertext"])
+
+    def _make(self, session_id: str, plan: SessionPlan, name: str, chunk: int) -> bytes:
+        started = time.time()
+        bits = draw_bits(plan.parameters.chunk_cells, plan.joint_columns)
+        ciphertext = self._sessions.keys(session_id).encrypt_coins(bits)
+        del bits  # this server's share of the noise: only its ciphertext is kept
+        with self.db.transaction() as conn:
+            # A concurrent maker may have stored first: its set is the one ever served.
+            conn.execute("INSERT OR IGNORE INTO joint_coins VALUES (?, ?, ?, ?, ?)",
+                         (session_id, name, chunk, ciphertext, time.time()))
+        log.info("session %s: encrypted the joint noise's bits of %s chunk %d (%.1f s)",
+                 session_id, name, chunk, time.time() - started)
+        return self._stored(session_id, name, chunk)
+
