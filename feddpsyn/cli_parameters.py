@@ -74,7 +74,8 @@ def params_command(schema: Optional[Path] = typer.Option(
                    "an upper bound; the session counts the compiled module's)")
         terms = ", ".join(f"{k} {v:.2e}" for k, v in r["delta_terms"].items())
         typer.echo(f"  delta {delta:g} = conversion {r['delta_conversion']:.4e} + reserved "
-                   f"(1 + e^eps) x failure terms: {terms}")
+                   f"terms (the selection's failures x (1 + e^eps); the joint noise's "
+                   f"conditioning mass as is): {terms}")
         for name, rel in r["releases"].items():
             shape = ("" if rel["joint"] is None else
                      f" ({rel['joint']['uniforms']} uniforms of {rel['joint']['bits']} bits)")
