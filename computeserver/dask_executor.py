@@ -81,10 +81,10 @@ class DaskExecutor:
         results: list = [None] * len(tasks)
         done = 0
         for future in as_completed(list(futures)):
-            result, run_s, load_s, pid = future.result()
+            result, run_s, cpu_s, load_s, pid = future.result()
             index = futures[future]
             results[index] = result
-            self.stats.run_seconds.append(run_s)
+            self.stats.record(run_s, cpu_s, pid)
             self.stats.wall_seconds.append(time.perf_counter() - started)
             if load_s:
                 self.stats.load_seconds[pid] = self.stats.load_seconds.get(pid, 0.0) + load_s

@@ -110,12 +110,20 @@ class CallTask:
 class TaskStats:
     """What one ``map`` cost: per task, seconds inside concrete on its worker and seconds
     from submission to result here (the difference is scheduling, transfer and
-    serialisation); per worker process, seconds spent loading the circuit."""
+    serialisation), CPU seconds its process got meanwhile and the process; per worker
+    process, seconds spent loading the circuit."""
 
     run_seconds: list[float] = field(default_factory=list)
+    cpu_seconds: list[float] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
     wall_seconds: list[float] = field(default_factory=list)
     load_seconds: dict[int, float] = field(default_factory=dict)
     retries: int = 0
+
+    def record(self, run_s: float, cpu_s: float, pid: int) -> None:
+        self.run_seconds.append(run_s)
+        self.cpu_seconds.append(cpu_s)
+        self.pids.append(pid)
 
 
 # ---------------------------------------------------------------- worker side
@@ -157,12 +165,15 @@ def _load(circuit: Circuit) -> tuple[tuple, float]:
         return _LOADED[key], time.perf_counter() - started
 
 
-def run_task(circuit: Circuit, task: CallTask) -> tuple[object, float, float, int]:
-    """Run one task where this is called: (result, run seconds, load seconds, process id)."""
+def run_task(circuit: Circuit, task: CallTask) -> tuple[object, float, float, float, int]:
+    """Run one task where this is called: (result, run seconds, CPU seconds of this process
+    meanwhile, load seconds, process id). The CPU seconds are the task's own in a worker
+    with one OpenMP thread and one task at a time; a shared core shows as run > CPU."""
     (server, keys), loaded = _load(circuit)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = task.run(server, keys)
-    return result, time.perf_counter() - started, loaded, os.getpid()
+    return (result, time.perf_counter() - started, time.process_time() - cpu, loaded,
+            os.getpid())
 
 
 def _pin_threads(threads: int) -> None:
@@ -195,9 +206,9 @@ def _collect(futures: dict[Future, int], total: int, results: list, stats: TaskS
         if not future.done():
             continue
         index = futures.pop(future)
-        result, run_s, load_s, pid = future.result()
+        result, run_s, cpu_s, load_s, pid = future.result()
         results[index] = result
-        stats.run_seconds.append(run_s)
+        stats.record(run_s, cpu_s, pid)
         stats.wall_seconds.append(time.perf_counter() - started[index])
         if load_s:
             stats.load_seconds[pid] = stats.load_seconds.get(pid, 0.0) + load_s
