@@ -139,6 +139,12 @@ def _print_report(report: dict, out: Path) -> None:
             f"{sel['epsilon_per_round_charged']:.5f} per round incl. "
             f"{sel['numerical_extra_epsilon_per_round']:.2g} numerical):\n"
             + _pairs_text(report["selected_pairs"]))
+    noise = report.get("noise") or {}
+    if "per_count_variance" in noise:
+        kinds = {"joint": "one joint noise neither server knows",
+                 "two-server": "each server's own Gaussian", "mixed": "per release"}
+        say(f"noise: {kinds.get(noise['kind'], noise['kind'])}; variance per count "
+            + ", ".join(f"{k} {v:.4g}" for k, v in noise["per_count_variance"].items()))
     say(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']})")
     say("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
     say(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")
