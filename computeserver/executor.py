@@ -26,16 +26,24 @@ Design concerns:
   processes sharing a machine then contend. A local worker sets ``OMP_NUM_THREADS`` before
   concrete is first imported in it, which is why this module imports concrete only inside
   functions; Dask's nanny sets the same variable to 1 for its workers by default.
+* **A dead worker's pipe must not kill the parent.** concrete's runtime (HPX), started by the
+  first circuit run in a process, replaces the process's SIGPIPE disposition (Python ignores
+  SIGPIPE) with a handler that aborts: a pool's feeder thread writing to a worker that was
+  just killed then took the whole test process down (a core dump showed it). Every process
+  that runs tasks or feeds workers ignores SIGPIPE again (:func:`ignore_sigpipe`), so a
+  broken pipe is an ``EPIPE`` error, as Python expects.
 * **Fork is never used.** A fork-based pool hangs once concrete is initialised in the parent
   (measured); local workers are spawned.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import multiprocessing
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -49,7 +57,7 @@ from typing import Callable, Protocol, Sequence, Union
 import numpy as np
 
 __all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExecutor",
-           "make_executor", "map_summed", "TaskStats", "run_task"]
+           "make_executor", "map_summed", "TaskStats", "run_task", "ignore_sigpipe"]
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -165,6 +173,15 @@ def _load(circuit: Circuit) -> tuple[tuple, float]:
         return _LOADED[key], time.perf_counter() - started
 
 
+def ignore_sigpipe() -> None:
+    """Ignore SIGPIPE in this process again (module docstring): through libc, because
+    ``signal.signal`` works only in the main thread and tasks run in others."""
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    libc.signal(signal.SIGPIPE, ctypes.c_void_p(1))  # SIG_IGN
+
+
 def run_task(circuit: Circuit, task: CallTask) -> tuple[object, float, float, float, int]:
     """Run one task where this is called: (result, run seconds, CPU seconds of this process
     meanwhile, load seconds, process id). The CPU seconds are the task's own in a worker
@@ -172,6 +189,7 @@ def run_task(circuit: Circuit, task: CallTask) -> tuple[object, float, float, fl
     (server, keys), loaded = _load(circuit)
     started, cpu = time.perf_counter(), time.process_time()
     result = task.run(server, keys)
+    ignore_sigpipe()  # concrete's runtime may have started in this call
     return (result, time.perf_counter() - started, time.process_time() - cpu, loaded,
             os.getpid())
 
@@ -278,6 +296,7 @@ class LocalPoolExecutor:
     def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         self.stats = TaskStats()
+        ignore_sigpipe()  # this process feeds the workers' pipes
         results: list = [None] * len(tasks)
         pending = set(range(len(tasks)))
         done, restarts = 0, 0
