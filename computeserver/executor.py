@@ -38,12 +38,10 @@ Design concerns:
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import multiprocessing
 import os
-import signal
 import tempfile
 import threading
 import time
@@ -55,6 +53,8 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence, Union
 
 import numpy as np
+
+from common.sigpipe import ignore_sigpipe
 
 __all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExecutor",
            "make_executor", "map_summed", "TaskStats", "run_task", "ignore_sigpipe"]
@@ -171,15 +171,6 @@ def _load(circuit: Circuit) -> tuple[tuple, float]:
             keys = fhe.EvaluationKeys.deserialize(payload[1])
         _LOADED[key] = (server, keys)
         return _LOADED[key], time.perf_counter() - started
-
-
-def ignore_sigpipe() -> None:
-    """Ignore SIGPIPE in this process again (module docstring): through libc, because
-    ``signal.signal`` works only in the main thread and tasks run in others."""
-    libc = ctypes.CDLL(None)
-    libc.signal.restype = ctypes.c_void_p
-    libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
-    libc.signal(signal.SIGPIPE, ctypes.c_void_p(1))  # SIG_IGN
 
 
 def run_task(circuit: Circuit, task: CallTask) -> tuple[object, float, float, float, int]:

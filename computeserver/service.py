@@ -33,6 +33,7 @@ from concrete import fhe
 
 from common import wire
 from common.serving import Database, ServiceError, already_stored, write_private
+from common.sigpipe import ignore_sigpipe
 from computeserver.executor import Executor, InProcessExecutor
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
@@ -409,6 +410,7 @@ class ComputeServer:
                     offset = joint_offset(spec.joint, mask_sum[window], bits, select, k)
                     del bits
                 out = server.run(*args, coins, weights, select, offset, evaluation_keys=keys)
+            ignore_sigpipe()  # concrete's runtime may have started in this call
             outputs.append(out.serialize())
         self.set_progress(session_id, None)
         return pack_blobs(outputs)

@@ -23,6 +23,7 @@ import numpy as np
 from common import wire
 from common.credentials import CLIENT_TOKENS_SQL, new_token
 from common.serving import Database, ServiceError, write_private
+from common.sigpipe import ignore_sigpipe
 from dp.noise_pool import draw_pool
 from keyserver.coins import COINS_SQL, JointCoins
 from keyserver.keys import SessionKeys
@@ -69,6 +70,7 @@ class KeyServer:
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
         per_function = self.selection.create(plan, directory)
+        ignore_sigpipe()  # compiling may have started concrete's runtime (common.sigpipe)
         bootstraps = None if per_function is None else compiled_bootstraps(plan, per_function)
         # Every noise this server may add, drawn now, before any data (dp.noise_pool).
         write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))

@@ -197,3 +197,13 @@ def test_a_large_eps_session_stays_two_server(joint_session, tmp_path):
     with pytest.raises(ValueError, match="cannot carry the joint noise"):
         SessionPlan.build(Schema.from_dict(SCHEMA), None, 50.0, 1e-6, None, "test-small",
                           1000, noise="joint")
+
+
+def test_synthesis_weighs_each_count_by_its_stated_variance(joint_session):
+    from synthesis import marginals_from_release
+
+    _, _, _, _, document = joint_session
+    _, noisy = marginals_from_release(document)
+    stated = {r.release: float(Fraction(r.per_count_variance)) for r in document.releases}
+    assert {m.variance for m in noisy if len(m.attrs) == 1} == {stated["one_way"]}
+    assert {m.variance for m in noisy if len(m.attrs) == 2} == {stated["two_way"]}
