@@ -37,7 +37,7 @@ def demo(dataset: Optional[str] = typer.Option(
                                                "servers)"),
          selection: Optional[str] = typer.Option(
              None, help="tfhe path: em (private selection under encryption, FedDPSyn's P2 "
-                        "and P3; the default on fed_heart_disease: about 11.5 min on 2 "
+                        "and P3; the default on fed_heart_disease: about 13 min on 2 "
                         "cores) | noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost "
                         "only) | none (every pair; about 15 s; the default on adult and on "
                         "your own table). An estimate is printed first."),
