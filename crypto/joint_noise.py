@@ -46,17 +46,15 @@ per 1-way count (190 KB and 1.2 s of CS time per cell, x2574 of today's P1 run);
 P1, 1.2 s for the 60 cells). Per-count variance: 2046 against today's 2 sigma^2 = 3945.
 Compile and keys are free (no evaluation keys; the circuit's shape is fixed per release).
 
-**When it fits.** Each release takes the shape of :func:`choose_shape`: the fewest bits
-among the smallest matching coins and the matching uniforms within 10% of the coins'
-variance (``dp.joint_noise_accounting``: its M-fold conditioned Renyi curve below a * rho_R
-at the orders of the session's conversion, the session's eps confirmed end to end). Take
-the joint path when (1) the count width has room, max_rows + span/2 < 2^(k-1)
-(:func:`check_room`; no tail: |Z| <= span/2 always), and (2) cells x K x 24 bytes of
-offline bits and cells x K x ~0.16 ms of CS time fit the operator's budget. With uniforms
-(K of 60-250 at any budget tried: it grows with log sigma^2, not sigma^2) this holds even
-for Adult with every pair released at eps 0.5-2 (11,926 cells, K = 120-144: 34-41 MB,
-~4-5 CPU-min); the two-noise path stays only where a release's cells x K do not fit (or
-k has no room), and the release document says which noise each count carries.
+**When it fits.** The servers' rule is ``params.session_plan``'s (``joint_shape_for``):
+each release takes the shape of :func:`choose_shape` (the fewest bits among the smallest
+matching coins and the matching uniforms within 10% of the coins' variance; its M-fold
+conditioned Renyi curve below a * rho_R at the orders of the session's conversion, the
+session's eps confirmed end to end), searched within that rule's caps, and is joint when the
+shape lowers the published variance, its conditioning mass stays within 1% of delta, the count
+width has room (max_rows + span/2 < 2^(k-1): no tail, |Z| <= span/2 always) and a chunk's
+encrypted bits stay within 65,536. One circuit serves every release of a session, so its
+``coins`` width is the widest release's K (narrower ones leave zero weights).
 
 >>> shape = JointNoiseShape(uniforms=2, bits=2)
 >>> ks = np.array([[1, 0, 1, 1]]); cs = np.array([[1, 1, 0, 0]])

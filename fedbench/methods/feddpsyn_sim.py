@@ -21,8 +21,10 @@ CSPRNG, through the joint circuit's exact integer model
 (``crypto.joint_noise.joint_release_plaintext``, tested against the circuit in
 ``tests/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
 matched to the selection's rho over the pairs (every pair's InDif moves by at most 1, so the
-scores are a release of ``pairs`` sensitivity-1 queries). The servers do not run this path
-yet: it measures what wiring it would buy. Each joint session is checked end to end
+scores are a release of ``pairs`` sensitivity-1 queries). The servers run the joint noise
+on em's and fixed releases (``params.session_plan``'s rule, ``noise="auto"``), not yet on
+noisy-greedy's scores, its run-time 2-way release or PrivSyn's per-size split: for those
+this measures what wiring them would buy. Each joint session is checked end to end
 (:func:`joint_session_delta`): its conditioned Renyi curve (the joint parts) plus the em
 selection's rho, converted at the requested epsilon, plus every part's failure mass, is at
 most delta.
