@@ -30,8 +30,9 @@ def greedy_session(tmp_path_factory):
 
 
 def _plan() -> SessionPlan:
+    # The servers build a request's plan with noise "auto" (wire.SessionCreate's default).
     return SessionPlan.build(Schema.from_dict(SCHEMA), None, EPSILON, 1e-6, None, "test-small",
-                             1000, selection="noisy-greedy")
+                             1000, selection="noisy-greedy", noise="auto")
 
 
 def _ks_scores(state, sid) -> list[int]:
