@@ -48,10 +48,10 @@ from fractions import Fraction
 import numpy as np
 
 from common import wire
-from crypto.joint_noise import choose_shape, columns_for
+from crypto.joint_noise import check_room, choose_shape, columns_for
 from dp.accounting import eps_delta_to_rho, gaussian_sigma2
 from dp.binomial_accounting import session_delta_of
-from dp.joint_noise_accounting import JointNoiseShape
+from dp.joint_noise_accounting import JointNoiseShape, release_marginals
 from dp.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
@@ -171,10 +171,7 @@ class ReleaseSpec:
 
 def release_count(spec: ReleaseSpec) -> int:
     """M, the marginals a record's neighbours differ in: sigma2 = M / (2 rho)."""
-    m = 2 * spec.rho * spec.sigma2
-    if m.denominator != 1 or m < 1:
-        raise ValueError(f"release {spec.name!r}: sigma2 is not M / (2 rho)")
-    return int(m)
+    return release_marginals(spec.rho, spec.sigma2)
 
 
 @functools.lru_cache(maxsize=256)
@@ -207,14 +204,14 @@ def joint_shape_for(spec: ReleaseSpec, rho_total: Fraction, delta_conversion: fl
         # Gaussians' (and its conditioning mass is large): nothing to gain.
         return None, (f"the joint shape's variance {float(shape.variance):.3g} is not below "
                       f"the two-server noise's {float(2 * spec.sigma2):.3g}")
-    failure = release_count(spec) * shape.pair().failure(JOINT_TAIL)
+    failure = replace(spec, joint=shape).failure()
     if failure > JOINT_DELTA_SHARE * delta_conversion:
         return None, (f"its conditioning mass {failure:.3g} exceeds {JOINT_DELTA_SHARE} of "
                       "delta")
-    room = 1 << (parameters.count_bits - 1)
-    if max_rows + shape.span // 2 >= room:
-        return None, (f"max_rows {max_rows} plus the joint noise's half-span {shape.span // 2} "
-                      f"does not fit {parameters.count_bits}-bit counts")
+    try:
+        check_room(shape, max_rows, parameters.count_bits)
+    except ValueError as exc:
+        return None, str(exc)
     if parameters.chunk_cells * shape.ciphertexts > JOINT_MAX_BITS_PER_CALL:
         return None, (f"{parameters.chunk_cells} cells x {shape.ciphertexts} encrypted bits "
                       f"per call exceed {JOINT_MAX_BITS_PER_CALL}")
@@ -390,7 +387,7 @@ class SessionPlan:
     def joint_columns(self) -> int:
         """Encrypted bits per cell of the session's P1 circuit: the widest joint shape's K
         (``crypto.joint_noise.columns_for``), or 0 with no joint release (the plain P1)."""
-        shapes = [r.joint for r in self.releases if r.joint is not None]
+        shapes = self.joint_shapes()
         return columns_for(shapes) if shapes else 0
 
     def joint_shapes(self) -> list[JointNoiseShape]:
