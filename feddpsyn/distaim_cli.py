@@ -5,7 +5,7 @@ servers (operator), upload a client's shares, run a server's MPC part by hand.
     feddpsyn distaim session create --servers URL1,URL2,URL3 \
         --operator-token-file S1/operator.token,S2/operator.token,S3/operator.token \
         --schema SCHEMA --clients h0,h1,h2 --epsilon 1 --delta 1e-5 --workload all-2way \
-        --rounds 10 --participation 1 --tokens-dir tokens/
+        --rounds 10 --participation 1 --schedule deferred --tokens-dir tokens/
     feddpsyn distaim upload --servers URL1,URL2,URL3 --session ID --client-id h0 \
         --token-file tokens/h0.token --csv h0.csv --schema SCHEMA
     feddpsyn distaim session run|status|result|delete --servers ... --operator-token-file ... \
@@ -35,6 +35,13 @@ app.add_typer(session_app, name="session")
 _SERVERS = typer.Option(..., help="the three servers' URLs, comma-separated, in party order")
 _OPERATOR = typer.Option(..., help="the operator token file of each server, comma-separated "
                                    "in party order (or one file for all three)")
+SCHEDULES = ("deferred", "interleaved")
+_SCHEDULE_HELP = (
+    "which clients AIM's rounds read when --participation is below 1. deferred (default, "
+    "this project): participation rounds 0..T run as in FLAIM, then every AIM round reads "
+    "the clients joined by round T. interleaved: FLAIM (Maddock et al., KDD 2024), "
+    "Algorithm 3 as written: round t reads the clients joined by round t. At participation "
+    "1 both are central AIM (McKenna et al., VLDB 2022)")
 
 
 def _fail(message: str) -> None:
@@ -98,6 +105,7 @@ def session_create(
         rounds: int = typer.Option(10, help="planned AIM rounds T (0: AIM's own plan with "
                                             "annealing)"),
         participation: str = typer.Option("1", help="client sampling rate p per round"),
+        schedule: str = typer.Option("deferred", help=_SCHEDULE_HELP),
         rows_bound: int = typer.Option(1 << 20, help=("public bound on any one client's "
                                                        "rows (checked inside MPC)")),
         session: str = typer.Option(None, help="session id (default: a fresh one)"),
@@ -112,6 +120,8 @@ def session_create(
     from distaim.plan import parse_workload
     urls, tokens = _servers(servers), _operator_tokens(operator_token_file)
     from params.schema import Schema
+    if schedule not in SCHEDULES:
+        _fail(f"--schedule must be deferred or interleaved, not {schedule!r}")
     try:
         raw_schema = json.loads(schema.read_text())
         names = list(Schema.from_dict(raw_schema).names)
@@ -123,7 +133,7 @@ def session_create(
     request = {"session_id": session or "d-" + secrets.token_hex(6), "schema": raw_schema,
                "clients": [c.strip() for c in clients.split(",") if c.strip()],
                "epsilon": epsilon, "delta": delta, "workload": cliques,
-               "rounds": rounds or None, "participation": participation,
+               "rounds": rounds or None, "participation": participation, "schedule": schedule,
                "rows_bound": rows_bound, "mpc_deadline": mpc_deadline,
                "score_grid_bits": score_grid_bits}
     try:
@@ -136,6 +146,9 @@ def session_create(
             write_private(tokens_dir / f"{cid}.token", ("\n".join(per_server) + "\n").encode())
     typer.echo(f"session {made.session_id}: plan digest {made.plan_digest} at all three "
                f"servers; {made.plan['cells']} counts per client, rho {made.plan['rho']}")
+    if made.plan["participation"] != "1":
+        typer.echo(f"participation {made.plan['participation']} per round, schedule "
+                   f"{made.plan.get('schedule', 'deferred')}")
     if made.created:
         typer.echo(f"client tokens (one per server, shown once): {tokens_dir}/<client>.token")
     else:

@@ -14,7 +14,10 @@ against central AIM (plaintext, exact samplers) at the same budget.
 Budget: rho from (eps, delta - reserve) by the CKS20 conversion, where the reserve
 (delta / 1000) covers the in-MPC samplers' extra delta, which is checked to fit in it.
 AIM runs with a planned number of rounds (``rounds``, default 10 as in FLAIM's experiments)
-so that the demo's length is bounded.
+so that the demo's length is bounded. Every client takes part from the first round
+(``participation="1"``, central AIM's data) unless asked otherwise; with a rate below 1,
+``schedule`` says which clients AIM's rounds read (``deferred``, this project's default, or
+``interleaved``, FLAIM's Algorithm 3 as written: ``distaim.protocol.Schedule``).
 """
 
 from __future__ import annotations
@@ -56,7 +59,10 @@ def _synthesize(measurements: list[NoisyMarginal], sizes, rows, seed: int):
 def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients: int = 4,
                      epsilon: float = 1.0, delta: float = 1e-5, say=print, *,
                      rounds: int = 10, rows: int | None = None, seed: int = 0,
-                     timeout: float = 900) -> dict:
+                     timeout: float = 900, participation: str = "1",
+                     schedule: str = "deferred") -> dict:
+    if schedule not in ("deferred", "interleaved"):
+        raise ValueError(f"schedule must be 'deferred' or 'interleaved', not {schedule!r}")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     phases: dict[str, float] = {}
     ds = dataset(dataset_name)
@@ -97,7 +103,8 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
             "session_id": "distaim-" + time.strftime("%Y%m%d-%H%M%S"),
             "schema": schema.to_dict(), "clients": client_ids, "epsilon": epsilon,
             "delta": delta, "workload": [list(c) for c in workload], "rounds": rounds,
-            "participation": "1", "rows_bound": 1 << 20, "mpc_deadline": timeout})
+            "participation": participation, "schedule": schedule, "rows_bound": 1 << 20,
+            "mpc_deadline": timeout})
         session_id, tokens = made.session_id, made.tokens
         if made.plan["cells"] != layout.length:
             raise RuntimeError("the servers' layout differs from the demo's")
@@ -185,6 +192,7 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
         "epsilon_spent": rho_to_eps(rho_spent, Fraction(delta) - reserve),
         "delta": delta,
         "rho_spent": str(rho_spent),
+        "participation": {"rate": participation, "schedule": schedule},
         "noise": {"mechanism": "discrete Gaussian in MPC (alias tables over secret bits)",
                   "selection": "exponential mechanism in MPC (fixed-point weights)",
                   "extra_delta": extra_delta, "delta_reserved": float(reserve),

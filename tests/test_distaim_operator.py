@@ -191,6 +191,33 @@ def test_cli_session_create_status_and_errors(servers, tmp_path):
     assert gone.exit_code == 0 and gone.output.count("deleted") == 3
 
 
+def test_cli_session_create_takes_the_schedule(servers, tmp_path):
+    from feddpsyn.cli import app
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    token = tmp_path / "op.token"
+    token.write_text(servers.tokens[0])
+    common = ["--servers", ",".join(servers.urls), "--operator-token-file",
+              ",".join([str(token)] + [str(tmp_path / f"op{x}.token") for x in (2, 3)])]
+    for x in (2, 3):
+        (tmp_path / f"op{x}.token").write_text(servers.tokens[x - 1])
+    create = ["distaim", "session", "create", *common, "--schema", str(schema), "--clients",
+              "h0,h1", "--epsilon", "1", "--delta", "1e-5", "--participation", "1/2",
+              "--tokens-dir", str(tmp_path / "tok")]
+    runner = CliRunner()
+    for schedule in ("deferred", "interleaved"):
+        ok = runner.invoke(app, [*create, "--schedule", schedule, "--session", f"sch-{schedule}"])
+        assert ok.exit_code == 0, ok.output
+        assert f"schedule {schedule}" in ok.output  # as the servers' plan holds it
+    bad = runner.invoke(app, [*create, "--schedule", "eager", "--session", "sch-bad"])
+    assert bad.exit_code == 1 and "--schedule must be deferred or interleaved" in bad.output
+    missing = runner.invoke(app, ["distaim", "session", "status", *common, "--session",
+                                  "sch-bad"])
+    assert missing.output.count("absent") == 3
+    help_text = runner.invoke(app, ["distaim", "session", "create", "--help"]).output
+    assert "FLAIM" in help_text and "Algorithm" in help_text
+
+
 def test_parties_refuse_to_run_different_plans(tmp_path):
     """Three MPC parties whose plans differ (server 3 holds another epsilon) stop after
     exchanging digests, before reading any share."""
