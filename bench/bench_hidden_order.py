@@ -35,8 +35,10 @@ from params.session_plan import SessionPlan  # noqa: E402
 
 
 def baseline_module(rev: str):
-    """crypto/selection.py as it was at ``rev`` (the known-order construction)."""
-    return module_at(rev, "crypto/selection.py", "selection_baseline")
+    """crypto/selection.py as it was at ``rev`` (the known-order construction), with the
+    helpers it imported then (``fhe_tag`` lived in ``crypto/aggregation.py``)."""
+    return module_at(rev, "crypto/selection.py", "selection_baseline",
+                     dependencies=("crypto/aggregation.py",))
 
 
 def main() -> None:
