@@ -8,6 +8,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from distaim.party import session_modulus, write_client_upload
 from distaim.protocol import Layout, client_vector
@@ -141,3 +142,80 @@ def test_a_lost_peer_aborts_the_others_at_once(tmp_path):
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+
+
+def _joined(report, round_index):
+    arrival = report["participation"]["arrival_round"]
+    return [c for c in report["admitted"] if arrival[c] is not None
+            and arrival[c] <= round_index]
+
+
+@pytest.mark.parametrize("rate,schedule", [("1", "deferred"), ("1/2", "deferred"),
+                                           ("1/2", "interleaved")])
+def test_three_parties_with_sampled_clients(tmp_path, rate, schedule):
+    """Participation p < 1 over three real processes: the session completes, the three
+    servers open the same values, every measurement is of the clients its round reads (the
+    clients joined by round T, deferred; by the round itself, interleaved, after undoing the
+    engine's rescaling by the reported noisy sizes), and the ledger ends at exactly rho (the
+    noisy sizes included). At p = 1 every round reads every client and no size is taken."""
+    rng = np.random.default_rng(11)
+    sizes, workload, rounds = [3, 4, 2], [(0, 1), (0, 2), (1, 2)], 2
+    layout = Layout.for_workload(sizes, workload)
+    modulus = session_modulus()
+    session = {"session_id": "p1", "domain_sizes": sizes, "workload": workload,
+               "modulus": modulus, "epsilon": 1.0, "rho": "1/4", "rounds": rounds,
+               "max_rounds": rounds, "round_iters": 20, "final_iters": 20,
+               "rows_bound": 1 << 12, "participation": rate, "schedule": schedule}
+    (tmp_path / "session.json").write_text(json.dumps(session))
+    data = {}
+    for i in range(3):  # attribute 0 names the client: a 1-way of it shows who was read
+        other = rng.integers(0, 4, 1000)
+        data[f"c{i}"] = np.stack([np.full(1000, i), other, (other + rng.integers(0, 2, 1000))
+                                  % 2], 1)
+        write_client_upload(tmp_path, "p1", f"c{i}", client_vector(data[f"c{i}"], layout),
+                            modulus)
+
+    reports = _run_parties(tmp_path)
+    first = reports[0]
+    for r in reports:
+        assert r["admitted"] == ["c0", "c1", "c2"] and r["excluded"] == {}
+        assert r["measurements"] == first["measurements"]
+        assert r["noisy_sizes"] == first["noisy_sizes"]
+        assert r["participation"] == first["participation"]
+        assert Fraction(r["rho_spent"]) == Fraction(1, 4)
+    assert first["participation"]["schedule"] == schedule
+    assert first["participation"]["window"] == rounds
+    assert len(first["selected"]) == rounds
+    measurements = first["measurements"]
+    one_ways = len(sizes)
+    assert len(measurements) == one_ways + rounds
+    grows = rate != "1" and schedule == "interleaved"
+    noisy_sizes = first["noisy_sizes"]
+    if grows:
+        union = max(noisy_sizes[0], 1.0)
+        assert abs(noisy_sizes[0] - 3000) < 200
+    else:
+        assert noisy_sizes == []
+    current = 1  # the index of the noisy size of the data being read
+    for k, m in enumerate(measurements):
+        round_index = max(0, k - one_ways + 1)  # the 1-ways are round 0
+        if rate == "1":
+            read = ["c0", "c1", "c2"]
+        elif schedule == "deferred":
+            read = _joined(first, rounds)
+        else:
+            read = _joined(first, round_index)
+            if round_index > 0 and read != _joined(first, round_index - 1):
+                current += 1
+        values, sigma2 = np.array(m["values"], dtype=float), m["sigma2"]
+        if grows:  # undo the engine's rescaling to the union's noisy size (post-processing)
+            assert abs(noisy_sizes[current] - sum(len(data[c]) for c in read)) < 200
+            scale = union / max(noisy_sizes[current], 1.0)
+            values, sigma2 = values / scale, sigma2 / scale ** 2
+        records = (np.concatenate([data[c] for c in read]) if read
+                   else np.zeros((0, 3), dtype=np.int64))
+        from synthesis.graphical_model import marginal_counts
+        exact = marginal_counts(records, tuple(m["clique"]), sizes).ravel()
+        assert np.all(np.abs(values - exact) < 6 * np.sqrt(sigma2)), (k, read)
+    if grows:
+        assert len(noisy_sizes) == current + 1
