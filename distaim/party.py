@@ -14,7 +14,8 @@ Right after connecting, the three parties exchange the digest of their session p
 (``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. ``session.json``
 is read as the plan's mapping (``distaim.plan.DistPlanFields.mapping`` plus this server's
 own keys), so the digest is the typed plan's; a session written by hand may leave out the
-keys the run does not need. The session directory is what ``distaim.app`` keeps per session
+keys the run does not need (an absent ``schedule`` is read as ``distaim.plan.schedule_of``
+says: interleaved at participation below 1, as plans without the key ran). The session directory is what ``distaim.app`` keeps per session
 (or a test writes); per client, the explicit share vectors of parties 2 and 3
 (``share2.bin``, ``share3.bin``: fixed-width field elements,
 ``distaim.sharing.encode_vector``) and party 1's 32-byte seed (``seed1.bin``).
@@ -36,7 +37,7 @@ import numpy as np
 from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
                                  mpyc_module, party_runtime)
-from distaim.plan import plan_digest
+from distaim.plan import plan_digest, schedule_of
 from distaim.protocol import Participation, Schedule, admit_clients, aggregate
 from distaim.validation import validate_clients, validation_tv
 from params.layout import MarginalLayout
@@ -170,7 +171,7 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     participation = Participation(admission.joint_seed, rate)
     rounds = session.get("rounds")
     schedule = Schedule(rounds if rounds is not None else 16 * len(layout.domain_sizes),
-                        session.get("schedule", "deferred"),
+                        schedule_of(session),
                         bool(session.get("enrolment_one_ways", False)))
     sums: dict[tuple[str, ...], object] = {}
 

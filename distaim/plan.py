@@ -15,6 +15,14 @@ The plan is typed, one model per mode (:class:`FixedRoundsPlan`: FLAIM's T round
 JSON the digest, ``session.json`` and the MPC party read: the same keys and values as the
 plan dict of earlier versions, so a plan's digest did not change with the types.
 
+Fields added later are left out of the mapping exactly where the plan behaves as a plan
+without them did, so **the digest changes when, and only when, the behaviour does**. The
+schedule (``distaim.protocol.Schedule``): plans without the key ran FLAIM's interleaved
+rounds at participation p < 1, so an absent key reads as interleaved there
+(``schedule_of``); the deferred schedule at p < 1 is written out (a new digest for the same
+request as before the schedule existed, which now runs differently); at p = 1 the schedule
+has no effect and is left out (p = 1 digests unchanged, ``tests/test_distaim_plan.py``).
+
 Budget: rho = CKS20(epsilon, delta - delta / 1000) (``dp.accounting``, rounded the
 conservative way); the reserve delta / 1000 covers the in-MPC samplers' computed
 finite-precision deviation (about 1e-12 per session), which the run reports and the demo
@@ -36,7 +44,8 @@ from pydantic import (Discriminator, Field, Tag, TypeAdapter, field_validator, m
 from common import wire
 from dp.accounting import eps_delta_to_rho
 
-__all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "SessionRequest",
+__all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "LEGACY_SCHEDULE",
+           "schedule_of", "SessionRequest",
            "DistPlanFields", "FixedRoundsPlan", "AnnealingPlan", "DistPlan", "build_plan",
            "parse_plan", "derive_plan", "plan_digest", "session_rho", "delta_reserve",
            "parse_workload"]
@@ -181,7 +190,29 @@ def _normalise_workload(workload: list[list[int]] | None, d: int) -> list[list[i
 
 
 # plan fields added after v1, left out of the mapping at these defaults (digests unchanged)
-_OMITTED_AT_DEFAULT = {"schedule": "deferred", "enrolment_one_ways": False}
+_OMITTED_AT_DEFAULT = {"enrolment_one_ways": False}
+# What a plan whose mapping has no "schedule" key runs: plans written before the schedule was
+# a plan field ran FLAIM's interleaved rounds whenever participation was below 1. At rate 1
+# every schedule reads every client in every round (central AIM), and the plan records none.
+LEGACY_SCHEDULE = "interleaved"
+
+
+def _sampled(participation: Any) -> bool:
+    try:
+        return Fraction(str(participation)) < 1
+    except (ValueError, ZeroDivisionError):
+        return False  # the field's own validation reports it
+
+
+def schedule_of(plan: Any) -> str:
+    """The schedule a plan runs, from its mapping (``session.json``, an intake's answer) or
+    the typed plan: the ``schedule`` key if present, else ``LEGACY_SCHEDULE`` when
+    participation is below 1 (the plan predates the key) and ``deferred`` at rate 1 (moot)."""
+    if not isinstance(plan, dict):
+        return plan.schedule
+    if "schedule" in plan:
+        return plan["schedule"]
+    return LEGACY_SCHEDULE if _sampled(plan.get("participation", "1")) else "deferred"
 
 
 class DistPlanFields(wire.DocumentModel):
@@ -218,10 +249,25 @@ class DistPlanFields(wire.DocumentModel):
 
     model_config = wire.DocumentModel.model_config | {"populate_by_name": True}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _schedule_as_run(cls, data: Any) -> Any:
+        """A mapping without ``schedule`` is read as the schedule it ran (``schedule_of``);
+        at rate 1 the schedule is moot and recorded as deferred."""
+        if isinstance(data, dict) and "participation" in data:
+            if not _sampled(data["participation"]):
+                data = {**data, "schedule": "deferred"}
+            elif "schedule" not in data:
+                data = {**data, "schedule": LEGACY_SCHEDULE}
+        return data
+
     def mapping(self) -> dict[str, Any]:
         """The plan as JSON values: what ``session.json`` holds and ``plan_digest`` reads.
-        Fields added after v1 are left out at their defaults (``_omit_new_defaults``), so a
-        plan that does not use them keeps the digest it had."""
+        Fields added after v1 are left out where the plan behaves as a plan without them did
+        (``_omit_new_defaults``), so such a plan keeps the digest it had, and a plan whose
+        behaviour changed gets a new one: the schedule is left out at rate 1 (no effect) and
+        when it is the one plans without the key ran (``LEGACY_SCHEDULE`` at p < 1), so a
+        deferred plan at p < 1 names its schedule."""
         return self.model_dump(mode="json", by_alias=True)
 
     @model_serializer(mode="wrap")
@@ -230,6 +276,9 @@ class DistPlanFields(wire.DocumentModel):
         for key, default in _OMITTED_AT_DEFAULT.items():
             if key in out and out[key] == default:
                 del out[key]
+        if "schedule" in out and schedule_of({k: v for k, v in out.items()
+                                              if k != "schedule"}) == out["schedule"]:
+            del out["schedule"]
         return out
 
     def digest(self) -> str:

@@ -147,8 +147,9 @@ def session_create(
     typer.echo(f"session {made.session_id}: plan digest {made.plan_digest} at all three "
                f"servers; {made.plan['cells']} counts per client, rho {made.plan['rho']}")
     if made.plan["participation"] != "1":
+        from distaim.plan import schedule_of
         typer.echo(f"participation {made.plan['participation']} per round, schedule "
-                   f"{made.plan.get('schedule', 'deferred')}")
+                   f"{schedule_of(made.plan)}")
     if made.created:
         typer.echo(f"client tokens (one per server, shown once): {tokens_dir}/<client>.token")
     else:

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from distaim.plan import (AnnealingPlan, FixedRoundsPlan, SessionRequest, build_plan,
-                          derive_plan, parse_plan, plan_digest)
+from distaim.plan import (LEGACY_SCHEDULE, AnnealingPlan, FixedRoundsPlan, SessionRequest,
+                          build_plan, derive_plan, parse_plan, plan_digest, schedule_of)
 from distaim.wire import DistSessionCreated
 
 SCHEMA = {"name": "t", "columns": [
@@ -24,9 +24,11 @@ MODES = {
                      "90593ae6a1f29f34a9c638cebb8bc972efb09c316af93be2644aa1de482b1f71"),
     "annealing": ({"rounds": None, "max_rounds": 40}, AnnealingPlan,
                   "89b21a8c41a6bb4d2b9005eb22665e20ee3d8f11e871cba05bb19a18e4e9928a"),
+    # at p < 1 plans of that revision ran FLAIM's interleaved schedule (the only one then)
     "fixed-rounds, sampled, 3-way": (
         {"workload": [[0, 1, 2], [1]], "participation": "1/2", "rounds": 3,
-         "score_grid_bits": 2, "round_iters": 50, "final_iters": 200}, FixedRoundsPlan,
+         "score_grid_bits": 2, "round_iters": 50, "final_iters": 200,
+         "schedule": "interleaved"}, FixedRoundsPlan,
         "a141d094c605be02bd4afbb51f5164e8239538c132862df93e7d2810e1a7e558"),
     "annealing, TLS, timeouts": (
         {"rounds": None, "mpc_channel_tls": True, "mpc_timeout": 30, "mpc_deadline": 600.5,
@@ -75,3 +77,31 @@ def test_a_fixed_rounds_plan_runs_exactly_its_rounds():
     mapping = _plan({}).mapping()
     with pytest.raises(ValueError, match="max_rounds = rounds"):
         parse_plan(mapping | {"max_rounds": 20})
+
+
+def test_a_sampled_plan_from_before_the_schedule_runs_as_it_did():
+    """A p < 1 session created before the schedule was a plan field (its mapping has no
+    ``schedule``) keeps its digest and is read as interleaved, what it ran; the same request
+    today runs deferred, so its plan names the schedule and digests differently."""
+    changes, _, reference = MODES["fixed-rounds, sampled, 3-way"]
+    old = {k: v for k, v in changes.items() if k != "schedule"}
+    legacy = _plan(changes).mapping()
+    assert "schedule" not in legacy and plan_digest(legacy) == reference
+    assert schedule_of(legacy) == LEGACY_SCHEDULE == "interleaved"
+    assert parse_plan(legacy).schedule == "interleaved"
+    assert parse_plan(legacy).digest() == reference
+    today = _plan(old)
+    assert today.schedule == "deferred" and today.mapping()["schedule"] == "deferred"
+    assert schedule_of(today.mapping()) == "deferred"
+    assert today.digest() != reference
+    assert parse_plan(json.loads(json.dumps(today.mapping()))) == today
+
+
+@pytest.mark.parametrize("schedule", ["deferred", "interleaved"])
+def test_at_rate_one_the_schedule_leaves_the_digest_alone(schedule):
+    """At p = 1 every schedule is central AIM: the plan records none and digests as before."""
+    for mode in ("fixed-rounds", "annealing"):
+        changes, _, reference = MODES[mode]
+        plan = _plan(changes | {"schedule": schedule})
+        assert "schedule" not in plan.mapping() and plan.digest() == reference
+        assert plan.schedule == "deferred" and schedule_of(plan.mapping()) == "deferred"

@@ -127,13 +127,15 @@ BASE = {"session_id": "s1", "clients": ["a", "b", "c"], "epsilon": 1.0, "delta":
             {"name": n, "type": "categorical", "i2s": ["x", "y"]} for n in "pqr"]}}
 
 
-def test_the_plan_carries_the_schedule_and_keeps_old_digests_at_the_default():
+def test_the_plan_carries_the_schedule_where_it_changes_the_run():
     default = build_plan(SessionRequest.model_validate(BASE), 2**127 - 1)
-    assert "schedule" not in default.mapping() and "enrolment_one_ways" not in default.mapping()
     assert default.schedule == "deferred" and not default.enrolment_one_ways
+    # p < 1: deferred is named (plans without the key ran interleaved, distaim.plan)
+    assert default.mapping()["schedule"] == "deferred"
+    assert "enrolment_one_ways" not in default.mapping()
     others = [build_plan(SessionRequest.model_validate(BASE | change), 2**127 - 1)
               for change in ({"schedule": "interleaved"}, {"enrolment_one_ways": True})]
-    assert others[0].mapping()["schedule"] == "interleaved"
+    assert "schedule" not in others[0].mapping() and others[0].schedule == "interleaved"
     assert others[1].mapping()["enrolment_one_ways"] is True
     digests = {plan_digest(p.mapping()) for p in [default, *others]}
     assert len(digests) == 3
