@@ -101,6 +101,37 @@ def test_fixed_t_mode_does_not_anneal_and_makes_exactly_t_selections():
         assert len({(r.sigma2, r.epsilon) for r in steps[:-1]}) == 1
 
 
+def test_each_mode_fits_its_rounds_as_documented(monkeypatch):
+    """AIM's mode caps each round's fit at ANNEALING_ROUND_ITERS steps (annealing reads how
+    far the fit moved: synthesis.aim's docstring) and lets the final fit converge; FLAIM's
+    fixed-T mode converges every round; explicit caps win."""
+    from synthesis import aim as engine
+    from synthesis import mirror_descent
+
+    caps = []
+    fit = mirror_descent.MirrorDescentPGM.fit
+
+    def recorded(self, measurements, iters=mirror_descent.MAX_ITERS, **kwargs):
+        caps.append(iters)
+        return fit(self, measurements, iters, **kwargs)
+
+    monkeypatch.setattr(mirror_descent.MirrorDescentPGM, "fit", recorded)
+    records = table(seed=8)
+    workload = list(itertools.combinations(range(4), 2))
+
+    def run(**kwargs):
+        caps.clear()
+        aim(PlainOracle(records, SIZES, ExactSampler(random.Random(9).randrange)), SIZES,
+            workload, Fraction(1, 2), **kwargs)
+        return list(caps)
+
+    annealing = run(max_rounds=4)
+    assert annealing[:-1] == [engine.ANNEALING_ROUND_ITERS] * (len(annealing) - 1)
+    assert annealing[-1] == mirror_descent.MAX_ITERS and len(annealing) >= 2
+    assert set(run(rounds=3)) == {mirror_descent.MAX_ITERS}
+    assert run(max_rounds=3, round_iters=7, final_iters=11) == [7, 7, 7, 11]
+
+
 def _mbi_table(model, clique):
     factor = model.mbi_model.project(tuple(model.names[a] for a in clique))
     names = list(factor.domain.attributes)

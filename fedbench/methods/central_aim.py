@@ -11,12 +11,16 @@ eps_0^2 = 8 * 0.1 * rho / (16 d), annealing, the last round spends the exact rem
 Deviations, for the benchmark's time budget (about 36 runs per method on Adult): the model
 size limit is ``MAX_MODEL_MB`` = 0.25 MB instead of AIM's 80 MB (the numpy estimator's cost
 grows with the junction tree's cells; measured on Adult at eps = 1 with 200 iterations per
-round: 0.25 MB, 12 s, 2-way error 0.042; 1 MB, 56 s, 0.037; measured with the former
-fixed-count estimator), the estimator runs to convergence each round
-(``synthesis.mirror_descent``), and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round spends the
-remainder; on Adult the budget runs out after 20-40 rounds first). As configured: Adult,
-eps = 1, 2 repeats: 2-way error 0.048, 3-way 0.106, about 6 s per run (central-privsyn in the
-same run: 0.054 / 0.121).
+round: 0.25 MB, 12 s, 2-way error 0.042; 1 MB, 56 s, 0.037, with the former fixed-count
+estimator), and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round
+spends the remainder).
+
+Each round's fit is capped at ``synthesis.aim.ANNEALING_ROUND_ITERS`` = 100 warm-started
+estimator steps (the engine's rule in AIM's mode; AIM's reference code runs a fixed 1,000 mbi
+iterations a round) and the final fit at ``FINAL_ITERS`` = 2,500 (the reference's final
+``engine.iters``). Fits run to convergence every round made annealing wait (the engine's
+docstring has why) and cost issue 14's grid 250-2,170 s a run at 2-way error 0.0862 (eps 0.5)
+against 0.0656 before the converging estimator.
 
 Privacy: rho-zCDP with rho = budget_rho(eps, delta) under add/remove of one record of the
 union, by the engine's exact ledger (``AimResult.rho_spent`` equals rho).
@@ -35,6 +39,7 @@ from synthesis.aim import PlainOracle, aim
 
 MAX_ROUNDS = 60
 MAX_MODEL_MB = 0.25
+FINAL_ITERS = 2500    # estimator steps after the last round (AIM's reference: 2,500)
 
 
 def central_aim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
@@ -44,9 +49,11 @@ def central_aim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon:
     sizes = schema.domain_sizes
     workload = list(itertools.combinations(range(len(sizes)), 2))
     result = aim(PlainOracle(records, sizes, CSPRNG), sizes, workload, rho,
-                 max_model_size_mb=MAX_MODEL_MB, max_rounds=MAX_ROUNDS)
+                 max_model_size_mb=MAX_MODEL_MB, max_rounds=MAX_ROUNDS,
+                 final_iters=FINAL_ITERS)
     # as many rows as the model's (noisy) total; record sampling is post-processing
     synth = result.model.sample(None, np.random.default_rng(seed))
     return MethodResult(synth, result.rho_spent, rho,
                         notes={"selected": result.selected,
+                               "selected_pairs": result.selected,
                                "annealed": sum(r.annealed for r in result.rounds)})
