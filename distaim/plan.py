@@ -97,7 +97,8 @@ class SessionRequest(wire.StrictModel):
     mpc_channel_tls: bool = Field(default=False, description=(
         "the servers' MPC channels use mutual TLS (each server must be configured so)"))
     round_iters: int | None = Field(default=None, ge=1, le=100_000, description=(
-        "cap on the estimator's iterations per round (default: until converged)"))
+        "cap on the estimator's iterations per round (default: the engine's, "
+        "synthesis.aim: 100 in AIM's annealing mode, until converged with fixed rounds)"))
     final_iters: int | None = Field(default=None, ge=1, le=100_000, description=(
         "cap on the estimator's iterations after the last round (default: until converged)"))
     mpc_timeout: float = Field(default=120, gt=0, le=3600)
