@@ -128,8 +128,15 @@ class ReleasePlan(StrictModel):
         default="two-server", description="joint: one noise neither server knows protects "
                                           "both views; two-server: each adds N_Z(0, sigma2)")
     per_count_variance: str | None = Field(
-        default=None, description="Var(published - true) per count, exact rational")
-    joint: JointNoisePublic | None = None
+        default=None, description="Var(published - true) per count, exact rational (a "
+                                  "privsyn release: its envelope's, an upper bound)")
+    joint: JointNoisePublic | None = Field(
+        default=None, description="the joint shape (a privsyn release: the widest any of "
+                                  "its groups may take, which the circuit is sized for)")
+    allocation: Literal["even", "privsyn"] = Field(
+        default="even", description="how a selected release's rho is shared over its "
+                                    "pairs: evenly, or PrivSyn's c^(2/3) with one group "
+                                    "(one noise) per pair size")
 
 
 class SelectionPublic(StrictModel):
@@ -286,6 +293,11 @@ class ReleaseManifest(StrictModel):
 
     chunks: list[int] = Field(max_length=1_000_000)
     digests: list[str] = Field(max_length=1_000_000)
+    noise: str | None = Field(
+        default=None, max_length=1_000_000,
+        description="the noise the compute server put in (SessionPlan.noise_statement): "
+                    "required where the release's noise is decided at run time (a privsyn "
+                    "release), and compared with the key server's own decision")
 
     @field_validator("digests")
     @classmethod
@@ -301,7 +313,8 @@ class ReleaseManifest(StrictModel):
         return self
 
     def digest(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+        # Without the optional statement when absent: a fixed release's digest is unchanged.
+        return hashlib.sha256(self.model_dump_json(exclude_none=True).encode()).hexdigest()
 
 
 class ReleaseProgress(StrictModel):
@@ -314,6 +327,12 @@ class ReleasedMarginal(StrictModel):
     attrs: list[str]
     shape: list[int]
     counts: list[int]
+    per_count_variance: str | None = Field(
+        default=None, description="Var(published - true) of this marginal's counts where it "
+                                  "differs from its release's (a privsyn split release)")
+    joint: JointNoisePublic | None = Field(
+        default=None, description="this marginal's joint shape where it differs from its "
+                                  "release's (a privsyn split release's group)")
 
 
 class ReleaseResult(StrictModel):
@@ -324,8 +343,15 @@ class ReleaseResult(StrictModel):
                                                "the release carries the joint noise")
     noise: Literal["joint", "two-server"] = "two-server"
     per_count_variance: str | None = Field(
-        default=None, description="Var(published - true) per count, exact rational")
-    joint: JointNoisePublic | None = None
+        default=None, description="Var(published - true) per count, exact rational (a "
+                                  "privsyn split release: the mean over its counts; each "
+                                  "marginal states its own)")
+    joint: JointNoisePublic | None = Field(
+        default=None, description="the joint shape every count carries (None on a privsyn "
+                                  "split release: each marginal states its group's)")
+    allocation: Literal["even", "privsyn"] = Field(
+        default="even", description="privsyn: the release's rho was split over its pairs by "
+                                    "PrivSyn's c^(2/3), one group (one noise) per pair size")
     marginals: dict[str, ReleasedMarginal]
 
 

@@ -38,7 +38,7 @@ from computeserver.executor import Executor, InProcessExecutor
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.joint_noise import draw_bits, joint_offset, signed_weights
+from crypto.joint_noise import draw_bits, joint_operands
 from crypto.masking import expand_masks, seed_commitment
 from dp.noise_pool import draw_pool, pool_noise
 from params.session_plan import ReleaseSpec, SessionPlan
@@ -341,7 +341,8 @@ class ComputeServer:
         cells = plan.layout.cells_of(plan.slots_of(spec))
         chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
         manifest = wire.ReleaseManifest(
-            chunks=chunks, digests=[hashlib.sha256(o).hexdigest() for o in outputs])
+            chunks=chunks, digests=[hashlib.sha256(o).hexdigest() for o in outputs],
+            noise=plan.noise_statement(spec))
         base = f"/peer/sessions/{session_id}/releases/{name}"
         progress = self.peer("PUT", f"{base}/manifest", wire.ReleaseProgress,
                               content=manifest.model_dump_json(),
@@ -367,7 +368,8 @@ class ComputeServer:
     def _aggregate(self, session_id, plan, spec, seeds) -> bytes:
         """Primitive 1 over the release's chunks, with this server's noise (module
         docstring), or, for a joint release, this server's half of the one joint noise
-        (``crypto.joint_noise``: its clear bits b, drawn here, used once, never stored)."""
+        (``crypto.joint_noise``: its clear bits b, drawn here, used once, never stored; a
+        split release's cells each take their group's shape, ``SessionPlan.cell_noises``)."""
         public = self.public(session_id)
         k = plan.parameters.count_bits
         chunk = plan.parameters.chunk_cells
@@ -385,8 +387,14 @@ class ComputeServer:
         select_full = np.zeros_like(mask_sum)
         select_full[cells] = 1
         noise_full = np.zeros_like(mask_sum)
+        # Each cell's joint shape: one for the release, or its group's in a split release.
+        shape_full: list = [None] * len(mask_sum)
         if spec.joint is None:
             noise_full[cells] = self.pool_noise(session_id, plan.noise_label(spec), cells)
+        else:
+            for positions, shape in plan.cell_noises(spec):
+                for position in positions.tolist():
+                    shape_full[position] = shape
         server, keys = self._circuit(session_id)
         outputs = []
         touched = sorted(set((cells // chunk).tolist()))
@@ -405,10 +413,10 @@ class ComputeServer:
                     weights = np.zeros((chunk, columns), dtype=np.int64)
                     offset = release_offset(mask_sum[window], noise_full[window], select, k)
                 else:
-                    bits = draw_bits(chunk, spec.joint)
-                    weights = signed_weights(spec.joint, bits, select, columns)
-                    offset = joint_offset(spec.joint, mask_sum[window], bits, select, k)
-                    del bits
+                    bits = draw_bits(chunk, columns)
+                    weights, clear = joint_operands(shape_full[window], bits, select, columns)
+                    offset = release_offset(mask_sum[window], clear, select, k)
+                    del bits, clear
                 out = server.run(*args, coins, weights, select, offset, evaluation_keys=keys)
             ignore_sigpipe()  # concrete's runtime may have started in this call
             outputs.append(out.serialize())

@@ -54,7 +54,11 @@ session's eps confirmed end to end), searched within that rule's caps, and is jo
 shape lowers the published variance, its conditioning mass stays within 1% of delta, the count
 width has room (max_rows + span/2 < 2^(k-1): no tail, |Z| <= span/2 always) and a chunk's
 encrypted bits stay within 65,536. One circuit serves every release of a session, so its
-``coins`` width is the widest release's K (narrower ones leave zero weights).
+``coins`` width is the widest release's K (narrower ones leave zero weights). Cells of one
+chunk may carry different shapes (noisy-greedy's split 2-way release, one shape per pair
+size: :func:`joint_operands`); each cell's bits and weights are its own, so the argument
+above holds cell by cell: every count carries exactly its own shape given either server's
+bits.
 
 >>> shape = JointNoiseShape(uniforms=2, bits=2)
 >>> ks = np.array([[1, 0, 1, 1]]); cs = np.array([[1, 1, 0, 0]])
@@ -79,7 +83,7 @@ from dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, order
 
 __all__ = ["JointNoiseShape", "compile_joint_release", "columns_for", "padded_weights",
            "draw_bits", "signed_weights",
-           "joint_offset", "encrypt_key_server_bits", "joint_noise_plaintext",
+           "joint_offset", "joint_operands", "encrypt_key_server_bits", "joint_noise_plaintext",
            "joint_release_plaintext", "check_room", "choose_shape", "COINS_ARGUMENT"]
 
 # The KS's encrypted bits follow the n client inputs in the circuit's signature.
@@ -213,6 +217,34 @@ def joint_offset(shape: JointNoiseShape, mask_sum: np.ndarray, cs_bits: np.ndarr
     bits = np.asarray(cs_bits, dtype=np.int64)[:, :shape.ciphertexts]
     clear_part = bits @ weights - shape.span // 2
     return release_offset(mask_sum, clear_part, select, count_bits)
+
+
+def joint_operands(shapes: Sequence[JointNoiseShape | None], cs_bits: np.ndarray,
+                   select: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The CS's clear operands for a chunk whose cells carry different shapes (one per cell;
+    None: no joint noise on that cell): the multipliers w_j (1 - 2 b_j) as
+    :func:`signed_weights`, and each cell's clear half sum_j w_j b_j - span/2 (to pass to
+    ``release_offset`` as its noise). Cell by cell this is :func:`signed_weights` and
+    :func:`joint_offset` of that cell's shape over the first K of its ``columns`` bits, so a
+    cell's noise is exactly its shape's law whatever the other cells carry."""
+    bits = np.asarray(cs_bits, dtype=np.int64)
+    if bits.shape != (len(shapes), columns):
+        raise ValueError(f"need {len(shapes)} x {columns} bits, got {bits.shape}")
+    chosen = np.asarray(select, dtype=np.int64) != 0
+    weights = np.zeros((len(shapes), columns), dtype=np.int64)
+    clear = np.zeros(len(shapes), dtype=np.int64)
+    rows_of: dict[JointNoiseShape, list[int]] = {}
+    for cell, shape in enumerate(shapes):  # bounded: one pass per cell
+        if shape is not None:
+            rows_of.setdefault(shape, []).append(cell)
+    for shape, cells in rows_of.items():  # bounded: one pass per distinct shape
+        rows = np.zeros(len(shapes), dtype=bool)
+        rows[cells] = True
+        rows &= chosen
+        w = np.array(padded_weights(shape, columns), dtype=np.int64)
+        weights[rows] = w * (1 - 2 * bits[rows])
+        clear[rows] = bits[rows] @ w - shape.span // 2
+    return weights, clear
 
 
 def encrypt_key_server_bits(client, n_clients: int, ks_bits: np.ndarray) -> fhe.Value:

@@ -126,9 +126,16 @@ def release_marginals(rho: Fraction, sigma2: Fraction) -> int:
 
 def release_matches(shape: JointNoiseShape, marginals: int, rho: Fraction | float,
                     orders, tail: float = 0.0) -> bool:
-    """M * D_a(P|E || Q) <= a * rho at every order given (the release's conditioned curve)."""
+    """M * D_a(P|E || Q) <= a * rho at every order given (the release's conditioned curve;
+    the divergences are rounded up, rho down to the float below it)."""
     curve = shape.pair().conditioned_renyi(orders, tail)
-    return all(marginals * d <= a * float(rho) for a, d in curve.items())
+    budget = _float_at_most(rho)
+    return all(marginals * d <= a * budget for a, d in curve.items())
+
+
+def _float_at_most(x: Fraction | float) -> float:
+    value = float(x)
+    return value if Fraction(value) <= Fraction(x) else math.nextafter(value, -math.inf)
 
 
 def smallest_coins(marginals: int, rho: Fraction | float, orders, tail: float = 0.0,

@@ -13,7 +13,11 @@ Design concerns:
   pass (a client's upload waiting for encryption goes first), for every chunk a joint
   release may touch: a fixed release's own chunks; a selected release's every chunk holding
   pair cells (which pairs are chosen is published with the release anyway). A request that
-  arrives first makes its chunk on the spot.
+  arrives first makes its chunk on the spot. Every set is as wide as the session's circuit
+  (``SessionPlan.joint_columns``): for noisy-greedy's split 2-way release that is its
+  envelope, the widest shape any selection's groups may take, so the bits are ready before
+  anyone knows how many pairs will be kept; the compute server gives the bits past a cell's
+  own shape weight 0.
 * **Two-server releases** go through the same circuit with weight 0 on every bit: their
   coins change nothing, so one inert set per session serves all their chunks.
 """

@@ -12,13 +12,16 @@ drawn by it. This server
 3. adds its own z_KS ~ N_Z(0, sigma2) per pair (``dp.discrete_gaussian``, CSPRNG, drawn
    at session creation: ``dp.noise_pool``), so the
    compute server, which knows z_CS, sees the outcome as a function of InDif + z_KS only;
-4. runs PrivSyn's greedy rule (``dp.pair_selection.greedy_select``, the rule the
-   benchmark's simulation uses, with the 2-way release's rho) and returns **only the chosen
-   pairs**; the doubly noised scores stay in this server's database (audit, retries) and
-   are never sent.
+4. runs PrivSyn's greedy rule with the 2-way release's rho, priced by the allocation the
+   plan gives that release (``dp.privsyn_allocation.greedy_select_allocated`` for PrivSyn's
+   c^(2/3) split, ``dp.pair_selection.greedy_select`` for the even one: the rules the
+   benchmark's simulation uses), and returns **only the chosen pairs**; the doubly noised
+   scores stay in this server's database (audit, retries) and are never sent.
 
-The 2-way release is then resolved to the chosen pairs (``SessionPlan.resolve``); if the rule
-keeps none, an empty 2-way release is recorded at once (nothing to decrypt, nothing charged).
+The 2-way release is then resolved to the chosen pairs (``SessionPlan.resolve``: with the
+split, one joint shape per pair size, or the even two-server release where the rule refuses);
+if the rule keeps none, an empty 2-way release is recorded at once (nothing to decrypt,
+nothing charged).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_n
                                  noise_tail_delta)
 from crypto.private_selection import indif_name
 from dp.pair_selection import greedy_select
+from dp.privsyn_allocation import greedy_select_allocated
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
 from keyserver.store import SessionStore
@@ -142,9 +146,11 @@ class NoisyGreedyRole:
                                     "selection keys") from None
         noisy = noised_by_cs + self._store.pool_noise(session_id, SCORE_NOISE,
                                                        np.arange(len(pairs)))
-        chosen = greedy_select({p: int(v) for p, v in zip(pairs, noisy)},
-                               {slot.attrs: slot.size for slot in plan.layout.two_way},
-                               plan.release("two_way").rho)
+        two_way = plan.release("two_way")
+        rule = (greedy_select_allocated if two_way.allocation == "privsyn"
+                else greedy_select)
+        chosen = rule({p: int(v) for p, v in zip(pairs, noisy)},
+                      {slot.attrs: slot.size for slot in plan.layout.two_way}, two_way.rho)
         with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO noisy_greedy VALUES (?, ?, ?, ?, ?)",
                          (session_id, digest, json.dumps([list(p) for p in chosen]),

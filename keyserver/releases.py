@@ -95,12 +95,29 @@ class Releases:
         if manifest.chunks != chunks:
             raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
+        self._check_noise_statement(plan, name, spec, manifest)
         with self.db.transaction() as conn:
             if not self._ledger.charged_for(conn, session_id, name, manifest.digest()):
                 self._ledger.check_budget(conn, plan, session_id, name, spec.rho)
                 conn.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?, ?, ?)",
                              (session_id, name, manifest.model_dump_json(), manifest.digest()))
         return self.release_progress(session_id, name)
+
+    @staticmethod
+    def _check_noise_statement(plan: SessionPlan, name: str, spec,
+                               manifest: wire.ReleaseManifest) -> None:
+        """A release whose noise is decided at run time (a privsyn split, or its even
+        two-server fallback) is decrypted only if the compute server decided alike: were it
+        to add its Gaussian where this server adds nothing, it would know the published
+        noise. Both decide from public data (``SessionPlan.split_release``); this compares."""
+        planned = plan.release(name)
+        if planned.allocation != "privsyn" and manifest.noise is None:
+            return
+        mine = plan.noise_statement(spec)
+        if manifest.noise != mine:
+            raise ServiceError(409, f"release {name!r}: the compute server's noise "
+                                    f"({manifest.noise!r:.200}) is not this server's "
+                                    f"({mine!r:.200}); nothing is decrypted")
 
     def _manifest(self, session_id: str, name: str) -> wire.ReleaseManifest:
         with self.db.connect() as conn:
@@ -238,21 +255,25 @@ class Releases:
 
     @staticmethod
     def _result(session_id, plan, spec, released) -> wire.ReleaseResult:
+        # A split release states each marginal's own noise (its group's shape and variance).
+        group = {key: part for part in spec.parts for key in part.marginal_keys}
         marginals = {}
         pos = 0
         for slot in plan.slots_of(spec):
+            part = group.get(slot.key)
             marginals[slot.key] = wire.ReleasedMarginal(
                 attrs=[plan.schema.names[a] for a in slot.attrs], shape=list(slot.shape),
-                counts=released[pos:pos + slot.size].tolist())
+                counts=released[pos:pos + slot.size].tolist(),
+                per_count_variance=None if part is None else str(part.per_count_variance),
+                joint=None if part is None else _public_shape(part.joint))
             pos += slot.size
-        joint = spec.joint
+        joint = None if spec.parts else spec.joint
         return wire.ReleaseResult(
             session_id=session_id, release=spec.name, rho=str(spec.rho),
-            sigma2_per_server="0" if joint is not None else str(spec.sigma2),
-            noise=spec.noise_kind, per_count_variance=str(spec.per_count_variance),
-            joint=None if joint is None else wire.JointNoisePublic(uniforms=joint.uniforms,
-                                                                   bits=joint.bits),
-            marginals=marginals)
+            sigma2_per_server="0" if spec.joint is not None else str(spec.sigma2),
+            noise=spec.noise_kind, per_count_variance=str(plan.per_count_variance(spec)),
+            joint=None if joint is None else _public_shape(joint),
+            allocation=spec.allocation if spec.parts else "even", marginals=marginals)
 
     def published(self, session_id: str) -> dict[str, wire.ReleaseResult]:
         """The session's published releases by name."""
@@ -265,3 +286,7 @@ class Releases:
         with self.db.connect() as conn:
             return [r["release"] for r in conn.execute(
                 "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
+
+
+def _public_shape(shape) -> wire.JointNoisePublic:
+    return wire.JointNoisePublic(uniforms=shape.uniforms, bits=shape.bits)

@@ -205,12 +205,36 @@ class KeyServer:
                        results: list[wire.ReleaseResult]) -> dict:
         """What noise the published counts carry, per release and in one word: ``kind`` is
         "joint" when one noise neither server knows protects both views on every release,
-        "two-server" when each server added its own, "mixed" otherwise."""
-        kinds = {r.name: r.noise for r in public.releases}
+        "two-server" when each server added its own, "mixed" otherwise;
+        ``per_count_variance`` is Var(published - true) per count by release (a split
+        release: the mean over its counts) and by group of a split release."""
+        published = {r.release: r for r in results}
+        # A split release may fall back to two-server at run time: its result says which.
+        kinds = {r.name: published[r.name].noise
+                 if r.name in published and published[r.name].marginals else r.noise
+                 for r in public.releases}
         kind = next(iter(set(kinds.values()))) if len(set(kinds.values())) == 1 else "mixed"
         releases = {}
         for r in public.releases:
-            if r.noise == "joint":
+            result = published.get(r.name)
+            if result is not None and result.allocation == "privsyn":
+                groups: dict[str, dict] = {}
+                for key, m in result.marginals.items():
+                    # Named as the plan names the group: the release, then its pair size.
+                    name = f"{r.name}/{len(m.counts)}"
+                    group = groups.setdefault(name, {
+                        "uniforms": m.joint.uniforms, "bits": m.joint.bits,
+                        "per_count_variance": float(Fraction(m.per_count_variance)),
+                        "marginals": []})
+                    group["marginals"].append(key)
+                releases[r.name] = {
+                    "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
+                    "allocation": "privsyn", "groups": groups,
+                    "note": "PrivSyn's c^(2/3) split of the release's rho over the kept "
+                            "pairs, one joint shape per pair size (its group's budget); each "
+                            "count carries exactly its group's shape given either server's "
+                            "bits"}
+            elif kinds[r.name] == "joint":
                 releases[r.name] = {
                     "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
                     "uniforms": r.joint.uniforms, "bits": r.joint.bits,
@@ -220,7 +244,8 @@ class KeyServer:
             else:
                 releases[r.name] = {
                     "kind": "two-server", "mechanism": "discrete_gaussian",
-                    "sigma2_per_server": r.sigma2,
+                    "sigma2_per_server": (r.sigma2 if result is None
+                                          else result.sigma2_per_server),
                     "note": "each server adds independent N_Z(0, sigma2_per_server); each "
                             "server's view is rho-zCDP on its own"}
         # From the published results: a noisy-greedy 2-way's variance depends on how many
@@ -228,6 +253,11 @@ class KeyServer:
         variance = {r.release: float(Fraction(r.per_count_variance
                                               or 2 * Fraction(r.sigma2_per_server)))
                     for r in results}
+        # A split release's counts differ by group: its entry is their mean over its counts,
+        # and each group has its own entry ("two_way/12": the pairs of 12 cells).
+        for summary in releases.values():
+            for name, group in summary.get("groups", {}).items():
+                variance[name] = group["per_count_variance"]
         return {"kind": kind, "per_count_variance": variance, "releases": releases}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:

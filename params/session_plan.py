@@ -10,7 +10,7 @@ Privacy model (stated once, enforced by the key server's ledger):
   only (it decrypts count + noise_CS), the compute server knows its own noise and so sees the
   published value as count + noise_KS, and the public sees the key server's output, a
   post-processing of its view. The released values therefore carry two noises (variance
-  2 sigma2); merging them into one noise that protects both views is an open improvement.
+  2 sigma2), where a release stays two-server (the joint noise below carries one).
 * Releases compose additively in rho; the session's rho comes from its (epsilon, delta) by
   the conservative conversion of :mod:`dp.accounting`, at the delta left once the
   selection's failure terms are reserved (``build``).
@@ -29,13 +29,53 @@ Privacy model (stated once, enforced by the key server's ledger):
   matches to its rho_R at the orders of the session's conversion. Its variance per count is
   about sigma2, half of the two noises'. The rule (:func:`joint_shape_for`): a release is
   joint when its count width has room for the noise's hard bound (|Z| <= span/2) and one
-  chunk's encrypted bits (chunk_cells x K) stay within ``JOINT_MAX_BITS_PER_CALL``; noisy-
-  greedy's 2-way release (its marginal count is known only at run time) stays two-server,
-  as does a release whose matching shape would not lower the published variance (large
-  eps: tiny noises) or would take over ``JOINT_DELTA_SHARE`` of delta in conditioning mass.
-  The conditioning mass each joint release excludes (M x its per-count failure) is a delta
-  term reserved out of delta like the selection's; :meth:`SessionPlan.check_joint` confirms
-  the session's (eps, delta) end to end with the exact curves (fails closed).
+  chunk's encrypted bits (chunk_cells x K) stay within ``JOINT_MAX_BITS_PER_CALL``; a
+  release whose matching shape would not lower the published variance (large eps: tiny
+  noises) or would take over ``JOINT_DELTA_SHARE`` of delta in conditioning mass stays
+  two-server. The conditioning mass each joint release excludes (M x its per-count
+  failure) is a delta term reserved out of delta like the selection's;
+  :meth:`SessionPlan.check_joint` confirms the session's (eps, delta) end to end with the
+  exact curves (fails closed).
+* **Noisy-greedy's 2-way release, joint at run-time m** (allocation ``"privsyn"``): its rho
+  is split over the kept pairs by PrivSyn's c^(2/3) (``dp.privsyn_allocation``; exact
+  rationals, the shares add up to rho), one group per pair size; group g (M_g pairs of
+  weight w_g) gets rho_g = rho M_g w_g / W (W the kept pairs' weight), so each of its
+  marginals has the budget r_g = rho w_g / W, and the group carries one joint shape whose
+  conditioned curve is below a r_g at every order a of the conversion
+  (:func:`run_time_group_shape`). Soundness, for every selection, not only the realised one:
+
+  - *What sizes a view is fixed before any data.* Which pairs are kept is known only at
+    run time, so the plan fixes the **envelope** (:func:`envelope_shape_for`: the rule at
+    the smallest per-marginal budget any selection gives, rho w_min / W_all, every pair
+    kept): it sizes the circuit's width, the key server's bits (one set per pair chunk,
+    drawn offline for every pair cell), the room in the count width and the key server's
+    plausibility floor. A run-time group only ever takes a shape within it (bits, weights,
+    span), and one exists: the envelope matches the smallest budget, hence every larger
+    one (matching is monotone in the budget; verified, not assumed).
+  - *The bound holds for every selection (adaptive composition).* Given the published
+    pairs, a record's neighbours differ in one count of each kept marginal, so the
+    release's conditioned Renyi divergence is at most sum_g M_g a r_g = a rho at each
+    conversion order, **whatever the selection**. RDP composes adaptively (the selection
+    is a published output the release's mechanism may depend on), so the session is
+    charged a rho for this release on those orders (:meth:`SessionPlan.check_joint`,
+    which composes it with the other releases' exact curves and converts on those orders
+    only: a subset of orders can only give a larger delta). The conditioning mass is
+    bounded per kept marginal by :func:`pair_failure_cap`, so its total over any selection
+    is at most the **delta reserve**, every pair at its cap (JOINT_DELTA_SHARE of the
+    conversion's delta), reserved at build like the selection's terms. Rounding goes up:
+    divergences are rounded up, budgets down (``dp.joint_noise_accounting.release_matches``).
+  - *The fallback is public and decided alike.* Where a group has no verified shape (its
+    conditioning mass above its cap, or no match within the envelope) or the split's mean
+    variance per count is not below the even two-server release's 2 m / (2 rho), the
+    release is that even two-server release (zCDP, rho, its Gaussians drawn per possible m
+    at session creation). Both servers decide from the public plan and the published pairs
+    only (:meth:`SessionPlan.split_release`), and the key server decrypts only when the
+    compute server's manifest states the same noise (:meth:`SessionPlan.noise_statement`):
+    a compute server that added its own Gaussian while the key server added nothing would
+    know the published noise.
+  - If the envelope itself is refused at build, or the conversion's orders do not confirm
+    the session with the split counted as zCDP there, a session with noise "auto" gets the
+    even two-server release throughout, as before the split existed.
 """
 
 from __future__ import annotations
@@ -50,8 +90,10 @@ import numpy as np
 from common import wire
 from crypto.joint_noise import check_room, choose_shape, columns_for
 from dp.accounting import eps_delta_to_rho, gaussian_sigma2
-from dp.binomial_accounting import session_delta_of
-from dp.joint_noise_accounting import JointNoiseShape, release_marginals
+from dp.binomial_accounting import RDP_ORDERS, session_delta_of
+from dp.joint_noise_accounting import (JointNoiseShape, orders_for, release_marginals,
+                                       release_matches)
+from dp.privsyn_allocation import allocation_groups, allocation_weight
 from dp.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet, get_parameter_set
@@ -62,7 +104,8 @@ from params.selection_plan import (DEFAULT_SPLITS, RowBound, SelectionPlan, chun
 __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
            "selected_release", "noise_draws", "noise_label", "SCORE_NOISE", "split_share",
            "two_way_rho", "NOISE_MODES", "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL",
-           "joint_shape_for"]
+           "joint_shape_for", "group_shape_for", "envelope_shape_for", "pair_failure_cap",
+           "run_time_group_shape", "least_variance_within"]
 
 # The label of noisy-greedy's per-pair score noise in a server's noise pool.
 SCORE_NOISE = "selection_scores"
@@ -126,7 +169,15 @@ class ReleaseSpec:
     rho: Fraction
     sigma2: Fraction
     # The one noise neither server knows (module docstring), or None: two servers' Gaussians.
+    # A release split by PrivSyn's allocation: the widest shape any of its groups may take
+    # (the envelope the circuit and the key server's bits are sized for).
     joint: JointNoiseShape | None = None
+    # How a selected release's rho is shared over its pairs: "even" (one noise level) or
+    # "privsyn" (c^(2/3), one group per pair size, ``dp.privsyn_allocation``).
+    allocation: str = "even"
+    # A resolved "privsyn" release: its groups, each a release of its own pairs with its own
+    # rho, sigma2 and joint shape (:meth:`SessionPlan.resolve`).
+    parts: tuple[ReleaseSpec, ...] = ()
 
     @property
     def noise_kind(self) -> str:
@@ -135,7 +186,11 @@ class ReleaseSpec:
     @property
     def per_count_variance(self) -> Fraction:
         """Var(published - true) per count, by construction: the joint shape's variance, or
-        the two servers' independent Gaussians (2 sigma2)."""
+        the two servers' independent Gaussians (2 sigma2). An unresolved "privsyn" release:
+        its envelope's, an upper bound; a resolved one: see
+        :meth:`SessionPlan.per_count_variance` (it differs by group)."""
+        if self.parts:
+            raise ValueError("a split release's variance differs by group: ask the plan")
         return self.joint.variance if self.joint is not None else 2 * self.sigma2
 
     @property
@@ -163,7 +218,9 @@ class ReleaseSpec:
 
     def failure(self) -> float:
         """The joint noise's conditioning mass over the release's M marginals (a delta
-        term); 0 for the two-server noise."""
+        term); 0 for the two-server noise; a resolved split release's, its groups' sum."""
+        if self.parts:
+            return sum(part.failure() for part in self.parts)
         if self.joint is None:
             return 0.0
         return release_count(self) * self.joint.pair().failure(JOINT_TAIL)
@@ -187,27 +244,63 @@ def joint_shape_for(spec: ReleaseSpec, rho_total: Fraction, delta_conversion: fl
                     max_rows: int, parameters: ParameterSet) -> tuple[JointNoiseShape | None, str]:
     """The joint shape a release takes under the rule of the module docstring, or None with
     the reason it stays two-server."""
+    return _shape_by_rule(release_count(spec), spec.rho, spec.sigma2,
+                          JOINT_DELTA_SHARE * delta_conversion, rho_total, delta_conversion,
+                          max_rows, parameters)
+
+
+def pair_failure_cap(delta_conversion: float, pairs: int) -> float:
+    """The conditioning mass a split release's shape may exclude per marginal: the session
+    reserves ``pairs`` times this (every pair kept, whatever the split), JOINT_DELTA_SHARE
+    of the conversion's delta in all."""
+    return JOINT_DELTA_SHARE * delta_conversion / pairs
+
+
+def group_shape_for(rho_per_marginal: Fraction, rho_total: Fraction, delta_conversion: float,
+                    max_rows: int, parameters: ParameterSet, failure_cap: float,
+                    require_gain: bool = True, max_bits: int | None = None,
+                    max_span: int | None = None) -> tuple[JointNoiseShape | None, str]:
+    """The rule for one group of a split release: the joint shape matching a budget of
+    ``rho_per_marginal`` per marginal (its M-fold curve is then below a M rho_per_marginal
+    at the conversion's orders, whatever M), its Gaussian reference sigma2 =
+    1 / (2 rho_per_marginal), and a conditioning mass of at most ``failure_cap`` per
+    marginal (:func:`pair_failure_cap`). ``require_gain``: refuse a shape whose variance is
+    not below 2 sigma2 (a run-time group is judged with its whole release instead:
+    :meth:`SessionPlan.split_release`). ``max_bits`` and ``max_span`` narrow the search
+    (a run-time group searches within the envelope)."""
+    rho = Fraction(rho_per_marginal)
+    return _shape_by_rule(1, rho, 1 / (2 * rho), failure_cap, rho_total, delta_conversion,
+                          max_rows, parameters, require_gain, max_bits, max_span)
+
+
+def _shape_by_rule(marginals: int, rho: Fraction, sigma2: Fraction, failure_cap: float,
+                   rho_total: Fraction, delta_conversion: float, max_rows: int,
+                   parameters: ParameterSet, require_gain: bool = True,
+                   bits_cap: int | None = None,
+                   span_cap: int | None = None) -> tuple[JointNoiseShape | None, str]:
     # The search is capped by the rule itself (a shape beyond these would be refused), which
     # also keeps it fast where the budget is tiny and a matching noise huge.
     max_bits = JOINT_MAX_BITS_PER_CALL // parameters.chunk_cells
     max_span = 2 * ((1 << (parameters.count_bits - 1)) - 1 - max_rows)
+    max_bits = max_bits if bits_cap is None else min(max_bits, bits_cap)
+    max_span = max_span if span_cap is None else min(max_span, span_cap)
     if max_span < 2:
         return None, f"max_rows {max_rows} leaves no room in {parameters.count_bits}-bit counts"
     try:
-        shape = _matching_shape(release_count(spec), spec.rho, rho_total, delta_conversion,
-                                max_bits, max_span, JOINT_VARIANCE_CAP * spec.sigma2)
+        shape = _matching_shape(marginals, rho, rho_total, delta_conversion,
+                                max_bits, max_span, JOINT_VARIANCE_CAP * sigma2)
     except ValueError as exc:
         return None, (f"no joint shape within {max_bits} encrypted bits per count and span "
                       f"{max_span} matches its budget ({exc})")
-    if shape.variance >= 2 * spec.sigma2:
+    if require_gain and shape.variance >= 2 * sigma2:
         # At large eps a matching shape is so small that its variance is not below the two
         # Gaussians' (and its conditioning mass is large): nothing to gain.
         return None, (f"the joint shape's variance {float(shape.variance):.3g} is not below "
-                      f"the two-server noise's {float(2 * spec.sigma2):.3g}")
-    failure = replace(spec, joint=shape).failure()
-    if failure > JOINT_DELTA_SHARE * delta_conversion:
-        return None, (f"its conditioning mass {failure:.3g} exceeds {JOINT_DELTA_SHARE} of "
-                      "delta")
+                      f"the two-server noise's {float(2 * sigma2):.3g}")
+    failure = marginals * shape.pair().failure(JOINT_TAIL)
+    if failure > failure_cap:
+        return None, (f"its conditioning mass {failure:.3g} exceeds its share of delta "
+                      f"({failure_cap:.3g})")
     try:
         check_room(shape, max_rows, parameters.count_bits)
     except ValueError as exc:
@@ -218,13 +311,92 @@ def joint_shape_for(spec: ReleaseSpec, rho_total: Fraction, delta_conversion: fl
     return shape, ""
 
 
+def envelope_shape_for(layout: MarginalLayout, rho: Fraction, rho_total: Fraction,
+                       delta_conversion: float, max_rows: int,
+                       parameters: ParameterSet) -> tuple[JointNoiseShape | None, str]:
+    """The widest joint shape a split 2-way release of ``rho`` may need: the group rule
+    (:func:`group_shape_for`) at the smallest per-marginal budget any selection gives, the
+    smallest pair's when every pair is kept, rho w_min / W. The circuit's width, the key
+    server's bits and the plausibility floor are sized for it; a run-time group that
+    would not fit it falls back (:meth:`SessionPlan.resolve`)."""
+    weights = [allocation_weight(slot.size) for slot in layout.two_way]
+    smallest = Fraction(rho) * min(weights) / sum(weights, start=Fraction(0))
+    return group_shape_for(smallest, rho_total, delta_conversion, max_rows, parameters,
+                           pair_failure_cap(delta_conversion, len(layout.two_way)))
+
+
+def least_variance_within(envelope: JointNoiseShape, columns: int, top_weight: int,
+                          rho_per_marginal: Fraction, orders) -> JointNoiseShape:
+    """The matching shape of least variance among those the envelope's circuit can carry
+    (at most ``columns`` bits, span at most the envelope's, weights at most ``top_weight``):
+    per width, the fewest uniforms that match (bisection: a sum of more uniforms only lowers
+    the conditioned divergence); the envelope itself if nothing smaller matches."""
+    best = envelope
+    if not release_matches(envelope, 1, rho_per_marginal, orders, JOINT_TAIL):
+        raise ValueError("the envelope does not match this budget")
+    for bits in range(1, top_weight.bit_length() + 1):  # bounded: one pass per width
+        most = min(columns // bits, envelope.span // ((1 << bits) - 1)) // 2 * 2
+        if most < 2 or not release_matches(JointNoiseShape(most, bits), 1, rho_per_marginal,
+                                           orders, JOINT_TAIL):
+            continue
+        lo, hi = 0, most  # invariant: hi matches, lo does not (0: none)
+        while hi - lo > 2:  # bounded: the gap halves each pass
+            mid = (lo + hi) // 4 * 2
+            if mid in (lo, hi):
+                break
+            if release_matches(JointNoiseShape(mid, bits), 1, rho_per_marginal, orders,
+                               JOINT_TAIL):
+                hi = mid
+            else:
+                lo = mid
+        shape = JointNoiseShape(hi, bits)
+        if shape.variance < best.variance:
+            best = shape
+    return best
+
+
+@functools.lru_cache(maxsize=1024)
+def run_time_group_shape(rho_per_marginal: Fraction, rho_total: Fraction,
+                         delta_conversion: float, max_rows: int, parameters: ParameterSet,
+                         failure_cap: float, envelope: JointNoiseShape, columns: int,
+                         top_weight: int) -> tuple[JointNoiseShape | None, str]:
+    """A run-time group's shape (module docstring), or None with the reason: the rule's own
+    shape (:func:`group_shape_for`, no gain required: the release is judged whole) if the
+    envelope's circuit carries it (at most ``columns`` bits, weights at most ``top_weight``,
+    span at most the envelope's), else the least-variance matching shape within it
+    (:func:`least_variance_within`). Whatever the route, the shape is **verified** here, not
+    assumed: its conditioned curve below a rho_per_marginal at every order of the
+    conversion (at JOINT_TAIL, the tail it is charged with), its conditioning mass at most
+    ``failure_cap``, its room in the count width. Cached: both servers resolve the release
+    on every chunk request."""
+    orders = orders_for(rho_total, delta_conversion)
+    shape, why = group_shape_for(rho_per_marginal, rho_total, delta_conversion, max_rows,
+                                 parameters, failure_cap, require_gain=False)
+    if shape is None or not (shape.ciphertexts <= columns and shape.span <= envelope.span
+                             and max(shape.weights()) <= top_weight):
+        try:
+            shape = least_variance_within(envelope, columns, top_weight, rho_per_marginal,
+                                          orders)
+        except ValueError as exc:
+            return None, why or str(exc)
+    if not release_matches(shape, 1, rho_per_marginal, orders, JOINT_TAIL):
+        return None, "its shape does not match its budget at the conversion's orders"
+    if shape.pair().failure(JOINT_TAIL) > failure_cap:
+        return None, why or "its conditioning mass exceeds its share of delta"
+    try:
+        check_room(shape, max_rows, parameters.count_bits)
+    except ValueError as exc:
+        return None, str(exc)
+    return shape, ""
+
+
 def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec:
     """A selected release over the chosen marginals ``keys``: sensitivity len(keys), so
     sigma2 = len(keys) / (2 rho) (for em the plan's own sigma2: len(keys) = rounds); an
     empty selection releases nothing and costs nothing."""
     if not keys:
         return ReleaseSpec(release.name, (), Fraction(0), Fraction(0))
-    # Two-server: a joint shape per possible m would be one compiled width each (docstring).
+    # Two-server, the even split: its noise was drawn per possible m (noise_draws).
     return ReleaseSpec(release.name, keys, release.rho, gaussian_sigma2(release.rho, len(keys)))
 
 
@@ -242,12 +414,14 @@ def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
     """Every noise vector a server may add in this session, known from the public plan alone:
     a fixed release's cells; a selected release's every pair cell (per possible number of
     pairs for noisy-greedy); noisy-greedy's per-pair score noise. A joint release draws
-    nothing here: its noise is the two servers' XOR-shared bits (``crypto.joint_noise``)."""
+    nothing here: its noise is the two servers' XOR-shared bits (``crypto.joint_noise``);
+    a split release ("privsyn") keeps the per-m draws of the even two-server release it
+    falls back to where the rule refuses a group (:meth:`SessionPlan.resolve`)."""
     total = layout.total_cells
     pair_cells = layout.cells_of(layout.two_way)
     draws = []
     for spec in releases:
-        if spec.joint is not None:
+        if spec.joint is not None and spec.allocation != "privsyn":
             continue
         if spec.marginal_keys:
             keys = set(spec.marginal_keys)
@@ -299,11 +473,31 @@ class SessionPlan:
         joint releases' conditioning mass is reserved the same way (module docstring)."""
         if noise not in NOISE_MODES:
             raise ValueError(f"noise must be one of {NOISE_MODES}, not {noise!r}")
+        args = (schema, pairs, epsilon, delta, split, parameter_set, max_rows, selection,
+                rounds, selection_set, noise)
+        plan = cls._settled(*args, split_two_way=True)
+        try:
+            plan.check_joint()
+        except ValueError:
+            # The split release is counted as zCDP on the conversion's orders only; where
+            # that grid does not confirm the session, "auto" gives it the even two-server
+            # release it would fall back to anyway (module docstring).
+            if noise != "auto" or not any(plan._is_split(r) for r in plan.releases):
+                raise
+            plan = cls._settled(*args, split_two_way=False)
+            plan.check_joint()
+        return plan
+
+    @classmethod
+    def _settled(cls, schema, pairs, epsilon, delta, split, parameter_set, max_rows,
+                 selection, rounds, selection_set, noise, split_two_way) -> SessionPlan:
+        """:meth:`_build` at the conversion delta that leaves room for the reserved terms
+        (a short fixed-point iteration, bounded, fails closed)."""
         reserved = 0.0
         for _ in range(8):
             plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
                               parameter_set, max_rows, selection, rounds, selection_set,
-                              noise)
+                              noise, split_two_way)
             need = sum(plan.delta_terms().values())
             if need <= reserved:
                 break
@@ -315,13 +509,13 @@ class SessionPlan:
                 f"the selection's failure terms need delta >= {2 * reserved:.3g} (bootstraps "
                 f"x p_error and the row bound, {reserved:.3g} in all, may take at most half of "
                 f"delta = {delta:g}): raise delta or select fewer rounds")
-        plan.check_joint()
         return plan
 
     @classmethod
     def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
                delta_conversion: float, split, parameter_set: str, max_rows: int,
-               selection: str, rounds, selection_set, noise: str) -> SessionPlan:
+               selection: str, rounds, selection_set, noise: str,
+               split_two_way: bool = True) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
@@ -362,7 +556,8 @@ class SessionPlan:
             delta_conversion, max_rows).check_capacity(max_rows)
         if noise != "two-server":
             releases = tuple(cls._with_noise(r, noise, rho_total, delta_conversion, max_rows,
-                                             params, chosen) for r in releases)
+                                             params, chosen, layout, split_two_way)
+                             for r in releases)
         plan = cls(schema, layout, params, epsilon, delta, rho_total, releases,
                    chosen, delta_conversion, max_rows)
         plan.check_capacity(max_rows)
@@ -371,17 +566,23 @@ class SessionPlan:
     @staticmethod
     def _with_noise(spec: ReleaseSpec, noise: str, rho_total: Fraction,
                     delta_conversion: float, max_rows: int, params: ParameterSet,
-                    chosen: SelectionPlan | None) -> ReleaseSpec:
-        """``spec`` with the joint shape the rule gives it (module docstring)."""
+                    chosen: SelectionPlan | None, layout: MarginalLayout,
+                    split_two_way: bool = True) -> ReleaseSpec:
+        """``spec`` with the joint shape the rule gives it (module docstring); noisy-greedy's
+        2-way release: its envelope and PrivSyn's split, or the even two-server release."""
         if spec.name == "two_way" and chosen is not None and chosen.mode == "noisy-greedy":
-            why = "noisy-greedy's 2-way release has a marginal count known only at run time"
-            shape = None
+            shape, why = (envelope_shape_for(layout, spec.rho, rho_total, delta_conversion,
+                                             max_rows, params) if split_two_way else
+                          (None, "the conversion's orders do not confirm the session with "
+                                 "its split release"))
+            allocation = "privsyn" if shape is not None else "even"
         else:
             shape, why = joint_shape_for(spec, rho_total, delta_conversion, max_rows, params)
+            allocation = spec.allocation
         if shape is None and noise == "joint":
             raise ValueError(f"release {spec.name!r} cannot carry the joint noise: {why}; "
                              "use noise 'auto' (two-server where it does not fit)")
-        return replace(spec, joint=shape)
+        return replace(spec, joint=shape, allocation=allocation)
 
     @property
     def joint_columns(self) -> int:
@@ -394,8 +595,19 @@ class SessionPlan:
         return [r.joint for r in self.releases if r.joint is not None]
 
     def joint_failure(self) -> float:
-        """The joint releases' conditioning mass, a delta term (module docstring)."""
-        return sum(r.failure() for r in self.releases)
+        """The joint releases' conditioning mass, a delta term (module docstring); an
+        unresolved split release reserves its worst case, every pair at
+        :func:`pair_failure_cap`."""
+        return sum(self._split_reserve() if self._is_split(r) else r.failure()
+                   for r in self.releases)
+
+    @staticmethod
+    def _is_split(spec: ReleaseSpec) -> bool:
+        return spec.allocation == "privsyn" and spec.joint is not None and not spec.parts
+
+    def _split_reserve(self) -> float:
+        pairs = len(self.layout.two_way)
+        return pairs * pair_failure_cap(self.delta_conversion, pairs)
 
     def check_joint(self) -> None:
         """Confirm the session end to end with the joint releases' exact curves: their
@@ -403,13 +615,19 @@ class SessionPlan:
         converted to delta at the session's eps, plus their conditioning mass, must stay
         within the conversion's delta plus that mass (``dp.binomial_accounting``'s rule).
         Fails closed: a plan that does not confirm is refused."""
-        joint = [r for r in self.releases if r.joint is not None]
-        if not joint:
+        joint = [r for r in self.releases if r.joint is not None and not self._is_split(r)]
+        split = [r for r in self.releases if self._is_split(r)]
+        if not joint and not split:
             return
         rho_rest = self.rho_total - sum((r.rho for r in joint), start=Fraction(0))
         parts = [(r.joint.pair(), release_count(r), JOINT_TAIL) for r in joint]
-        delivered = session_delta_of(parts, rho_rest, self.epsilon)
-        allowed = self.delta_conversion + self.joint_failure()
+        # A split release's groups are chosen at run time, each matched below a rho_g at the
+        # conversion's orders (rho_g adding up to its rho): on those orders, and only there,
+        # its curve is below a rho whatever the selection, so it counts as zCDP on them.
+        orders = (orders_for(self.rho_total, self.delta_conversion) if split
+                  else RDP_ORDERS)
+        delivered = session_delta_of(parts, rho_rest, self.epsilon, orders)
+        allowed = self.delta_conversion + sum(r.failure() for r in joint)
         if delivered > allowed:
             raise ValueError(f"the joint noise's exact curve gives delta {delivered:.4g} at eps "
                              f"{self.epsilon}, above {allowed:.4g}: use noise 'two-server'")
@@ -431,7 +649,7 @@ class SessionPlan:
             total_cells=self.layout.total_cells,
             releases=[wire.ReleasePlan(
                 name=r.name, marginals=list(r.marginal_keys), rho=str(r.rho),
-                sigma2=str(r.sigma2), noise=r.noise_kind,
+                sigma2=str(r.sigma2), noise=r.noise_kind, allocation=r.allocation,
                 per_count_variance=str(r.per_count_variance),
                 joint=None if r.joint is None else wire.JointNoisePublic(
                     uniforms=r.joint.uniforms, bits=r.joint.bits))
@@ -451,7 +669,8 @@ class SessionPlan:
         releases = tuple(ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho),
                                      Fraction(r.sigma2),
                                      None if r.joint is None
-                                     else JointNoiseShape(r.joint.uniforms, r.joint.bits))
+                                     else JointNoiseShape(r.joint.uniforms, r.joint.bits),
+                                     r.allocation)
                          for r in public.releases)
         return cls(schema, layout, ParameterSet(**public.parameter_set), public.epsilon,
                    public.delta, Fraction(public.rho_total), releases, selection,
@@ -490,7 +709,78 @@ class SessionPlan:
         if self.selection.mode == "em":
             # Same sensitivity (the rounds), same noise: only the marginals are filled in.
             return replace(release, marginal_keys=self.keys_of_pairs(selected))
-        return selected_release(release, self.keys_of_pairs(selected))
+        keys = self.keys_of_pairs(selected)
+        if keys and self._is_split(release):
+            split, _ = self.split_release(release, keys)
+            if split is not None:
+                return split
+        return selected_release(release, keys)
+
+    def split_release(self, release: ReleaseSpec,
+                      keys: tuple[str, ...]) -> tuple[ReleaseSpec | None, str]:
+        """A split release over the kept pairs ``keys`` (PrivSyn's c^(2/3) shares, one group
+        per pair size, ``dp.privsyn_allocation``), each group with the shape of
+        :func:`run_time_group_shape`; or None with the reason when a group has no shape
+        (its conditioning mass above its cap, or no verified match within the envelope) or
+        the release's mean variance per count is not below the even two-server release's
+        2 m / (2 rho): the release then falls back to that even two-server release. Public
+        inputs only (the plan and the published pairs): both servers compute the same
+        groups, and the compute server's manifest states them (:meth:`noise_statement`)."""
+        cells = {slot.attrs: slot.size for slot in self.layout.two_way}
+        chosen = [slot.attrs for slot in self.layout.two_way if slot.key in set(keys)]
+        cap = pair_failure_cap(self.delta_conversion, len(self.layout.two_way))
+        top_weight = max(max(s.weights()) for s in self.joint_shapes())
+        parts = []
+        for pairs, rho in allocation_groups(cells, chosen, release.rho):
+            shape, why = run_time_group_shape(
+                rho / len(pairs), self.rho_total, self.delta_conversion, self.max_rows,
+                self.parameters, cap, release.joint, self.joint_columns, top_weight)
+            if shape is None:
+                return None, f"pairs of {cells[pairs[0]]} cells: {why}"
+            parts.append(ReleaseSpec(f"{release.name}/{cells[pairs[0]]}",
+                                     self.keys_of_pairs(pairs), rho,
+                                     gaussian_sigma2(rho, len(pairs)), shape))
+        split = replace(release, marginal_keys=keys,
+                        sigma2=gaussian_sigma2(release.rho, len(keys)), parts=tuple(parts))
+        variance, even = self.per_count_variance(split), 2 * split.sigma2
+        if variance >= even:
+            return None, (f"its mean variance per count {float(variance):.3g} is not below "
+                          f"the even two-server release's {float(even):.3g}")
+        return split, ""
+
+    def noise_statement(self, release: ReleaseSpec) -> str:
+        """What noise a resolved release's counts carry, in one line: the compute server
+        sends it with its manifest and the key server compares it with its own before it
+        decrypts anything (a release decided at run time must be decided alike at both
+        servers: a compute server that added its Gaussian while the key server adds nothing
+        would know the published noise)."""
+        if release.parts:
+            return "joint " + "; ".join(
+                f"{p.name} {p.joint.uniforms}x{p.joint.bits} on {' '.join(p.marginal_keys)}"
+                for p in release.parts)
+        if release.joint is not None:
+            return f"joint {release.joint.uniforms}x{release.joint.bits}"
+        return f"two-server sigma2 {release.sigma2}"
+
+    def cell_noises(self, release: ReleaseSpec) -> list[tuple[np.ndarray, JointNoiseShape | None]]:
+        """(cell positions, joint shape or None) covering a resolved release's cells: one
+        entry, or one per group of a split release."""
+        if release.parts:
+            return [(self.layout.cells_of(self.slots_of(part)), part.joint)
+                    for part in release.parts]
+        return [(self.layout.cells_of(self.slots_of(release)), release.joint)]
+
+    def per_count_variance(self, release: ReleaseSpec) -> Fraction:
+        """Var(published - true) of a count of the resolved release, by construction; for a
+        split release the mean over its cells (each group's own is its part's)."""
+        if not release.parts:
+            return release.per_count_variance
+        total, cells = Fraction(0), 0
+        for part in release.parts:
+            size = sum(slot.size for slot in self.slots_of(part))
+            total += size * part.per_count_variance
+            cells += size
+        return total / cells
 
     def noise_label(self, release: ReleaseSpec) -> str:
         """The pool label of a resolved release's noise (:func:`noise_label`)."""

@@ -29,7 +29,8 @@ class NoisyMarginal:
 
 def marginals_from_release(document: wire.ReleaseDocument) -> tuple[Schema, list[NoisyMarginal]]:
     """Read a release document; each count's noise variance is what its release states
-    (``per_count_variance``: the joint noise's, or both servers' 2 sigma2)."""
+    (``per_count_variance``: the joint noise's, or both servers' 2 sigma2), or what its
+    marginal states where that differs (a split release's groups)."""
     schema = Schema.from_dict(document.schema_)
     index = {n: i for i, n in enumerate(schema.names)}
     out = []
@@ -40,5 +41,7 @@ def marginals_from_release(document: wire.ReleaseDocument) -> tuple[Schema, list
         for marginal in release.marginals.values():
             attrs = tuple(index[a] for a in marginal.attrs)
             counts = np.asarray(marginal.counts, dtype=float).reshape(marginal.shape)
-            out.append(NoisyMarginal(attrs, counts, variance))
+            own = (variance if marginal.per_count_variance is None
+                   else float(Fraction(marginal.per_count_variance)))
+            out.append(NoisyMarginal(attrs, counts, own))
     return schema, out

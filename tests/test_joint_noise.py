@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from crypto.aggregation import decode_release
+from crypto.aggregation import decode_release, release_offset
 from crypto.joint_noise import (JointNoiseShape, check_room, choose_shape,
                                 compile_joint_release, draw_bits, encrypt_key_server_bits,
-                                joint_noise_plaintext, joint_offset, joint_release_plaintext,
-                                signed_weights)
+                                joint_noise_plaintext, joint_offset, joint_operands,
+                                joint_release_plaintext, signed_weights)
 
 K_BITS, CELLS, CLIENTS = 12, 4, 2
 ALPHA = 1e-6
@@ -30,6 +30,10 @@ def circuits():
         circuit = compile_joint_release(CLIENTS, CELLS, K_BITS, shape, 2.0 ** -40)
         circuit.keygen()
         out[shape] = circuit
+    # One circuit for both shapes (a session's: the widest K, zero weights past a shape's).
+    both = compile_joint_release(CLIENTS, CELLS, K_BITS, SHAPES, 2.0 ** -40)
+    both.keygen()
+    out["both"] = both
     return out
 
 
@@ -79,6 +83,68 @@ def test_extreme_bits_and_negative_results(circuits, shape):
         decrypted, model = run_release(circuits[shape], shape, zeros, ks, cs, select, 7)
         assert np.array_equal(decrypted % (1 << (K_BITS + 1)), model)
         assert np.all(decode_release(decrypted, K_BITS) == expected)
+
+
+def test_cells_of_one_chunk_carry_different_shapes_exactly(circuits):
+    """A split release's chunk: each cell its own group's shape (or none) in the one
+    circuit; the decryption equals the model, and each cell's noise is exactly its shape's
+    function of both servers' bits."""
+    circuit = circuits["both"]
+    columns = max(s.ciphertexts for s in SHAPES)
+    cell_shapes = [SHAPES[1], SHAPES[0], None, SHAPES[1]]
+    rng = np.random.default_rng(31)
+    modulus = 1 << K_BITS
+    for seed in range(3):
+        counts = rng.integers(0, 300, CELLS)
+        ks_bits = draw_bits(CELLS, columns, seeded(400 + seed))
+        cs_bits = draw_bits(CELLS, columns, seeded(500 + seed))
+        select = np.array([1, 1, 1, 1])
+        masks = [rng.integers(0, modulus, CELLS) for _ in range(CLIENTS)]
+        shares = [counts // CLIENTS + (counts % CLIENTS if i == 0 else 0)
+                  for i in range(CLIENTS)]
+        masked = [(x + m) % modulus for x, m in zip(shares, masks)]
+        weights, clear = joint_operands(cell_shapes, cs_bits, select, columns)
+        offset = release_offset(np.sum(masks, axis=0), clear, select, K_BITS)
+        enc = circuit.encrypt(*masked, None, None, None, None)
+        coins = encrypt_key_server_bits(circuit, CLIENTS, ks_bits)
+        out = circuit.run(*enc[:CLIENTS], coins, weights, select, offset)
+        decrypted = np.asarray(circuit.decrypt(out), dtype=np.int64)
+        model = joint_release_plaintext(masked, ks_bits, weights, select, offset, K_BITS)
+        assert np.array_equal(decrypted, model)
+        noise = decode_release(decrypted, K_BITS) - counts
+        for cell, shape in enumerate(cell_shapes):
+            want = 0 if shape is None else joint_noise_plaintext(
+                shape, ks_bits[cell:cell + 1], cs_bits[cell:cell + 1])[0]
+            assert noise[cell] == want
+    # A single shape over the chunk is exactly signed_weights and joint_offset's clear half.
+    weights, clear = joint_operands([SHAPES[1]] * CELLS, cs_bits, select, columns)
+    assert np.array_equal(weights, signed_weights(SHAPES[1], cs_bits, select, columns))
+    assert np.array_equal(clear, cs_bits[:, :SHAPES[1].ciphertexts]
+                          @ np.array(SHAPES[1].weights()) - SHAPES[1].span // 2)
+
+
+@pytest.mark.parametrize("fixed", ["compute_server", "key_server"])
+def test_mixed_cells_each_follow_their_shape_given_either_servers_bits(fixed):
+    """Through the circuit's exact model (tested equal above): two shapes side by side in
+    one chunk, one server's bits fixed, the other's drawn; each cell's noise, its operands'
+    clear half plus the KS's bits times their signed weights, follows its own shape's exact
+    pmf (chi-square, alpha 1e-6)."""
+    shapes = [JointNoiseShape(16, 1), JointNoiseShape(6, 4)]
+    columns = max(s.ciphertexts for s in shapes)
+    rng = np.random.default_rng(77)
+    samples = 40_000
+    for cell, shape in enumerate(shapes):
+        fixed_row = np.tile(rng.integers(0, 2, columns), (samples, 1))
+        other = rng.integers(0, 2, (samples, columns))
+        ks, cs = (other, fixed_row) if fixed == "compute_server" else (fixed_row, other)
+        # Each sample a chunk's cell of this shape next to a cell of the other shape.
+        cell_shapes = [shape] * samples
+        weights, clear = joint_operands(cell_shapes, cs, np.ones(samples), columns)
+        noise = clear + np.sum(ks * weights, axis=1)
+        assert chi_square_pvalue(noise, shape) > ALPHA
+        mixed_w, mixed_c = joint_operands([shape, shapes[1 - cell]], cs[:2], np.ones(2),
+                                          columns)
+        assert np.array_equal(mixed_w[0], weights[0]) and mixed_c[0] == clear[0]
 
 
 def test_circuit_is_leveled_at_the_count_width(circuits):

@@ -1,31 +1,97 @@
-"""A whole session with the noisy-greedy selection through both servers over HTTP: the key
-server charges exactly the plan's rho for it, the compute server's encrypted noisy scores
-decrypt to InDif plus a small noise, the chosen pairs are PrivSyn's greedy rule on the key
-server's doubly noised scores, the 2-way release holds exactly them, a replay returns the
-recorded pairs and other ciphertexts are refused."""
+"""A whole session with the noisy-greedy selection through both servers over HTTP, at eps 1
+with the servers' default noise (auto): the key server charges exactly the plan's rho for
+the selection, the compute server's encrypted noisy scores decrypt to InDif plus a small
+noise, the chosen pairs are PrivSyn's greedy rule (priced with its c^(2/3) split) on the key
+server's doubly noised scores, a replay returns the recorded pairs and other ciphertexts are
+refused; the 2-way release holds exactly the chosen pairs, split by PrivSyn's allocation with
+one joint noise per pair size, the shapes both servers compute from the public plan and the
+published pairs, and published - true follows each count's stated shape exactly."""
 
+import contextlib
+import csv
 import json
 import sqlite3
 from fractions import Fraction
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from concrete import fhe
+from scipy import stats
 
+from clients.agent import ClientAgent
+from common import wire
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.noisy_scores import decode_noisy_score
-from dp.pair_selection import expected_counts_for_pairs, greedy_select
+from dp.joint_noise_accounting import JointNoiseShape
+from dp.pair_selection import expected_counts_for_pairs
+from dp.privsyn_allocation import greedy_select_allocated
+from feddpsyn.demo import start_servers
 from params.schema import Schema
 from params.session_plan import SessionPlan
-from tests.test_servers import SCHEMA, served_session, true_counts
+from synthesis import marginals_from_release
+from tests.test_servers import CLIENTS, SCHEMA, true_counts, wait_released
 
-EPSILON = 5.0  # (1 + e^eps) x the bootstraps x p_error must fit the delta reserve
+EPSILON = 1.0
+ALPHA = 1e-6
+
+
+def write_dependent_csvs(directory: Path) -> dict[str, Path]:
+    """Columns that depend on each other (sex mostly follows age, smoker mostly follows
+    sex), so PrivSyn's rule keeps pairs at eps 1; the data only: every noise comes from the
+    servers' CSPRNG."""
+    rng = np.random.default_rng(11)
+    paths = {}
+    for i, client in enumerate(CLIENTS):
+        path = directory / f"{client}.csv"
+        with path.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["age", "sex", "smoker"])
+            for _ in range(100 + 50 * i):
+                age = int(rng.integers(0, 101))
+                sex = ("F" if age < 50 else "M") if rng.random() < 0.95 else rng.choice(["F", "M"])
+                smoker = ({"F": "no", "M": "yes"}[sex] if rng.random() < 0.9
+                          else "unknown")
+                w.writerow([age, sex, smoker])
+        paths[client] = path
+    return paths
+
+
+@contextlib.contextmanager
+def _served(tmp_path_factory):
+    state = tmp_path_factory.mktemp("state")
+    ks, cs = start_servers(state)
+    try:
+        operator = (state / "keyserver" / "operator.token").read_text().strip()
+        request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                                     budget=wire.BudgetSpec(epsilon=EPSILON, delta=1e-6),
+                                     max_rows=1000,
+                                     selection=wire.SelectionRequest(mode="noisy-greedy"))
+        r = httpx.post(f"{ks.url}/sessions", content=request.model_dump_json(by_alias=True),
+                       headers={"Authorization": f"Bearer {operator}",
+                                "Content-Type": "application/json"}, timeout=600)
+        assert r.status_code == 201, r.text
+        created = wire.SessionCreated.model_validate_json(r.content)
+        csvs = write_dependent_csvs(tmp_path_factory.mktemp("csv"))
+        agents = tmp_path_factory.mktemp("agents")
+        sid = created.session.session_id
+        for client in CLIENTS:
+            with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
+                             agents) as agent:
+                agent.upload(csvs[client])
+        with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
+                         agents) as agent:
+            document = wait_released(agent, timeout=400)
+        yield ks, state, created, csvs, document
+    finally:
+        ks.stop()
+        cs.stop()
 
 
 @pytest.fixture(scope="module")
 def greedy_session(tmp_path_factory):
-    with served_session(tmp_path_factory, seed=7, timeout=240, epsilon=EPSILON, selection="noisy-greedy") as session:
+    with _served(tmp_path_factory) as session:
         yield session
 
 
@@ -42,28 +108,108 @@ def _ks_scores(state, sid) -> list[int]:
     return json.loads(row[0])
 
 
+def _chosen(document) -> list[tuple[int, int]]:
+    return [tuple(p) for p in document.accounting["selection"]["selected_pairs"]]
+
+
 def test_selection_is_charged_once_and_the_release_holds_the_chosen_pairs(greedy_session):
     _, _, created, _, document = greedy_session
     plan = _plan()
+    assert SessionPlan.from_public(created.session).releases == plan.releases
     selection = document.accounting["selection"]
     assert selection["mode"] == "noisy-greedy"
-    chosen = [tuple(p) for p in selection["selected_pairs"]]
+    chosen = _chosen(document)
     assert chosen and len(set(chosen)) == len(chosen)
     rho = {e["release"]: Fraction(e["rho"]) for e in document.accounting["entries"]}
     assert list(rho) == ["one_way", "selection", "two_way"]
     assert rho["selection"] == plan.selection.rho_charged == Fraction(selection["rho_charged"])
+    assert rho["two_way"] == plan.release("two_way").rho
     assert Fraction(selection["noise_sigma2"]) == Fraction(3) / (2 * rho["selection"])
     two_way = next(r for r in document.releases if r.release == "two_way")
     names = [c["name"] for c in SCHEMA["columns"]]
     assert sorted(tuple(m.attrs) for m in two_way.marginals.values()) == sorted(
         (names[a], names[b]) for a, b in chosen)
-    # The 2-way noise is set by the number of pairs actually released.
-    assert Fraction(two_way.sigma2_per_server) == Fraction(len(chosen)) / (2 * rho["two_way"])
     total, spent = (Fraction(document.accounting[k]) for k in ("rho_total", "rho_spent"))
     assert spent <= total and spent > total * Fraction(999_999, 1_000_000)
-    # The failure terms are reserved out of delta: what was asked for is what holds.
+    # The failure terms (the split release's worst case included) are reserved out of delta.
     assert created.session.delta_conversion < document.accounting["delta_total"]
     assert document.accounting["delta_total"] <= created.session.delta
+
+
+def test_the_two_way_release_is_split_and_joint_with_the_shapes_the_plan_gives(greedy_session):
+    _, state, created, _, document = greedy_session
+    plan = SessionPlan.from_public(created.session)
+    public_two = next(r for r in created.session.releases if r.name == "two_way")
+    assert public_two.noise == "joint" and public_two.allocation == "privsyn"
+    resolved = plan.resolve(plan.release("two_way"), _chosen(document))
+    assert resolved.parts, "at eps 1 every selection of this schema is joint"
+    two_way = next(r for r in document.releases if r.release == "two_way")
+    assert two_way.noise == "joint" and two_way.allocation == "privsyn"
+    assert two_way.sigma2_per_server == "0" and two_way.joint is None
+    for key, marginal in two_way.marginals.items():
+        part = next(p for p in resolved.parts if key in p.marginal_keys)
+        assert JointNoiseShape(marginal.joint.uniforms, marginal.joint.bits) == part.joint
+        assert Fraction(marginal.per_count_variance) == part.joint.variance
+    assert Fraction(two_way.per_count_variance) == plan.per_count_variance(resolved)
+    assert plan.per_count_variance(resolved) < 2 * resolved.sigma2  # below the even release
+    assert document.noise["kind"] == "joint"
+    summary = document.noise["releases"]["two_way"]
+    assert summary["allocation"] == "privsyn"
+    assert sum(len(g["marginals"]) for g in summary["groups"].values()) == len(
+        _chosen(document))
+    assert len(summary["groups"]) == len(resolved.parts)
+    assert document.noise["per_count_variance"]["two_way"] == float(
+        plan.per_count_variance(resolved))
+    for part in resolved.parts:  # and each group's own
+        assert document.noise["per_count_variance"][part.name] == float(part.joint.variance)
+    # The compute server stated the noise it put in; the key server decrypted on agreement.
+    with sqlite3.connect(state / "keyserver" / "keyserver.sqlite") as conn:
+        row = conn.execute("SELECT manifest_json FROM manifests WHERE session_id = ? AND "
+                           "release = 'two_way'", (created.session.session_id,)).fetchone()
+    assert json.loads(row[0])["noise"] == plan.noise_statement(resolved)
+    # Synthesis weighs each pair by its own group's variance.
+    _, noisy = marginals_from_release(document)
+    by_attrs = {m.attrs: m.variance for m in noisy if len(m.attrs) == 2}
+    index = {n: i for i, n in enumerate(Schema.from_dict(SCHEMA).names)}
+    for marginal in two_way.marginals.values():
+        attrs = tuple(index[a] for a in marginal.attrs)
+        assert by_attrs[attrs] == float(Fraction(marginal.per_count_variance))
+
+
+def _pit(error: int, shape: JointNoiseShape, u: float) -> float:
+    """The randomised probability integral transform of an integer sample: uniform on (0, 1)
+    exactly when the sample follows the shape's pmf."""
+    counts = shape.counts()
+    total = sum(counts)
+    index = int(error) + shape.span // 2
+    below = sum(counts[:index])
+    return (below + u * counts[index]) / total
+
+
+def test_published_minus_true_follows_each_counts_stated_shape(greedy_session):
+    """Every published count of both releases (the 1-way's shape, each pair's group shape):
+    within the hard bound, and the randomised PIT of the errors is uniform (chi-square on
+    equal bins of >= 5 expected, alpha 1e-6). Few counts (35), so the test is weak in power
+    but exact in size; ``tests/test_joint_noise.py`` tests the mixed-shape law at scale."""
+    _, _, created, csvs, document = greedy_session
+    schema = Schema.from_dict(SCHEMA)
+    plan = SessionPlan.from_public(created.session)
+    exact = true_counts(csvs)
+    index = {n: i for i, n in enumerate(schema.names)}
+    rng = np.random.default_rng(3)  # the transform's tie-breaking only
+    transformed = []
+    for release in document.releases:
+        for marginal in release.marginals.values():
+            joint = marginal.joint or release.joint
+            shape = JointNoiseShape(joint.uniforms, joint.bits)
+            slot = plan.layout.slot(tuple(index[a] for a in marginal.attrs))
+            errors = np.array(marginal.counts) - exact[slot.offset:slot.offset + slot.size]
+            assert np.abs(errors).max() <= shape.span // 2  # no wrap, no mask left in
+            transformed.extend(_pit(e, shape, rng.random()) for e in errors)
+    bins = len(transformed) // 5
+    observed = np.bincount(np.minimum((np.array(transformed) * bins).astype(int), bins - 1),
+                           minlength=bins)
+    assert stats.chisquare(observed).pvalue > ALPHA
 
 
 def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_session):
@@ -96,10 +242,9 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
     ks_noisy = _ks_scores(state, sid)
     for a, b in zip(ks_noisy, noised_by_cs):
         assert abs(a - b) <= max(6 * sigma, 1)
-    chosen = [tuple(p) for p in document.accounting["selection"]["selected_pairs"]]
     cells = {s.attrs: s.size for s in plan.layout.two_way}
-    assert greedy_select(dict(zip(pairs, ks_noisy)), cells,
-                         plan.release("two_way").rho) == chosen
+    assert greedy_select_allocated(dict(zip(pairs, ks_noisy)), cells,
+                                   plan.release("two_way").rho) == _chosen(document)
 
 
 def test_replay_returns_the_decision_and_other_scores_are_refused(greedy_session):
@@ -121,3 +266,8 @@ def test_replay_returns_the_decision_and_other_scores_are_refused(greedy_session
                        headers={"Authorization": f"Bearer {operator}"}).json()
     assert [e["release"] for e in ledger["entries"]] == ["one_way", "selection", "two_way"]
     assert ledger["rho_spent"] == document.accounting["rho_spent"]
+    # The key server's bits for the split release: one set per chunk, served identically.
+    coins = f"{ks.url}/peer/sessions/{sid}/releases/two_way/coins/1"
+    first = httpx.get(coins, headers=peer, timeout=120)
+    assert first.status_code == 200 and first.content == httpx.get(
+        coins, headers=peer, timeout=120).content
