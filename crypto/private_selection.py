@@ -14,7 +14,14 @@ module, wired so that an output of one is a valid input of another:
 * ``select(score_0, ..., score_{S-1}, active, r_ks, priority, xor_twice, xor_shift)``:
   Primitive 3 (``crypto.selection``), one argument per candidate so that the compute server
   can pass them in its secret random order, one output per position so it can put them back;
-  ``r_ks`` and ``priority`` are the key server's encrypted shares of the coins and the order.
+  ``r_ks`` and ``priority`` are the key server's encrypted shares of the coins and the order;
+* with candidate batches (``PrivateSelectionShape.batches``, ``crypto.selection``'s
+  "Candidate batches"): ``maximum_<n>`` and ``maximum_<B>`` (a batch's scores' maximum, the
+  batches' maxima's), ``pick_<n>`` (a batch's acceptances and least accepted priority),
+  ``least_<B>`` (the batch of least priority) and ``mask_<n>`` (a batch's outputs), wired so
+  that a score, a maximum, a pick's one-hot and summary and a choice each flow on encrypted;
+  ``select`` is compiled too unless ``single`` is off (a large S compiles slowly and its
+  round does not shorten with workers).
 
 Widths. ``count_bits`` here is P2's k (|C - K| < 2^(k-1)), not P1's: the key server encrypts
 M mod 2^k. ``score_bits`` must hold every pair's InDif: with K clipped so that sum K <= rows,
@@ -35,11 +42,12 @@ from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
 from crypto.indif import _indif_bits_function, indif_inputset
-from crypto.selection import SelectionShape, clear_arguments, select_core
+from crypto.selection import (BatchLayout, SelectionShape, batch_least_core, batch_mask_core,
+                              batch_maximum_core, batch_pick_core, clear_arguments, select_core)
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
            "score_functions", "score_inputsets", "indif_name", "indif_definitions",
-           "check_chunk_sizes"]
+           "check_chunk_sizes", "batch_names"]
 
 _SUM_DIGIT = fhe.LookupTable([0, 1, 0, 1])
 _SUM_CARRY = fhe.LookupTable([0, 0, 1, 1])
@@ -50,11 +58,28 @@ class PrivateSelectionShape:
     count_bits: int      # P2's k
     chunk_sizes: tuple[int, ...]  # one ``indif_<s>`` function per size
     selection: SelectionShape  # its score_bits is every score's digit count
+    # P3 by candidate batches (``crypto.selection``, "Candidate batches"), or None
+    batches: BatchLayout | None = None
+    single: bool = True  # compile the one-call ``select`` (always, without batches)
 
     def __post_init__(self) -> None:
         if self.selection.batch != 1:
             raise ValueError("the service selects one pair per call (batch = 1)")
         check_chunk_sizes(self.chunk_sizes)
+        if self.batches is None and not self.single:
+            raise ValueError("P3 needs the one-call select or candidate batches")
+        if self.batches is not None and (self.batches.candidates != self.selection.candidates
+                                         or self.selection.drop_bits):
+            raise ValueError("candidate batches: the selection's candidates, every digit kept")
+
+
+def batch_names(layout: BatchLayout) -> dict[str, str]:
+    """The module functions of a batched round, by stage (``crypto.selection``):
+    ``maximum`` and ``pick`` run once per batch, ``combine_maximum`` and ``least`` once,
+    ``mask`` once per batch."""
+    return {"maximum": f"maximum_{layout.size}", "combine_maximum": f"maximum_{layout.count}",
+            "pick": f"pick_{layout.size}", "least": f"least_{layout.count}",
+            "mask": f"mask_{layout.size}"}
 
 
 def check_chunk_sizes(sizes: tuple[int, ...]) -> None:
@@ -142,28 +167,131 @@ def _functions(shape: PrivateSelectionShape, c: list[int]):
     return indifs, add, select, statuses
 
 
+def _keyword_function(body, name: str, names: list[str]):
+    """``body(**kwargs)`` as a module function ``name`` with these keyword parameters (concrete
+    reads a function's parameters from its signature and names it by ``__name__``)."""
+    def function(**kwargs):
+        return body(**kwargs)
+
+    function.__name__ = name
+    function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in names])
+    return function
+
+
+def _batch_definitions(shape: PrivateSelectionShape, c: list[int]) -> dict:
+    """The batched round's functions (``batch_names``), defined for the module."""
+    selection, layout = shape.selection, shape.batches
+    names = batch_names(layout)
+    n, count = layout.size, layout.count
+
+    def maximum(size: int):
+        scores = [f"score_{r}" for r in range(size)]
+        return fhe.function({**{p: "encrypted" for p in scores}, "active": "clear"})(
+            _keyword_function(lambda **kw: batch_maximum_core(
+                selection, [kw[p] for p in scores], kw["active"]),
+                f"maximum_{size}", scores + ["active"]))
+
+    out = {f"maximum_{size}": maximum(size) for size in sorted({n, count})}
+    scores = [f"score_{r}" for r in range(n)]
+    statuses = {p: "encrypted" for p in scores}
+    statuses.update(top="encrypted", active="clear", r_ks="encrypted", priority="encrypted",
+                    xor_twice="clear", xor_shift="clear")
+    out[names["pick"]] = fhe.function(statuses)(_keyword_function(
+        lambda **kw: batch_pick_core(selection, c, [kw[p] for p in scores], kw["top"],
+                                     kw["active"], kw["r_ks"], kw["priority"],
+                                     kw["xor_twice"], kw["xor_shift"]),
+        names["pick"], list(statuses)))
+    summaries = [f"summary_{b}" for b in range(count)]
+    out[names["least"]] = fhe.function({p: "encrypted" for p in summaries})(_keyword_function(
+        lambda **kw: batch_least_core(selection, [kw[p] for p in summaries]),
+        names["least"], summaries))
+    out[names["mask"]] = fhe.function({"hot": "encrypted", "chosen": "encrypted"})(
+        _keyword_function(lambda **kw: batch_mask_core(kw["hot"], kw["chosen"], n),
+                          names["mask"], ["hot", "chosen"]))
+    return out
+
+
+def _batch_wires(layout: BatchLayout, definitions: dict, score_sources: list) -> set:
+    """Scores into the batch maxima and picks; a batch maximum into the combine; the combined
+    maximum into every pick; a pick's one-hot into its mask and its summary into the least;
+    the least's choices into the masks."""
+    names = batch_names(layout)
+    n, count = layout.size, layout.count
+    maximum, combine = definitions[names["maximum"]], definitions[names["combine_maximum"]]
+    pick, least, mask = (definitions[names[k]] for k in ("pick", "least", "mask"))
+    wires = set()
+    for source in score_sources:
+        for r in range(n):
+            wires.add(fhe.Wire(source, fhe.Input(maximum, r)))
+            wires.add(fhe.Wire(source, fhe.Input(pick, r)))
+    for b in range(count):
+        wires.add(fhe.Wire(fhe.Output(maximum, 0), fhe.Input(combine, b)))
+        wires.add(fhe.Wire(fhe.Output(pick, 1), fhe.Input(least, b)))
+        wires.add(fhe.Wire(fhe.Output(least, b), fhe.Input(mask, 1)))
+    wires.add(fhe.Wire(fhe.Output(combine, 0), fhe.Input(pick, n)))
+    wires.add(fhe.Wire(fhe.Output(pick, 0), fhe.Input(mask, 0)))
+    return wires
+
+
+def _batch_inputsets(shape: PrivateSelectionShape, rng: np.random.Generator) -> dict:
+    selection, layout = shape.selection, shape.batches
+    names = batch_names(layout)
+    n, count = layout.size, layout.count
+    width, w, pw = selection.score_bits, selection.random_bits, selection.priority_bits
+    ones = np.ones(width, dtype=np.int64)
+    out = {}
+    for size in sorted({n, count}):
+        out[f"maximum_{size}"] = [
+            tuple(ones if i == 0 else rng.integers(0, 2, width) for _ in range(size))
+            + (np.ones(size, dtype=np.int64) if i == 0 else rng.integers(0, 2, size) | (i % 2),)
+            for i in range(8)]
+    picks = []
+    for i in range(8):
+        args = clear_arguments(np.zeros((1, n, width), dtype=np.int64),
+                               rng.integers(0, 2, n) | (i % 2), rng.integers(0, 2, (1, n, w)),
+                               rng.integers(0, 2, (1, n, w)),
+                               rng.integers(0, 2, (1, n, pw)) if i else np.ones((1, n, pw)))
+        picks.append(tuple(ones if i == 0 else rng.integers(0, 2, width) for _ in range(n))
+                     + (ones if i == 0 else rng.integers(0, 2, width),) + tuple(args[1:]))
+    out[names["pick"]] = picks
+    out[names["least"]] = [tuple(np.ones(pw + 1, dtype=np.int64) if i == 0
+                                 else rng.integers(0, 2, pw + 1) for _ in range(count))
+                           for i in range(8)]
+    out[names["mask"]] = [(np.ones((1, n), dtype=np.int64), np.ones(1, dtype=np.int64))] + [
+        (rng.integers(0, 2, (1, n)), rng.integers(0, 2, 1)) for _ in range(7)]
+    return out
+
+
 def indif_definitions(indifs: dict) -> dict:
     return {name: fhe.function({"masked_digits": "encrypted", "offset_digits": "clear"})(fn)
             for name, fn in indifs.items()}
 
 
 def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_error: float):
-    """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``,
-    ``module.select``) for the selection thresholds ``c`` (``crypto.selection.thresholds``)."""
+    """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``, and
+    ``module.select`` and/or the batched round's functions, ``batch_names``) for the selection
+    thresholds ``c`` (``crypto.selection.thresholds``)."""
     ensure_tag_stack()
     indifs, add, select, select_statuses = _functions(shape, c)
     indif_defs = indif_definitions(indifs)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
-    select_def = fhe.function(select_statuses)(select)
+    definitions = {**indif_defs, "add": add_def}
     s = shape.selection.candidates
     wires = set()
     sources = [fhe.Output(d, 0) for d in indif_defs.values()] + [fhe.Output(add_def, 0)]
+    targets = [fhe.Input(add_def, 0), fhe.Input(add_def, 1)]
+    if shape.single:
+        definitions["select"] = fhe.function(select_statuses)(select)
+        targets += [fhe.Input(definitions["select"], r) for r in range(s)]
     for source in sources:
-        for target in [fhe.Input(add_def, 0), fhe.Input(add_def, 1)] + [
-                fhe.Input(select_def, r) for r in range(s)]:
+        for target in targets:
             wires.add(fhe.Wire(source, target))
-    module_class = type("PrivateSelection", (), {**indif_defs, "add": add_def,
-                                                  "select": select_def,
+    if shape.batches is not None:
+        batch_defs = _batch_definitions(shape, c)
+        definitions.update(batch_defs)
+        wires |= _batch_wires(shape.batches, batch_defs, sources)
+    module_class = type("PrivateSelection", (), {**definitions,
                                                   "composition": fhe.Wired(wires)})
     compiler = fhe.module()(module_class)
 
@@ -172,16 +300,20 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
     pw = shape.selection.priority_bits
     rng = np.random.default_rng(0)
     indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_sizes, n, rng)
-    select_inputs = []
-    for i in range(10):
-        digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
-                  else rng.integers(0, 2, (1, s, n)))
-        args = clear_arguments(digits, rng.integers(0, 2, s) | (i % 2),
-                               rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)),
-                               rng.integers(0, 2, (1, s, pw)) if i else np.ones((1, s, pw)))
-        select_inputs.append(tuple(args[0][0, r] for r in range(s)) + tuple(args[1:]))
+    inputsets = {**indif_inputs, "add": add_inputs}
+    if shape.single:
+        select_inputs = []
+        for i in range(10):
+            digits = (np.ones((1, s, n), dtype=np.int64) if i == 0
+                      else rng.integers(0, 2, (1, s, n)))
+            args = clear_arguments(digits, rng.integers(0, 2, s) | (i % 2),
+                                   rng.integers(0, 2, (1, s, w)), rng.integers(0, 2, (1, s, w)),
+                                   rng.integers(0, 2, (1, s, pw)) if i else np.ones((1, s, pw)))
+            select_inputs.append(tuple(args[0][0, r] for r in range(s)) + tuple(args[1:]))
+        inputsets["select"] = select_inputs
+    if shape.batches is not None:
+        inputsets.update(_batch_inputsets(shape, rng))
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
-    return compiler.compile({**indif_inputs, "add": add_inputs, "select": select_inputs},
-                            configuration)
+    return compiler.compile(inputsets, configuration)
