@@ -4,7 +4,8 @@ or on a Dask cluster, behind one interface.
 Design concerns:
 
 * **Pure tasks, same answer anywhere.** A task is one call of a module function: one chunk of
-  a pair's P2, one encrypted add of two partial scores, a P3 round, a noisy score. It takes
+  a pair's P2, one encrypted add of two partial scores, a P3 round or one step of a P3
+  batch (``computeserver.selection.batched_select``), a noisy score. It takes
   serialized ciphertexts and clear arrays and returns serialized ciphertexts; nothing else
   is read or written. So the same ciphertexts in give the same decryptions out whatever the
   executor (not the same bytes: measured, a call repeated in one process gives the same
@@ -12,10 +13,12 @@ Design concerns:
   the noise differs), and a task whose worker died is simply run
   again: the session's stored state is written by the compute server only after every task
   of a step has answered.
-* **The chunk is the scheduling unit, not the pair.** A pair's P2 is its chunks' calls, then
-  a tree of encrypted adds (:func:`map_summed`) whose shape depends only on the chunk count,
-  so where the calls ran changes no decryption. With one task per pair, the largest pair
-  (Adult: 21 of 453 chunks, 5% of P2) would bound P2 from about 20 cores on.
+* **The chunk is the scheduling unit, not the pair; the candidate batch, not the round.** A
+  pair's P2 is its chunks' calls, then a tree of encrypted adds (:func:`map_summed`) whose
+  shape depends only on the chunk count, so where the calls ran changes no decryption. With
+  one task per pair, the largest pair (Adult: 21 of 453 chunks, 5% of P2) would bound P2
+  from about 20 cores on. A P3 round is one task per batch in each of its batch steps
+  (``computeserver.selection.batched_select``).
 * **Evaluation keys only, loaded once per worker.** A worker receives the session's compiled
   server and evaluation keys (never a secret key: the compute server has none) and keeps
   them per process, keyed by session and the digest of both files, so a task carries only
@@ -98,8 +101,8 @@ class Circuit:
 @dataclass(frozen=True)
 class CallTask:
     """One call of a module function (a P2 chunk's ``indif_<s>``, an ``add``, a P3 round's
-    ``select``, a noisy score's ``noise``); returns its outputs serialized, always as a
-    tuple."""
+    ``select`` or one of its batch steps, a noisy score's ``noise``); returns its outputs
+    serialized, always as a tuple."""
 
     function: str
     arguments: tuple[Argument, ...]

@@ -16,8 +16,10 @@ Design concerns:
 * **Bounded and resumable.** Candidates and every round's outputs are files; a restarted job
   continues at the first round without a recorded pair.
 * **Anywhere the executor runs it.** P2 is one task per chunk plus a tree of encrypted adds
-  per pair, each round's P3 one task, on the executor the server was started with
-  (``computeserver.executor``); tasks are pure,
+  per pair; a round's P3 is one ``select`` task, or, when the plan cuts the candidates into
+  batches, one task per batch for each batch stage and one for each combine
+  (:func:`batched_select`); all on the executor the server was started with
+  (``computeserver.executor``). Tasks are pure,
   so where they ran changes no decryption, and the files above are written only once every
   task of the step has answered.
 """
@@ -28,6 +30,7 @@ import base64
 import json
 import logging
 import threading
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,12 +42,12 @@ from computeserver.store import SessionStore
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.indif import digits_of, indif_offset
 from crypto.masking import expand_masks
-from crypto.private_selection import indif_name
-from crypto.selection import random_share, secure_order
+from crypto.private_selection import batch_names, indif_name
+from crypto.selection import BatchLayout, random_share, secure_order
 from dp.pair_selection import expected_counts_for_pairs
 from params.session_plan import SessionPlan
 
-__all__ = ["SelectionRole", "SELECTION_SQL"]
+__all__ = ["SelectionRole", "SELECTION_SQL", "batched_select"]
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -53,6 +56,51 @@ CREATE TABLE IF NOT EXISTS selection_picks (
     session_id TEXT NOT NULL, round INTEGER NOT NULL, pair_json TEXT NOT NULL,
     PRIMARY KEY (session_id, round));
 """ + NOISY_GREEDY_SQL
+
+
+def batched_select(executor: Executor, circuit: Circuit, layout: BatchLayout,
+                   candidates: list[bytes], active: np.ndarray, shares: list[bytes],
+                   r_cs: np.ndarray, progress=None) -> list[bytes]:
+    """One P3 round by candidate batches (``crypto.selection``, "Candidate batches"): the
+    outputs of the real positions, in position order.
+
+    ``candidates``: the S encrypted scores in this server's order (position i holds
+    ``candidates[i]``); ``active``: per position, padding included (0 there); ``shares``: the
+    key server's encrypted (R^KS, priorities) per batch, interleaved; ``r_cs``: this server's
+    bits, (1, positions, sum kappa'). Five steps, each one ``map``: the batch maxima (one task
+    a batch), their maximum (one task), each batch's acceptances and least accepted priority
+    (one task a batch), the batch holding the least (one task), each batch's one-hot kept
+    where it was chosen (one task a batch). The padding positions take any candidate's
+    ciphertext: they are inactive, so it never counts."""
+    names = batch_names(layout)
+    n, count = layout.size, layout.count
+    if len(candidates) != layout.candidates or len(shares) != 2 * count:
+        raise ValueError("a batched round takes every candidate and two shares per batch")
+    padded = list(candidates) + [candidates[0]] * (layout.positions - layout.candidates)
+    active = np.asarray(active, dtype=np.int64)
+    total, done = 3 * count + 2, 0
+
+    def step(tasks: list[CallTask]) -> list:
+        nonlocal done
+        base = done
+        report = None if progress is None else (lambda d, _: progress(base + d, total))
+        out = executor.map(circuit, tasks, report)
+        done += len(tasks)
+        return out
+
+    batches = [layout.batch(b) for b in range(count)]
+    maxima = step([CallTask(names["maximum"], (*padded[part], active[part]))
+                   for part in batches])
+    top = step([CallTask(names["combine_maximum"], (*[m[0] for m in maxima],
+                                                    np.ones(count, dtype=np.int64)))])[0][0]
+    picks = step([CallTask(names["pick"], (*padded[part], top, active[part], shares[2 * b],
+                                           shares[2 * b + 1], 2 * r_cs[:, part],
+                                           r_cs[:, part]))
+                  for b, part in enumerate(batches)])
+    chosen = step([CallTask(names["least"], tuple(pick[1] for pick in picks))])[0]
+    masked = step([CallTask(names["mask"], (pick[0], chosen[b]))
+                   for b, pick in enumerate(picks)])
+    return [out for outputs in masked for out in outputs][:layout.candidates]
 
 
 class SelectionRole:
@@ -154,6 +202,32 @@ class SelectionRole:
                  session_id, len(pairs), description)
         return scores
 
+    def _round(self, session_id: str, plan: SessionPlan, round_: int, ordered: list[bytes],
+               active: np.ndarray, shares: bytes) -> list[bytes]:
+        """One round's P3 on the candidates in this server's order: the outputs by position.
+        One ``select`` task, or by candidate batches (the plan's layout) with this server's
+        bits drawn for every position, padding included, and progress in batch tasks."""
+        shape, layout = plan.selection.shape, plan.selection.batches
+        circuit = self.circuit(session_id)
+        if layout is None:
+            r_ks, priority = unpack_blobs(shares, expected=2)
+            r_cs = random_share(shape)
+            task = CallTask("select", (*ordered, active, r_ks, priority, 2 * r_cs, r_cs))
+            return list(self.executor.map(circuit, [task])[0])
+        rounds, description = plan.selection.rounds, self.executor.description
+
+        def progress(done: int, total: int) -> None:
+            self._store.set_progress(session_id, f"encrypted selection: round {round_} of "
+                                                 f"{rounds}, batch task {done} of {total} "
+                                                 f"({description})")
+
+        padded = np.zeros(layout.positions, dtype=np.int64)
+        padded[:len(active)] = active
+        return batched_select(self.executor, circuit, layout, ordered, padded,
+                              unpack_blobs(shares, expected=2 * layout.count),
+                              random_share(replace(shape, candidates=layout.positions)),
+                              progress)
+
     def run(self, session_id: str, plan: SessionPlan,
             seeds: dict[str, bytes]) -> list[tuple[int, int]]:
         """Every selection round not yet recorded (module docstring)."""
@@ -163,7 +237,6 @@ class SelectionRole:
         picks = self.picks(session_id)
         if len(picks) >= rounds:
             return picks[:rounds]
-        shape = plan.selection.shape
         candidates = self.candidate_scores(session_id, plan, seeds)
         pairs = [slot.attrs for slot in plan.layout.two_way]
         base = f"/peer/sessions/{session_id}/selection/rounds"
@@ -177,13 +250,10 @@ class SelectionRole:
                     raise RuntimeError(f"key server refused round {round_}'s randomness: "
                                        f"{response.status_code} "
                                        f"{wire.error_detail(response, 300)}")
-                r_ks, priority = unpack_blobs(response.content, expected=2)
                 order = secure_order(len(pairs))
                 active = np.array([0 if pairs[i] in picks else 1 for i in order])
-                r_cs = random_share(shape)
-                task = CallTask("select", (*[candidates[i] for i in order], active, r_ks,
-                                           priority, 2 * r_cs, r_cs))
-                outputs = self.executor.map(self.circuit(session_id), [task])[0]
+                outputs = self._round(session_id, plan, round_, [candidates[i] for i in order],
+                                      active, response.content)
                 back: list = [None] * len(pairs)
                 for position, candidate in enumerate(order):
                     back[candidate] = outputs[position]

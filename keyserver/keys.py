@@ -20,8 +20,8 @@ from common.serving import write_private
 from crypto.aggregation import compile_aggregation
 from crypto.indif import digits_of
 from crypto.joint_noise import compile_joint_release
-from crypto.private_selection import (PrivateSelectionShape, compile_private_selection,
-                                      indif_name)
+from crypto.private_selection import (PrivateSelectionShape, batch_names,
+                                      compile_private_selection, indif_name)
 from params.session_plan import SessionPlan
 
 
@@ -130,7 +130,8 @@ class ScoreModuleKeys:
 
 
 class SelectionKeys(ScoreModuleKeys):
-    """The em module: P2 + chunk sums + P3."""
+    """The em module: P2 + chunk sums + P3 (one ``select`` a round, or by candidate batches:
+    ``crypto.private_selection.batch_names``)."""
 
     def __repr__(self) -> str:  # never print key material, even by accident
         return f"SelectionKeys(candidates={self.shape.selection.candidates})"
@@ -143,20 +144,44 @@ class SelectionKeys(ScoreModuleKeys):
         module = compile_private_selection(shape, thresholds, p_error)
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
         keys = SelectionKeys(client, shape)
+        p3 = (["select"] if shape.single else []) + (
+            [] if shape.batches is None else sorted(set(batch_names(shape.batches).values())))
         keys.bootstraps_per_function = module_bootstraps(
-            module, [indif_name(s) for s in shape.chunk_sizes] + ["add", "select"])
+            module, [indif_name(s) for s in shape.chunk_sizes] + ["add"] + p3)
         return keys, server_zip, evaluation_keys
 
     def encrypt_randomness(self, r_ks: np.ndarray, priority: np.ndarray) -> list[bytes]:
         """This server's encrypted shares of one round: the trials' bits R^KS and the
-        positions' priorities (``crypto.selection``), as the ``select`` arguments they are."""
-        s = self.shape.selection.candidates
-        args: list = [None] * (s + 5)
-        args[s + 1] = np.asarray(r_ks, dtype=np.int64)
-        args[s + 2] = np.asarray(priority, dtype=np.int64)
-        encrypted = self._client.encrypt(*args, function_name="select")
-        return [encrypted[s + 1].serialize(), encrypted[s + 2].serialize()]
+        positions' priorities (``crypto.selection``), as the ``select`` arguments they are,
+        or with candidate batches as each batch's ``pick`` arguments, (R^KS, priorities) per
+        batch in batch order (``crypto.selection.batch_randomness``'s arrays)."""
+        r_ks = np.asarray(r_ks, dtype=np.int64)
+        priority = np.asarray(priority, dtype=np.int64)
+        layout = self.shape.batches
+        if layout is None:
+            s = self.shape.selection.candidates
+            args: list = [None] * (s + 5)
+            args[s + 1], args[s + 2] = r_ks, priority
+            encrypted = self._client.encrypt(*args, function_name="select")
+            return [encrypted[s + 1].serialize(), encrypted[s + 2].serialize()]
+        n, pick = layout.size, batch_names(layout)["pick"]
+        out = []
+        for b in range(layout.count):
+            part = layout.batch(b)
+            args = [None] * (n + 6)
+            args[n + 2], args[n + 3] = r_ks[:, part], priority[:, part]
+            encrypted = self._client.encrypt(*args, function_name=pick)
+            out += [encrypted[n + 2].serialize(), encrypted[n + 3].serialize()]
+        return out
 
     def decrypt_one_hot(self, outputs: list[fhe.Value]) -> list[int]:
-        values = self._client.decrypt(*outputs, function_name="select")
+        """The S outputs of a round, in candidate order: ``select``'s, or with candidate
+        batches the ``mask`` calls', each decrypted with one output's spec (every output
+        of the function is the same lookup: one encoding)."""
+        layout = self.shape.batches
+        if layout is None:
+            values = self._client.decrypt(*outputs, function_name="select")
+        else:
+            mask = batch_names(layout)["mask"]
+            values = [self._client.decrypt(v, function_name=mask) for v in outputs]
         return [int(np.asarray(v).ravel()[0]) for v in values]

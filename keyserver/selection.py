@@ -12,7 +12,11 @@ Design concerns:
   priorities (a uniform permutation) come from ``secrets``, are encrypted and stored (a retry
   gets the same ciphertexts); this server never sees the compute server's order or its share,
   nor any score. The chosen candidate is the accepted one of least priority, so neither
-  server alone knows the order in which candidates were tried (``crypto.selection``).
+  server alone knows the order in which candidates were tried (``crypto.selection``). With
+  candidate batches (``params.selection_plan.candidate_batches``) the same shares are cut
+  into the batches' positions, the padding's drawn like the rest (priority 0: padding is
+  inactive, never compared), and the S outputs it decrypts are the batched round's last
+  function's, one encoding as the one call's.
 * **Inputs are fresh encryptions of sums it already holds.** P2's inputs are
   M = (sum of the clients' masked vectors) mod 2^k per 2-way cell: uniformly distributed
   given the masks, which the compute server holds and this server never sees.
@@ -33,7 +37,7 @@ from common import wire
 from common.serving import ServiceError, write_private
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
-from crypto.selection import random_priorities, random_share, thresholds
+from crypto.selection import batch_randomness, random_priorities, random_share, thresholds
 from keyserver.keys import SelectionKeys
 from keyserver.ledger import PrivacyLedger
 from keyserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys
@@ -51,9 +55,13 @@ CREATE TABLE IF NOT EXISTS selection_rounds (
 
 
 def module_shape(plan: SessionPlan) -> PrivateSelectionShape:
+    """The em module's shape: P2 at the chunk sizes the session uses, P3 as the plan runs it
+    (one ``select`` a round, or the batched round's functions alone)."""
+    batches = plan.selection.batches
     return PrivateSelectionShape(count_bits=plan.selection.indif_bits,
                                  chunk_sizes=plan.used_chunk_sizes(),
-                                 selection=plan.selection.shape)
+                                 selection=plan.selection.shape, batches=batches,
+                                 single=batches is None)
 
 
 def compiled_bootstraps(plan: SessionPlan, per_function: dict[str, int]) -> int:
@@ -213,7 +221,8 @@ class SelectionRole:
 
     def randomness(self, session_id: str, round_: int) -> bytes:
         """This server's encrypted shares of round ``round_``'s coins and order, packed
-        (R^KS, priorities); the same on a retry."""
+        (R^KS, priorities), or with candidate batches (R^KS, priorities) per batch; the same
+        on a retry."""
         plan = self.selection_plan(session_id)
         self._check_round(plan, session_id, round_)
         with self._store.db.connect() as conn:
@@ -221,8 +230,12 @@ class SelectionRole:
                                "AND round = ?", (session_id, round_)).fetchone()
         if row is not None:
             return bytes(row["value"])
-        value = pack_blobs(self.selection_keys(session_id).encrypt_randomness(
-            random_share(plan.selection.shape), random_priorities(plan.selection.shape)))
+        shape, batches = plan.selection.shape, plan.selection.batches
+        if batches is None:
+            r_ks, priority = random_share(shape), random_priorities(shape)
+        else:
+            r_ks, priority = batch_randomness(shape, batches)
+        value = pack_blobs(self.selection_keys(session_id).encrypt_randomness(r_ks, priority))
         with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO selection_randomness VALUES (?, ?, ?)",
                          (session_id, round_, value))

@@ -7,6 +7,8 @@ Modes (``--selection``):
   (``crypto.selection``) picks ``rounds`` pairs one at a time, without replacement, by
   permute-and-flip with fixed-point weights. Each round is (eps + 4 eta)-DP and is charged
   rho = (eps + 4 eta)^2 / 2, the numerical loss included (``crypto.selection.plan_step``).
+  From 3 candidates on, a round runs by candidate batches (:func:`candidate_batches`), so
+  that it shortens with workers; its output is exactly the one call's.
 * ``noisy-greedy``: PrivSyn's own rule. Every InDif gets discrete Gaussian noise (L2
   sensitivity sqrt(pairs): one record moves each pair's score by at most 1) and the pairs are
   chosen greedily in clear (``dp.pair_selection``). Through the servers
@@ -49,13 +51,15 @@ from fractions import Fraction
 from common import wire
 from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
-from crypto.selection import (SelectionShape, SelectionStep, choose_shape, pbs_estimate,
-                              plan_step, thresholds)
+from crypto.private_selection import batch_names
+from crypto.selection import (BatchLayout, SelectionShape, SelectionStep, batch_layout,
+                              batched_pbs_estimate, choose_shape, pbs_estimate, plan_step,
+                              thresholds)
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for",
-           "RowBound", "row_bound", "row_bound_spread", "max_rows_with_room",
-           "ROW_BOUND_SHARE"]
+           "candidate_batches", "RowBound", "row_bound", "row_bound_spread",
+           "max_rows_with_room", "ROW_BOUND_SHARE"]
 
 # The share of the requested delta that the row-bound check may fail with.
 ROW_BOUND_SHARE = Fraction(1, 100)
@@ -92,6 +96,30 @@ def chunk_sizes_for(cells: int, sizes: tuple[int, ...]) -> list[int]:
     return sorted(best[cells][1], reverse=True)
 
 
+def candidate_batches(candidates: int) -> BatchLayout | None:
+    """How an em round's P3 runs (``crypto.selection``, "Candidate batches"): in batches of at
+    most ceil(sqrt(S) / 2) candidates (at least 2) whenever that makes two batches or more
+    (S >= 3), else as one ``select`` call.
+
+    Why batches: one call a round runs on one worker, so P3 did not shorten with workers
+    (Adult: 15 rounds of ~2.5 min whatever the cluster). A batched round is three steps of
+    one task a batch (a batch's maximum, its pick, its mask) and two combines that run alone
+    (the maximum of the B maxima, the batch of least priority). With a worker per batch a
+    round lasts about n candidates' batch work plus B batches' combine work: at Adult's
+    widths ~230 bootstraps a candidate against ~58 a batch
+    (``crypto.selection.batched_pbs_estimate``), least near n = sqrt(58 S / 230) ~
+    sqrt(S) / 2 (Adult: 18 batches of 6, 2,397 bootstraps on the critical path against
+    23,637 in the one call; all calls of the round 25,398, +7%, which is what one worker
+    loses). The layout is a function of the public candidate count alone: both servers
+    derive it from the public record (as they derive P2's chunk cut), and neither server's
+    view depends on it (``crypto.selection``: the batched round's output is the one call's).
+
+    >>> candidate_batches(105), candidate_batches(3), candidate_batches(2)
+    (BatchLayout(candidates=105, size=6), BatchLayout(candidates=3, size=2), None)
+    """
+    return batch_layout(candidates, (math.isqrt(candidates - 1) + 2) // 2)
+
+
 @dataclass(frozen=True)
 class SelectionPlan:
     mode: str
@@ -109,6 +137,8 @@ class SelectionPlan:
     noise_bits: int = 0                     # noisy-greedy: |noise| < 2^noise_bits
     parameters: SelectionParameterSet = field(
         default_factory=lambda: get_selection_set(DEFAULT_SELECTION_SET))
+    # em: P3 by candidate batches (:func:`candidate_batches`), or None for one call a round
+    batches: BatchLayout | None = None
 
     @classmethod
     def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
@@ -144,7 +174,8 @@ class SelectionPlan:
                              relative_loss=float(parameters.relative_loss),
                              clamp_exponent=parameters.clamp_exponent)
         step = plan_step(rho_step, shape)
-        return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape, **common)
+        return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape,
+                   batches=candidate_batches(pairs), **common)
 
     def to_public(self, pair_cells: list[int], used_chunk_sizes: tuple[int, ...],
                   epsilon: float, delta: float, delta_terms: dict[str, float],
@@ -190,7 +221,8 @@ class SelectionPlan:
             raise ValueError("the selection's public record is inconsistent: its per-round "
                              "rho does not follow from its epsilon and eta")
         return cls(public.mode, public.rounds, step.rho * public.rounds, public.indif_bits,
-                   public.score_bits, step=step, shape=shape, **common)
+                   public.score_bits, step=step, shape=shape, batches=candidate_batches(pairs),
+                   **common)
 
     @property
     def rho_charged(self) -> Fraction:
@@ -202,7 +234,8 @@ class SelectionPlan:
     def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
         """Upper bounds on the session's bootstraps per phase, from the pairs' cell counts:
         ``p2``: P2 on every chunk (``crypto.indif.chunk_bootstraps``) and 2n - 1 per chunk
-        sum; ``p3``: the em rounds over every compiled candidate (masked ones too);
+        sum; ``p3``: the em rounds over every compiled candidate (masked ones too), every
+        call of a batched round (:meth:`round_bootstraps`);
         ``noise``: noisy-greedy's one noise addition a pair."""
         if self.mode == "none":
             return {"p2": 0, "p3": 0, "noise": 0}
@@ -214,7 +247,21 @@ class SelectionPlan:
         if self.mode == "noisy-greedy":
             return {"p2": p2, "p3": 0,
                     "noise": len(pair_cells) * self.noisy_shape().noise_bootstraps}
-        return {"p2": p2, "p3": pbs_estimate(self.shape) * self.rounds, "noise": 0}
+        return {"p2": p2, "p3": self.round_bootstraps() * self.rounds, "noise": 0}
+
+    def round_bootstraps(self, per_function: dict[str, int] | None = None) -> int:
+        """em: one round's bootstraps, every call it makes: the one ``select``, or a batched
+        round's B batch maxima, their combine, B picks, the least and B masks
+        (``crypto.private_selection.batch_names``). ``per_function``: the compiled module's
+        counts by function name; default the structural bound (``crypto.selection``)."""
+        if self.batches is None:
+            return pbs_estimate(self.shape) if per_function is None else per_function["select"]
+        if per_function is None:
+            return batched_pbs_estimate(self.shape, self.batches)["round"]
+        count = {stage: per_function[name] for stage, name in
+                 batch_names(self.batches).items()}
+        return (self.batches.count * (count["maximum"] + count["pick"] + count["mask"])
+                + count["combine_maximum"] + count["least"])
 
     def bootstraps(self, pair_cells: list[int]) -> int:
         """An upper bound on all of the session's bootstraps (:meth:`bootstraps_by_phase`)."""
@@ -258,15 +305,15 @@ class SelectionPlan:
 
     def compiled_bootstraps(self, pair_cells: list[int], per_function: dict[str, int]) -> int:
         """The session's bootstraps from the compiled module's per-function counts: every
-        chunk's ``indif_<s>``, every chunk sum's ``add``, every round's ``select`` (em) or
-        every pair's ``noise`` (noisy-greedy)."""
+        chunk's ``indif_<s>``, every chunk sum's ``add``, every call of every round (em,
+        :meth:`round_bootstraps`) or every pair's ``noise`` (noisy-greedy)."""
         total = 0
         for cells in pair_cells:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
             total += sum(per_function[f"indif_{c}"] for c in chunks)
             total += (len(chunks) - 1) * per_function["add"]
         if self.mode == "em":
-            total += self.rounds * per_function["select"]
+            total += self.rounds * self.round_bootstraps(per_function)
         if self.mode == "noisy-greedy":
             total += len(pair_cells) * per_function["noise"]
         return total
@@ -280,7 +327,9 @@ class SelectionPlan:
             out.update(rounds=self.rounds, step_epsilon=float(self.step.epsilon),
                        step_eta=self.step.eta, step_epsilon_total=float(self.step.epsilon_total),
                        numerical_extra_epsilon=4 * self.step.eta * self.rounds,
-                       nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime))
+                       nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime),
+                       candidate_batches=(None if self.batches is None else
+                                          [self.batches.count, self.batches.size]))
         if self.mode == "noisy-greedy":
             out.update(noise_sigma2=float(self.noise_sigma2), noise_bits=self.noise_bits,
                        noise_tail_probability=self.noise_tail_probability())

@@ -161,3 +161,26 @@ def test_batched_bootstrap_count_bounds_the_compiled_counts(module):
         compiled = getattr(module, name).statistics["programmable_bootstrap_count"]
         assert compiled == estimate[stage], stage
 
+
+def test_the_plan_batches_large_rounds_and_counts_every_call():
+    """The plan's layout (``params.selection_plan.candidate_batches``) and its bootstrap
+    counts: a round's structural bound and, from compiled counts, every call of the round
+    (B batch maxima, picks and masks, one combine and one least). No circuit."""
+    from dataclasses import replace
+
+    from params.selection_plan import SelectionPlan, candidate_batches
+
+    plan = SelectionPlan.build("em", pairs=66, max_rows=740, rho=Fraction(1, 10), rounds=4)
+    layout = plan.batches
+    assert layout == candidate_batches(66) == BatchLayout(candidates=66, size=5)
+    assert plan.round_bootstraps() == batched_pbs_estimate(plan.shape, layout)["round"]
+    assert plan.bootstraps_by_phase([4] * 66)["p3"] == 4 * plan.round_bootstraps()
+    names = batch_names(layout)
+    compiled = {name: 10 + i for i, name in enumerate(sorted(set(names.values())))}
+    assert plan.round_bootstraps(compiled) == (
+        layout.count * (compiled[names["maximum"]] + compiled[names["pick"]]
+                        + compiled[names["mask"]])
+        + compiled[names["combine_maximum"]] + compiled[names["least"]])
+    assert replace(plan, batches=None).round_bootstraps({"select": 7}) == 7
+    assert SelectionPlan.build("em", pairs=2, max_rows=740, rho=Fraction(1, 10),
+                               rounds=1).batches is None

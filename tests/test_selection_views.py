@@ -18,6 +18,11 @@ The first version of the circuit let the compute server choose the order in clea
 the first acceptance in that order; the same enumeration of that view finds outcomes with
 probability 0 on one table and a positive probability on its neighbour (unbounded loss), which
 :func:`test_view_of_a_known_order_is_not_private` shows, so these tests would have caught it.
+
+The round by candidate batches (``crypto.selection``, "Candidate batches") is enumerated the
+same way: it chooses what the one call chooses at every point, the padding's bits included
+(:func:`test_batched_round_gives_each_server_the_one_calls_view`), so both views are the
+one call's and every bound here covers it. Its extra intermediates are ciphertexts.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.selection import SelectionShape, select_plaintext, step_eta, thresholds
+from crypto.selection import (BatchLayout, SelectionShape, batched_select_plaintext,
+                              select_plaintext, step_eta, thresholds)
 
 # 3 candidates, 2-digit scores, 2 bits of A, 1 + 2 random bits per candidate: every value of
 # both servers' bits (2^9 each) and every order and priority permutation (3! each).
@@ -51,9 +57,17 @@ ZERO = np.zeros((SHAPE.candidates, SHAPE.random_bits), dtype=np.int64)
 R_VALUES = [_bits(w) for w in range(2 ** BITS)]
 
 
-def choice_table(scores, active, priorities) -> np.ndarray:
+# The batched form (``crypto.selection``, "Candidate batches"): two batches of two positions,
+# the fourth position padding (inactive, priority 0, trial bits drawn like the others').
+LAYOUT = BatchLayout(candidates=SHAPE.candidates, size=2)
+PADDING = LAYOUT.positions - SHAPE.candidates
+
+
+def choice_table(scores, active, priorities, layout: BatchLayout | None = None) -> np.ndarray:
     """table[tau, R, pi] = the candidate chosen when the compute server's order is tau, the
-    joint trial bits are R and the positions' priorities are pi (every value enumerated)."""
+    joint trial bits are R and the positions' priorities are pi (every value enumerated);
+    with ``layout``, by the batched round, the padding's joint bits running through every
+    value as R does."""
     c = thresholds(SHAPE, EPS)
     table = np.zeros((len(PERMUTATIONS), len(R_VALUES), len(priorities)), dtype=np.int64)
     for t, order in enumerate(PERMUTATIONS):
@@ -64,7 +78,17 @@ def choice_table(scores, active, priorities) -> np.ndarray:
             for p, priority in enumerate(priorities):
                 # R^KS = joint, R^CS = 0: the model XORs the two; the views below enumerate
                 # every split of the same joint bits.
-                one_hot = select_plaintext(digits, act, joint, ZERO, SHAPE, c, list(priority))
+                if layout is None:
+                    one_hot = select_plaintext(digits, act, joint, ZERO, SHAPE, c,
+                                               list(priority))
+                else:
+                    padding = _bits(r * 7 + p)[:PADDING]  # every padding value occurs
+                    one_hot = batched_select_plaintext(
+                        np.concatenate([digits, digits[:PADDING]]),
+                        np.concatenate([act, np.zeros(PADDING, dtype=np.int64)]),
+                        np.concatenate([joint, padding]), np.zeros_like(
+                            np.concatenate([joint, padding])), SHAPE, c,
+                        list(priority) + [0] * PADDING, layout).outputs
                 table[t, r, p] = order[int(np.argmax(one_hot))]
     return table
 
@@ -113,12 +137,14 @@ GRID = list(itertools.product(range(2 ** SHAPE.score_bits - 1), repeat=SHAPE.can
 
 
 @pytest.fixture(scope="module")
-def hidden_order_views():
-    views = {}
-    for scores in GRID:
-        table = choice_table(scores, (1, 1, 1), PERMUTATIONS)
-        views[scores] = (compute_server_view(table), key_server_view(table))
-    return views
+def hidden_order_tables():
+    return {scores: choice_table(scores, (1, 1, 1), PERMUTATIONS) for scores in GRID}
+
+
+@pytest.fixture(scope="module")
+def hidden_order_views(hidden_order_tables):
+    return {scores: (compute_server_view(table), key_server_view(table))
+            for scores, table in hidden_order_tables.items()}
 
 
 def test_compute_server_view_is_private_with_the_hidden_order(hidden_order_views):
@@ -140,6 +166,19 @@ def test_each_view_is_its_own_randomness_and_a_permute_and_flip_sample(hidden_or
         for counts in (cs_view, ks_view):
             flat = counts.reshape(-1, SHAPE.candidates)
             assert (flat == flat[0]).all()
+
+
+def test_batched_round_gives_each_server_the_one_calls_view(hidden_order_tables):
+    """By candidate batches (the padding's bits running through every value), the round
+    chooses at every point of the enumeration the candidate the one call chooses: each
+    server's view (its order or priorities, its bits, the padding's included, and the
+    choice) is a function of the same table, times bits of the padding that the choice
+    does not depend on, so it is the one call's view and the bounds above hold for it.
+    Scores (2, 1, 1): ties, split across batches in some orders (one table, a few seconds;
+    inactive candidates: ``tests/test_selection_batches.py`` compares the two models)."""
+    scores = (2, 1, 1)
+    assert (choice_table(scores, (1, 1, 1), PERMUTATIONS, LAYOUT)
+            == hidden_order_tables[scores]).all()
 
 
 def test_views_with_a_chosen_candidate_masked_are_private():

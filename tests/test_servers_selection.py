@@ -1,8 +1,16 @@
 """A whole session with the private selection (em) through both servers over HTTP: P2's
 encrypted scores decrypt to the plaintext InDif, the rounds choose distinct pairs, the 2-way
-release holds exactly them, every round is charged once, and rounds cannot be replayed."""
+release holds exactly them, every round is charged once, and rounds cannot be replayed.
+
+The session's three candidates run P3 by candidate batches (two batches of two, one padding
+position: ``params.selection_plan.candidate_batches``): every round's stored outputs
+decrypt to the one-hot of the pair the key server recorded, and the served module's batched
+round, run again here on the served scores with known randomness, decrypts to
+``select_plaintext`` of the decrypted scores (a few seconds)."""
 
 import json
+import random
+from dataclasses import replace
 from fractions import Fraction
 
 import httpx
@@ -11,9 +19,15 @@ import pytest
 from concrete import fhe
 
 from clients.agent import ClientAgent
+from computeserver.executor import Circuit, InProcessExecutor
+from computeserver.selection import batched_select
 from crypto.blobs import unpack_blobs
+from crypto.private_selection import batch_names
+from crypto.selection import (BatchLayout, batch_randomness, random_share, select_plaintext,
+                              thresholds)
 from dp.pair_selection import expected_counts_for_pairs
 from params.parameter_sets import DEFAULT_SELECTION_SET
+from params.session_plan import SessionPlan
 from tests.test_servers import (CLIENTS, SCHEMA, create_session, served_session, start_servers,
                                 true_counts, write_client_csvs)
 
@@ -78,6 +92,62 @@ def test_encrypted_scores_decrypt_to_the_plaintext_indif(selected_session):
         digits = np.asarray(client.decrypt(fhe.Value.deserialize(blob), function_name="add"))
         score = sum(int(d) << j for j, d in enumerate(digits))
         assert score == int(np.abs(truth - expected[(a, b)]).sum())
+
+
+def auditor_client(state, sid: str):
+    """The key server's selection client, loaded as an auditor would (the service itself has
+    no path that decrypts a score)."""
+    keys_dir = state / "keyserver" / "sessions" / sid
+    client = fhe.Client.load(keys_dir / "selection_client.zip")
+    client.keys.load_from_bytes((keys_dir / "selection_keys.bin").read_bytes())
+    return client
+
+
+def test_batched_rounds_decrypt_to_their_picks_and_to_the_model(selected_session):
+    _, state, created, _, document = selected_session
+    sid = created.session.session_id
+    plan = SessionPlan.from_public(created.session)
+    layout = plan.selection.batches
+    assert layout == BatchLayout(candidates=3, size=2)
+    names = batch_names(layout)
+    client = auditor_client(state, sid)
+    pairs = [tuple(p) for p in created.session.pairs]
+    chosen = [tuple(p) for p in document.accounting["selection"]["selected_pairs"]]
+    outputs = state / "computeserver" / "sessions" / sid / "outputs"
+    for round_, pair in enumerate(chosen):
+        hot = [int(np.asarray(client.decrypt(fhe.Value.deserialize(blob),
+                                             function_name=names["mask"])).ravel()[0])
+               for blob in unpack_blobs((outputs / f"select-{round_}.bin").read_bytes())]
+        assert hot == [int(p == pair) for p in pairs]
+    # The served module's batched round on the served scores, with randomness known here:
+    # a second round's inputs (the first pick inactive), in an order of the test's choosing.
+    stored = unpack_blobs((outputs / "selection_candidates.bin").read_bytes())
+    scores = [sum(int(d) << j for j, d in enumerate(np.asarray(client.decrypt(
+        fhe.Value.deserialize(blob), function_name="add")))) for blob in stored]
+    shape = plan.selection.shape
+    order = [2, 0, 1]
+    active = np.array([int(pairs[i] != chosen[0]) for i in order] + [0])
+    randbits = random.Random(16).getrandbits
+    r_ks, priority = batch_randomness(shape, layout, randbits)
+    r_cs = random_share(replace(shape, candidates=layout.positions), randbits)
+    n, shares = layout.size, []
+    for b in range(layout.count):
+        args = [None] * (n + 6)
+        args[n + 2], args[n + 3] = r_ks[:, layout.batch(b)], priority[:, layout.batch(b)]
+        encrypted = client.encrypt(*args, function_name=names["pick"])
+        shares += [encrypted[n + 2].serialize(), encrypted[n + 3].serialize()]
+    directory = state / "computeserver" / "sessions" / sid
+    circuit = Circuit.of_files(sid, directory / "selection_server.zip",
+                               directory / "selection_evaluation_keys.bin")
+    out = batched_select(InProcessExecutor(), circuit, layout, [stored[i] for i in order],
+                         active, shares, r_cs)
+    hot = [int(np.asarray(client.decrypt(fhe.Value.deserialize(o),
+                                         function_name=names["mask"])).ravel()[0])
+           for o in out]
+    digits = np.array([[(scores[i] >> j) & 1 for j in range(shape.score_bits)] for i in order])
+    model = select_plaintext(digits, active[:3], r_ks[0, :3], r_cs[0, :3], shape,
+                             thresholds(shape, plan.selection.step.epsilon), priority[0, :3])
+    assert hot == model.tolist() and sum(hot) == 1
 
 
 def test_a_round_cannot_be_replayed_with_other_outputs(selected_session):
