@@ -22,9 +22,12 @@ CSPRNG, through the joint circuit's exact integer model
 ``tests/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
 matched to the selection's rho over the pairs (every pair's InDif moves by at most 1, so the
 scores are a release of ``pairs`` sensitivity-1 queries). The servers run the joint noise
-on em's and fixed releases (``params.session_plan``'s rule, ``noise="auto"``), not yet on
-noisy-greedy's scores, its run-time 2-way release or PrivSyn's per-size split: for those
-this measures what wiring them would buy. Each joint session is checked end to end
+on em's and fixed releases (``params.session_plan``'s rule, ``noise="auto"``) and on
+noisy-greedy's 2-way release split by PrivSyn's allocation: ``feddpsyn-noisy-greedy-joint-
+privsyn`` takes that release's shapes, or its even two-server fallback, from the servers'
+own function (:func:`servers_split`); noisy-greedy's scores and the other releases' shapes
+here are this module's (:func:`joint_shape`), which measures what wiring them would buy.
+Each joint session is checked end to end
 (:func:`joint_session_delta`): its conditioned Renyi curve (the joint parts) plus the em
 selection's rho, converted at the requested epsilon, plus every part's failure mass, is at
 most delta.
@@ -32,7 +35,6 @@ most delta.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from fractions import Fraction
 
@@ -49,10 +51,9 @@ from dp.accounting import gaussian_sigma2
 from dp.discrete_gaussian import discrete_gaussian_vector
 from dp.binomial_accounting import session_delta_of
 from dp.joint_noise_accounting import JointNoiseShape, release_marginals
-from dp.pair_selection import (expected_counts_for_pairs, greedy_by_error, greedy_select,
-                               indif_scores)
+from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
+from dp.privsyn_allocation import allocation_groups, greedy_select_allocated
 from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.central_privsyn import allocation_weight
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
@@ -116,7 +117,8 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
             continue
         cells = plan.layout.cells_of(plan.slots_of(spec))
         if noise == "joint":
-            shape = joint_shape(plan, spec)
+            # A shape the servers' rule already chose (servers_split), else this release's own.
+            shape = spec.joint if spec.joint is not None else joint_shape(plan, spec)
             if joint_parts is not None:
                 joint_parts.append((shape, release_marginals(spec.rho, spec.sigma2)))
             released = joint_release_model([m[cells] for m in masked], mask_sum[cells], shape, k)
@@ -194,38 +196,27 @@ def joint_session_delta(parts: list[tuple[JointNoiseShape, int]], rho_zcdp: Frac
                              for shape, marginals in parts], rho_zcdp, epsilon)
 
 
-def allocation_groups(cells: dict[tuple[int, int], int], chosen: list[tuple[int, int]],
-                      rho_two: Fraction) -> list[tuple[list[tuple[int, int]], Fraction]]:
-    """PrivSyn's allocation of the 2-way rho over the chosen pairs: pair i gets
-    rho_two w_i / W with w_i = c_i^(2/3) (``central_privsyn.allocation_weight``, rational, so
-    the shares add to rho_two exactly). Pairs of equal size share one release (one joint
-    shape): a group of M pairs gets M w / W of rho_two, so its sigma2 = M / (2 rho_group) is
-    each pair's own W / (2 rho_two w)."""
-    weight = {p: allocation_weight(cells[p]) for p in chosen}
-    total = sum(weight.values(), start=Fraction(0))
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for p in chosen:
-        groups.setdefault(cells[p], []).append(p)
-    return [(pairs, rho_two * sum((weight[p] for p in pairs), start=Fraction(0)) / total)
-            for _, pairs in sorted(groups.items())]
-
-
-def greedy_select_allocated(scores: dict[tuple[int, int], float],
-                            cells: dict[tuple[int, int], int],
-                            rho_two: Fraction) -> list[tuple[int, int]]:
-    """PrivSyn's greedy rule with its c^(2/3) allocation of ``rho_two`` over the selected
-    pairs (the 1-ways are released before, from their own share): the expected L1 noise of
-    pair i is sqrt(2/pi) c_i sigma_i, sigma_i^2 = W / (2 rho_two w_i)."""
-    weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
-    scale = math.sqrt(2 / math.pi)
-
-    def total_error(selected: list) -> float:
-        total = sum(weight[p] for p in selected)
-        noise = sum(scale * cells[p] * math.sqrt(total / (2 * float(rho_two) * weight[p]))
-                    for p in selected)
-        return sum(v for p, v in scores.items() if p not in selected) + noise
-
-    return greedy_by_error(list(scores), total_error)
+def servers_split(schema: Schema, epsilon: float, delta: float, max_rows: int,
+                  chosen: list[tuple[int, int]], rho_two: Fraction,
+                  parameter_set: str) -> tuple[tuple[ReleaseSpec, ...], str]:
+    """noisy-greedy's 2-way release over ``chosen`` as the servers resolve it
+    (``SessionPlan.split_release``, the same function): their plan's envelope, PrivSyn's
+    c^(2/3) shares of ``rho_two``, one verified joint shape per pair size; or, with the
+    rule's reason, the even two-server release it falls back to. The groups' shapes are
+    verified against the shares of ``rho_two`` itself (at least the servers' own 2-way rho,
+    which also reserves delta, so the envelope matches them too)."""
+    served = SessionPlan.build(schema, None, epsilon, delta, None, parameter_set, max_rows,
+                               selection="noisy-greedy", noise="auto")
+    planned = served.release("two_way")
+    keys = served.keys_of_pairs(chosen)
+    if planned.allocation == "privsyn":
+        split, why = served.split_release(replace(planned, rho=rho_two), keys)
+    else:
+        split, why = None, "the servers' plan has no split 2-way release at this budget"
+    if split is None:
+        return (ReleaseSpec("two_way", keys, rho_two, gaussian_sigma2(rho_two, len(keys))),
+                ), why
+    return split.parts, ""
 
 
 def default_rounds(attributes: int) -> int:
@@ -279,20 +270,26 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
             # What the selection's grid left unspent goes to the 2-ways, by the servers' rule.
             rho_two = two_way_rho(plan.rho_total, split, selection.rho_charged)
             layout = MarginalLayout.build(schema.domain_sizes, chosen)
-            if allocation == "privsyn":
-                groups = allocation_groups({m.attrs: m.size for m in layout.two_way}, chosen,
-                                           rho_two)
+            two_noise = noise
+            if allocation == "privsyn" and noise == "joint":
+                two_ways, why = servers_split(schema, epsilon, delta, max_rows, chosen,
+                                              rho_two, plan.parameters.name)
+                if why:  # the servers' even two-server release: zCDP, composed as such
+                    two_noise, rho_zcdp = "two-server", rho_zcdp + rho_two
+                    notes["two_way_noise"] = f"two-server: {why}"
             else:
-                groups = [(chosen, rho_two)]
-            two_ways = tuple(
-                ReleaseSpec(f"two_way_{i}", tuple(layout.slot(p).key for p in pairs), rho,
-                            gaussian_sigma2(rho, len(pairs)))
-                for i, (pairs, rho) in enumerate(groups))
+                groups = (allocation_groups({m.attrs: m.size for m in layout.two_way}, chosen,
+                                            rho_two) if allocation == "privsyn"
+                          else [(chosen, rho_two)])
+                two_ways = tuple(
+                    ReleaseSpec(f"two_way_{i}", tuple(layout.slot(p).key for p in pairs), rho,
+                                gaussian_sigma2(rho, len(pairs)))
+                    for i, (pairs, rho) in enumerate(groups))
             final = replace(plan, layout=layout, releases=(plan.release("one_way"),) + two_ways)
             two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
                                                   for c in np.unique(owner)],
-                                          names=tuple(r.name for r in two_ways), noise=noise,
-                                          joint_parts=joint_parts)
+                                          names=tuple(r.name for r in two_ways),
+                                          noise=two_noise, joint_parts=joint_parts)
             noisy = one_way + two_way
             spent = (plan.release("one_way").rho + selection.rho_charged
                      + sum((r.rho for r in two_ways), start=Fraction(0)))
