@@ -185,8 +185,8 @@ def start_servers(state: Path,
 
 
 # Default selection rounds of the demo (--selection em, its default): each round over
-# Fed-Heart-Disease's 66 candidate pairs costs about a minute on 2 cores, so it selects 4
-# pairs and the whole demo stays near 11.5 min; --rounds changes it.
+# Fed-Heart-Disease's 66 candidate pairs costs under two minutes on 2 cores, so it selects 4
+# pairs and the whole demo stays near 12.5 min; --rounds changes it.
 DEMO_ROUNDS = {"fed_heart_disease": 4}
 # The demo's selection by data set: em on the bundled default; Adult's 11,926 two-way cells
 # at k = 16 make its encrypted selection take over an hour on 2 cores, so its demo releases every
