@@ -2,15 +2,19 @@
 model of many cores built from the measured per-task cost and overhead.
 
 What runs: a selection module at the demo's P2 width (k = 12, chunks of 16 cells) with a small
-P3 (``--candidates``), keyed once; a few pairs of uneven size (``PAIRS``: chunks per pair, one
-large pair among small ones, as a small table has) and ``--rounds`` P3 calls, on (a) the
+P3 (``--candidates``, as one ``select`` call and in batches of at most ``--batch``), keyed
+once; a few pairs of uneven size (``PAIRS``: chunks per pair, one large pair among small
+ones, as a small table has) and ``--rounds`` P3 rounds, each run as one call and by
+candidate batches (``computeserver.selection.batched_select``) on the same ciphertexts and
+shares, on (a) the
 in-process executor (two threads, concrete's default OpenMP threads), (b) one spawned worker
 process and (c) two, each worker pinned to one OpenMP thread (``computeserver.executor``), the
 three alternating across ``--repeats`` so that machine noise hits each. P2 runs as the compute
 server runs it, one task per chunk and a tree of encrypted adds per pair
 (``computeserver.executor.map_summed``); on two workers it also runs in the earlier form, one
 task per pair (its chunks and adds in one task), the same run. Every score decrypts to the
-clear InDif and every executor's P3 outputs decrypt to the in-process ones.
+clear InDif; every executor's P3 outputs decrypt to the in-process ones, and the batched
+round's to the single call's.
 
 Overhead per task, measured apart: pickling a task, serialising and parsing a ciphertext, and
 the round trip of one task at a time on a warm worker minus its time inside concrete, on the
@@ -23,8 +27,16 @@ costs the measured chunk time scaled by its bootstrap count (``crypto.indif.chun
 against the measured chunk's, an add the measured add scaled by its digits; each task pays
 the measured overhead o. Chunks are list-scheduled longest first on n one-thread workers, then
 each level of adds runs in ceil(adds / n) waves; plus one key load. The earlier one-task-per-
-pair form is modelled the same way (its critical path is the largest pair). P3 is one call a
-round: more workers do not shorten it.
+pair form is modelled the same way (its critical path is the largest pair).
+
+P3 in the model: Adult's 15 rounds over 105 candidates at its session widths, by candidate
+batches (the session plan's layout, ``params.selection_plan.candidate_batches``, or
+``--adult-batch`` candidates at most) and as one call. A function call costs its bootstrap
+count (``crypto.selection.batched_pbs_estimate``, exact against concrete's count in the
+tests) times the measured seconds per bootstrap of the batched functions on one worker; per
+round the five steps run one after another, each in ceil(tasks / n) waves of its dearest
+task plus o. The one call a round does not shorten with workers. The whole online phase is P2 plus the rounds, next to FedDPSyn's 13.7 min on
+an A6000 and Fu et al.'s 24 min over a WAN.
 
 Run: .venv/bin/python bench/bench_scaleout.py [--quick]
 """
@@ -51,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 # module, and concrete must load there only after the worker has pinned its OpenMP threads.
 from computeserver.executor import (CallTask, Circuit, InProcessExecutor,  # noqa: E402
                                     LocalPoolExecutor, map_summed)
+from computeserver.selection import batched_select  # noqa: E402
 
 K, CHUNK = 12, 16
 # Chunks per pair: a small table's P2, one large pair among small ones.
@@ -105,12 +118,16 @@ class Recording:
         return sum(max(call.values()) for call in self.cpu_by_call)
 
 
-def build(candidates: int, directory: Path):
+def build(candidates: int, batch: int, directory: Path):
     from crypto.private_selection import PrivateSelectionShape, compile_private_selection
-    from crypto.selection import choose_shape, thresholds
+    from crypto.selection import batch_layout, choose_shape, thresholds
 
     selection = choose_shape(candidates, 10, 0.5)
-    shape = PrivateSelectionShape(count_bits=K, chunk_sizes=(CHUNK,), selection=selection)
+    layout = batch_layout(candidates, batch)
+    if layout is None:
+        raise SystemExit(f"--batch {batch} leaves {candidates} candidates in one batch")
+    shape = PrivateSelectionShape(count_bits=K, chunk_sizes=(CHUNK,), selection=selection,
+                                  batches=layout)
     started = time.perf_counter()
     module = compile_private_selection(shape, thresholds(selection, Fraction(1, 4)),
                                        2.0 ** -40)
@@ -122,10 +139,22 @@ def build(candidates: int, directory: Path):
           f"({module.indif_16.statistics['programmable_bootstrap_count']} bootstraps), add "
           f"({module.add.statistics['programmable_bootstrap_count']}); P3 over {candidates} "
           f"candidates, {selection.score_bits} score bits "
-          f"({module.select.statistics['programmable_bootstrap_count']} bootstraps); "
+          f"({module.select.statistics['programmable_bootstrap_count']} bootstraps; in "
+          f"{layout.count} batches of {layout.size}: "
+          f"{batched_bootstraps(module, layout)} bootstraps a round); "
           f"compiled in {compiled:.0f} s; evaluation keys "
           f"{(directory / 'keys.bin').stat().st_size / 1e6:.0f} MB", flush=True)
-    return module, selection
+    return module, selection, layout
+
+
+def batched_bootstraps(module, layout) -> int:
+    """A batched round's bootstraps, from the compiled functions' statistics."""
+    from crypto.private_selection import batch_names
+
+    count = {stage: getattr(module, name).statistics["programmable_bootstrap_count"]
+             for stage, name in batch_names(layout).items()}
+    return (layout.count * (count["maximum"] + count["pick"] + count["mask"])
+            + count["combine_maximum"] + count["least"])
 
 
 def chunk_groups(module, pairs: tuple[int, ...], seed: int
@@ -149,16 +178,43 @@ def chunk_groups(module, pairs: tuple[int, ...], seed: int
     return groups, exact
 
 
-def select_task(module, selection, candidates: list[bytes]) -> CallTask:
-    from crypto.selection import clear_arguments, random_priorities, random_share
+def select_round(module, selection, layout, candidates: list[bytes]) -> tuple:
+    """One round's P3 work on the same candidates and shares: the single ``select`` task and
+    ``batched_select``'s arguments after the executor, circuit and layout."""
+    from dataclasses import replace
 
-    s = selection.candidates
+    from crypto.private_selection import batch_names
+    from crypto.selection import batch_randomness, clear_arguments, random_share
+
+    s, n = selection.candidates, layout.size
+    r_ks, priority = batch_randomness(selection, layout)
+    r_cs = random_share(replace(selection, candidates=layout.positions))
     args = clear_arguments(np.zeros((1, s, selection.score_bits), dtype=np.int64),
-                           np.ones(s, dtype=np.int64), random_share(selection),
-                           random_share(selection), random_priorities(selection))
-    shares = module.select.encrypt(*([None] * (s + 1)), args[2], args[3], None, None)
-    return CallTask("select", (*candidates[:s], args[1],
-                               *[v.serialize() for v in shares[s + 1:s + 3]], *args[4:]))
+                           np.ones(s, dtype=np.int64), r_ks[:, :s], r_cs[:, :s],
+                           priority[:, :s])
+    encrypted = module.select.encrypt(*([None] * (s + 1)), args[2], args[3], None, None)
+    single = CallTask("select", (*candidates[:s], args[1],
+                                 *[v.serialize() for v in encrypted[s + 1:s + 3]], *args[4:]))
+    pick = getattr(module, batch_names(layout)["pick"])
+    shares = []
+    for b in range(layout.count):
+        part = layout.batch(b)
+        encrypted = pick.encrypt(*([None] * (n + 2)), r_ks[:, part], priority[:, part],
+                                 None, None)
+        shares += [encrypted[n + 2].serialize(), encrypted[n + 3].serialize()]
+    active = np.zeros(layout.positions, dtype=np.int64)
+    active[:s] = 1
+    return single, (list(candidates[:s]), active, shares, r_cs)
+
+
+def batched_one_hot(module, layout, outputs: list[bytes]) -> list[int]:
+    from concrete import fhe
+
+    from crypto.private_selection import batch_names
+
+    mask = getattr(module, batch_names(layout)["mask"])
+    return [int(np.asarray(mask.decrypt(fhe.Value.deserialize(o))).ravel()[0])
+            for o in outputs]
 
 
 def decode(module, score: bytes) -> int:
@@ -208,15 +264,24 @@ def dask_overhead(circuit: Circuit, chunk: CallTask, partial: bytes
     return chunk_trip, add_trip, register
 
 
-def adult_p2() -> tuple[list[list[int]], int, int]:
-    """Adult's chunk sizes per pair (the cut of ``SessionPlan`` at the default parameter set,
-    em with 10 rounds, a public bound of 50,000 rows) and its score digits."""
+ADULT_ROUNDS = 15
+
+
+def adult_plan():
+    """Adult's session plan at the default parameter set, em with ``ADULT_ROUNDS`` rounds, a
+    public bound of 50,000 rows."""
     from feddpsyn.demo import dataset
     from params.schema import Schema
     from params.session_plan import SessionPlan
 
-    plan = SessionPlan.build(Schema.load(dataset("adult").schema), None, 1.0, 1e-5, None,
-                             "default", 50_000, selection="em", rounds=10)
+    return SessionPlan.build(Schema.load(dataset("adult").schema), None, 1.0, 1e-5, None,
+                             "default", 50_000, selection="em", rounds=ADULT_ROUNDS)
+
+
+def adult_p2() -> tuple[list[list[int]], int, int]:
+    """Adult's chunk sizes per pair (the cut of ``SessionPlan``, :func:`adult_plan`) and its
+    score digits."""
+    plan = adult_plan()
     per_pair: dict[int, list[int]] = {}
     for index, _, size in plan.indif_chunks():
         per_pair.setdefault(index, []).append(size)
@@ -247,7 +312,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few minutes")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--candidates", type=int, default=4)
+    parser.add_argument("--candidates", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=3,
+                        help="candidates a P3 batch holds at most here")
+    parser.add_argument("--adult-batch", type=int, default=None,
+                        help="candidates a P3 batch holds at most in the Adult model "
+                             "(default: the session plan's layout)")
     args = parser.parse_args()
     pairs = PAIRS["quick" if args.quick else "full"]
     rounds = args.rounds or (1 if args.quick else 3)
@@ -255,7 +325,7 @@ def main() -> None:
     chunks = sum(pairs)
 
     directory = Path(tempfile.mkdtemp(prefix="scaleout-"))
-    module, selection = build(args.candidates, directory)
+    module, selection, layout = build(args.candidates, args.batch, directory)
     circuit = Circuit.of_files("bench", directory / "server.zip", directory / "keys.bin")
     groups, exact = chunk_groups(module, pairs, seed=1)
     pair_tasks = [PairTask(tuple(group)) for group in groups]
@@ -279,6 +349,8 @@ def main() -> None:
     inside: dict[str, list[float]] = {name: [] for name in executors}
     cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in executors}
     p3: dict[str, list[float]] = {name: [] for name in executors}
+    p3_batched: dict[str, list[float]] = {name: [] for name in executors}
+    p3_batched_inside: dict[str, list[float]] = {name: [] for name in executors}
     reference_hots: list[list[int]] = []
     names = list(executors)
     selects = None
@@ -300,8 +372,9 @@ def main() -> None:
                 assert [decode(module, out[0]) for out in whole] == exact
             if selects is None:
                 candidates = (scores * args.candidates)[:args.candidates]
-                selects = [select_task(module, selection, candidates) for _ in range(rounds)]
-            for r, task in enumerate(selects):
+                selects = [select_round(module, selection, layout, candidates)
+                           for _ in range(rounds)]
+            for r, (task, batched) in enumerate(selects):
                 started = time.perf_counter()
                 outputs = executor.map(circuit, [task])[0]
                 p3[name].append(time.perf_counter() - started)
@@ -310,11 +383,19 @@ def main() -> None:
                 if len(reference_hots) <= r:
                     reference_hots.append(hot)
                 assert hot == reference_hots[r], f"{name}: a P3 output differs"
+                recording = Recording(executor)
+                started = time.perf_counter()
+                outputs = batched_select(recording, circuit, layout, *batched)
+                p3_batched[name].append(time.perf_counter() - started)
+                p3_batched_inside[name].append(sum(recording.run_seconds))
+                assert batched_one_hot(module, layout, outputs) == hot, \
+                    f"{name}: the batched round differs from the single call"
             print(f"repeat {repeat} {name}: P2 {p2[name][-1]:.1f} s ({inside[name][-1]:.1f} s "
                   f"inside concrete)"
                   + (f" (one task per pair: {p2_per_pair[-1]:.1f} s)" if name == "2 workers"
                      else "")
-                  + f", P3 {np.mean(p3[name][-rounds:]):.1f} s a call", flush=True)
+                  + f", P3 {np.mean(p3[name][-rounds:]):.1f} s a call, "
+                  f"{np.mean(p3_batched[name][-rounds:]):.1f} s a batched round", flush=True)
 
     # Per-task overhead, apart from the timings above.
     from concrete import fhe
@@ -344,8 +425,15 @@ def main() -> None:
     print(f"\nP2 ({chunks} chunks + {chunks - len(pairs)} adds, median of {repeats}): "
           + ", ".join(f"{n} {s:.1f} s" for n, s in p2_median.items())
           + f"; 2 workers, one task per pair: {per_pair_median:.1f} s")
+    p3_batched_median = {n: float(np.median(v)) for n, v in p3_batched.items()}
     print("P3 (one call a round, median): "
           + ", ".join(f"{n} {s:.1f} s" for n, s in p3_median.items()))
+    print(f"P3 by candidate batches ({layout.count} batches of {layout.size}, "
+          f"{3 * layout.count + 2} tasks in 5 steps, median): "
+          + ", ".join(f"{n} {s:.1f} s" for n, s in p3_batched_median.items()))
+    p3_speedup = p3_batched_median["1 worker"] / p3_batched_median["2 workers"]
+    print(f"P3 batched speedup 2 workers: {p3_speedup:.2f} (same run; the one call on 2 "
+          f"workers vs 1: x{p3_median['1 worker'] / p3_median['2 workers']:.2f})")
     print(f"overhead per task: task pickle {len(blob) / 1e3:.1f} KB in {pickling * 1e3:.2f} ms, "
           f"one ciphertext serialise+parse {value_codec * 1e3:.2f} ms, round trip on a warm "
           f"worker process outside concrete {one_trip * 1e3:.1f} ms a chunk task, "
@@ -402,9 +490,46 @@ def main() -> None:
         print(f"  {cores:>3} cores: P2 {minutes:.1f} min (one task per pair: {per_pair:.1f} "
               f"min); overhead {share:.2%} of task time ({o / add_cost:.2%} on an add, the "
               f"smallest task)")
-    print(f"  P3 does not shorten with workers (one call a round): "
-          f"{p3_median['1 worker']:.1f} s a round at {args.candidates} candidates here; "
-          f"compare FedDPSyn {FEDDPSYN_A6000_MIN} min (A6000), Fu et al. {FU_ET_AL_MIN} min")
+    p2_minutes = {}
+    for cores in (2, 16, 64, 192):
+        chunk_step = longest_first([c + o for c in costs], cores)
+        add_step = sum(math.ceil(n / cores) * (add_cost + o) for n in levels)
+        p2_minutes[cores] = (chunk_step + add_step + max(load, dask_register)) / 60
+
+    # P3 (module docstring): seconds per bootstrap measured on one worker, one thread.
+    from crypto.selection import batch_layout, batched_pbs_estimate, pbs_estimate
+
+    batched_spb = (float(np.median(p3_batched_inside["1 worker"]))
+                   / batched_bootstraps(module, layout))
+    single_spb = (float(np.median(p3["1 worker"]))
+                  / module.select.statistics["programmable_bootstrap_count"])
+    adult_selection = adult_plan().selection
+    adult_shape = adult_selection.shape
+    adult_layout = (adult_selection.batches if args.adult_batch is None
+                    else batch_layout(adult_shape.candidates, args.adult_batch))
+    per_call = batched_pbs_estimate(adult_shape, adult_layout)
+    single_round = pbs_estimate(adult_shape) * single_spb + o
+    print(f"\nMODEL (not a measurement): Adult's P3, {ADULT_ROUNDS} rounds over "
+          f"{adult_shape.candidates} candidates ({adult_shape.score_bits} score digits, n_b = "
+          f"{adult_shape.nb}); by batches: {adult_layout.count} batches of {adult_layout.size}, "
+          f"{per_call['round']:,} bootstraps a round (one call: {pbs_estimate(adult_shape):,}); "
+          f"{batched_spb * 1e3:.1f} ms a bootstrap in the batched functions, "
+          f"{single_spb * 1e3:.1f} ms in the one call (measured here, one worker); o = "
+          f"{o * 1e3:.0f} ms a task")
+    for cores in (2, 16, 64, 192):
+        waves = math.ceil(adult_layout.count / cores)
+        round_s = (waves * (per_call["maximum"] + per_call["pick"] + per_call["mask"])
+                   * batched_spb + 3 * waves * o
+                   + (per_call["combine_maximum"] + per_call["least"]) * batched_spb + 2 * o)
+        share = o * (3 * adult_layout.count + 2) / (per_call["round"] * batched_spb)
+        p3_min = ADULT_ROUNDS * round_s / 60
+        print(f"  {cores:>3} cores: P3 {p3_min:.1f} min by batches ({round_s:.0f} s a round; "
+              f"overhead {share:.2%} of task time), one call a round "
+              f"{ADULT_ROUNDS * single_round / 60:.1f} min; online phase P2 + P3 "
+              f"{p2_minutes[cores] + p3_min:.1f} min (one call a round: "
+              f"{p2_minutes[cores] + ADULT_ROUNDS * single_round / 60:.1f} min)")
+    print(f"  compare FedDPSyn {FEDDPSYN_A6000_MIN} min (A6000), Fu et al. {FU_ET_AL_MIN} min "
+          f"(WAN); the model gives each worker a core of its own and one OpenMP thread")
     print(f"speedup 2 workers: {p2_median['1 worker'] / p2_median['2 workers']:.2f}")
 
 

@@ -1,7 +1,7 @@
 """The compute server's executors (``computeserver.executor``) on a tiny P2 + P3 module: a
 local Dask cluster of two worker processes on loopback and a local spawn pool decrypt to
-exactly what the in-process path gives, and a worker killed mid-task costs a retry, not a
-result.
+exactly what the in-process path gives (P2's scores, P3's one call and P3 by candidate
+batches), and a worker killed mid-task costs a retry, not a result.
 
 Cost: the module is compiled and keyed once for the file (about 12 s), and the cluster's
 workers start (and import concrete) in a thread meanwhile; every circuit is a few dozen
@@ -22,16 +22,21 @@ import pytest
 from computeserver.dask_executor import DaskExecutor
 from computeserver.executor import (CallTask, Circuit, InProcessExecutor, LocalPoolExecutor,
                                     map_summed)
+from computeserver.selection import batched_select
 from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.private_selection import PrivateSelectionShape, compile_private_selection, indif_name
-from crypto.selection import (SelectionShape, clear_arguments, random_priorities, random_share,
-                              thresholds)
+from crypto.private_selection import (PrivateSelectionShape, batch_names,
+                                      compile_private_selection, indif_name)
+from crypto.selection import (BatchLayout, SelectionShape, batch_randomness, clear_arguments,
+                              random_priorities, random_share, thresholds)
 
 # The smallest module with every function the compute server sends to workers: P2 on chunks
-# of 2 and 4 cells at k = 4, add, and P3 over two candidates (72 MB of evaluation keys).
+# of 2 and 4 cells at k = 4, add, and P3 over three candidates, as one call and in two
+# batches of two (one padding position).
 K = 4
-SELECTION = SelectionShape(candidates=2, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 3))
-SHAPE = PrivateSelectionShape(count_bits=K, chunk_sizes=(2, 4), selection=SELECTION)
+SELECTION = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 3))
+LAYOUT = BatchLayout(candidates=3, size=2)
+SHAPE = PrivateSelectionShape(count_bits=K, chunk_sizes=(2, 4), selection=SELECTION,
+                              batches=LAYOUT)
 EPS = Fraction(1, 2)
 # Pair 0 is three chunks (two levels of adds, one carried over a level), pair 1 one chunk.
 PAIR_CHUNKS = ((4, 2, 2), (2,))
@@ -67,7 +72,8 @@ def dask_cluster(booting_cluster):
 def step(booting_cluster, tmp_path_factory):
     """The module and its circuit files as the compute server stores them; one step's P2
     tasks (chunks grouped by pair) with the clear InDif they must give; P3 tasks built from
-    the in-process scores; and the in-process path's results: (scores, one-hot outputs)."""
+    the in-process scores and a batched round's inputs; and the in-process path's results:
+    (scores, one-hot outputs, the batched round's one-hot)."""
     module = compile_private_selection(SHAPE, thresholds(SELECTION, EPS), 2.0 ** -40)
     module.keygen(seed=11, encryption_seed=12)
     directory = tmp_path_factory.mktemp("circuit")
@@ -96,20 +102,49 @@ def step(booting_cluster, tmp_path_factory):
     selects = select_tasks(module, scores)
     outputs = in_process.map(circuit, selects)
     assert all(sum(one_hot(module, out)) == 1 for out in outputs)
-    return module, circuit, groups, selects, (scores, outputs)
+    batched = batched_round(module, scores)
+    hot = batched_one_hot(module, batched_select(in_process, circuit, LAYOUT, *batched))
+    assert sum(hot) == 1
+    return module, circuit, groups, selects, (scores, outputs), (batched, hot)
 
 
 def select_tasks(module, candidates: list[bytes]) -> list[CallTask]:
-    """One P3 call (candidates in the compute server's order: second first), the key
-    server's shares encrypted."""
+    """One P3 call (candidates in the compute server's order: second first, then the first
+    again), the key server's shares encrypted."""
     randbits = random.Random(7).getrandbits
-    args = clear_arguments(np.zeros((1, 2, SELECTION.score_bits), dtype=np.int64),
-                           np.array([1, 1]), random_share(SELECTION, randbits),
+    args = clear_arguments(np.zeros((1, 3, SELECTION.score_bits), dtype=np.int64),
+                           np.array([1, 1, 1]), random_share(SELECTION, randbits),
                            random_share(SELECTION, randbits),
                            random_priorities(SELECTION, randbits))
-    shares = module.select.encrypt(None, None, None, args[2], args[3], None, None)
-    return [CallTask("select", (candidates[1], candidates[0], args[1],
-                                *[v.serialize() for v in shares[3:5]], *args[4:]))]
+    shares = module.select.encrypt(None, None, None, None, args[2], args[3], None, None)
+    return [CallTask("select", (candidates[1], candidates[0], candidates[0], args[1],
+                                *[v.serialize() for v in shares[4:6]], *args[4:]))]
+
+
+def batched_round(module, candidates: list[bytes]) -> tuple:
+    """``batched_select``'s arguments after the layout: the candidates in the compute
+    server's order (one of them inactive), the key server's encrypted shares per batch, the
+    compute server's bits."""
+    randbits = random.Random(9).getrandbits
+    r_ks, priority = batch_randomness(SELECTION, LAYOUT, randbits)
+    r_cs = random_share(SelectionShape(LAYOUT.positions, 4, 0, 2, (3, 3)), randbits)
+    pick = getattr(module, batch_names(LAYOUT)["pick"])
+    n, shares = LAYOUT.size, []
+    for b in range(LAYOUT.count):
+        part = LAYOUT.batch(b)
+        encrypted = pick.encrypt(*([None] * (n + 2)), r_ks[:, part], priority[:, part],
+                                 None, None)
+        shares += [encrypted[n + 2].serialize(), encrypted[n + 3].serialize()]
+    active = np.array([1, 0, 1, 0])  # the last position is padding
+    return [candidates[1], candidates[0], candidates[0]], active, shares, r_cs
+
+
+def batched_one_hot(module, outputs: list[bytes]) -> list[int]:
+    from concrete import fhe
+
+    mask = getattr(module, batch_names(LAYOUT)["mask"])
+    return [int(np.asarray(mask.decrypt(fhe.Value.deserialize(o))).ravel()[0])
+            for o in outputs]
 
 
 def decode(module, score: bytes) -> int:
@@ -163,7 +198,7 @@ def kill_when(pids_busy, killed: list[int], grace: float) -> threading.Thread:
 
 
 def test_dask_cluster_decrypts_to_the_in_process_scores_and_one_hots(step, dask_cluster):
-    module, circuit, groups, selects, (scores, outputs) = step
+    module, circuit, groups, selects, (scores, outputs), (batched, hot) = step
     executor = DaskExecutor(client=dask_cluster)
     assert len(dask_cluster.scheduler_info()["workers"]) == 2
     seen: list[tuple[int, int]] = []
@@ -178,10 +213,16 @@ def test_dask_cluster_decrypts_to_the_in_process_scores_and_one_hots(step, dask_
     # The circuit reached each worker process once, through the plugin, and loaded once.
     pids = set(dask_cluster.run(os.getpid).values())
     assert set(executor.stats.load_seconds) <= pids
+    # P3 by candidate batches: 3 steps of 2 tasks and 2 combines, progress across them.
+    seen.clear()
+    assert batched_one_hot(module, batched_select(
+        executor, circuit, LAYOUT, *batched,
+        progress=lambda done, total: seen.append((done, total)))) == hot
+    assert [d for d, _ in seen] == list(range(1, 9)) and seen[-1][1] == 8
 
 
 def test_dask_worker_killed_mid_task_has_its_task_run_again(step, dask_cluster):
-    module, circuit, groups, _, (scores, _) = step
+    module, circuit, groups, _, (scores, _), _ = step
     executor = DaskExecutor(client=dask_cluster)
     executor.map(circuit, groups[1])  # the circuit loaded on the workers
     pids = dask_cluster.run(os.getpid)
@@ -200,7 +241,7 @@ def test_dask_worker_killed_mid_task_has_its_task_run_again(step, dask_cluster):
 
 
 def test_executor_local_pool_decrypts_to_the_in_process_path_despite_a_killed_worker(step):
-    module, circuit, groups, selects, (scores, outputs) = step
+    module, circuit, groups, selects, (scores, outputs), (batched, hot) = step
     # One worker: a restart respawns the whole pool, whatever its size.
     executor = LocalPoolExecutor(workers=1)
     counting = CountingRetries(executor)
@@ -213,6 +254,8 @@ def test_executor_local_pool_decrypts_to_the_in_process_path_despite_a_killed_wo
         assert killed[0] not in executor.worker_pids()
         assert (decrypted(module, pool_scores, executor.map(circuit, selects))
                 == decrypted(module, scores, outputs))
+        assert batched_one_hot(module, batched_select(executor, circuit, LAYOUT,
+                                                      *batched)) == hot
     finally:
         pids = executor.worker_pids()
         executor.close()
