@@ -73,7 +73,7 @@ def demo_command() -> list[str]:
             "4", "--selection", "em", "--rounds", str(ADULT_ROUNDS)]
 
 
-def run_demo(out: Path) -> tuple[Path, dict]:
+def run_demo(out: Path) -> dict:
     """The demo, its output in ``out/log``; its wall time, CPU time and peak memory."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log"
@@ -84,9 +84,8 @@ def run_demo(out: Path) -> tuple[Path, dict]:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"the demo failed (exit {done.returncode}); see {log}")
-    return log, {"wall_s": time.perf_counter() - started,
-                 "cpu_s": usage.ru_utime + usage.ru_stime,
-                 "peak_rss_gb": usage.ru_maxrss / 1e6}
+    return {"wall_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_gb": usage.ru_maxrss / 1e6}
 
 
 _STAMPED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) feddpsyn\S* INFO (.*)$")
@@ -202,7 +201,7 @@ def main() -> None:
 
     usage: dict = {}
     if args.run:
-        _, usage = run_demo(args.run)
+        usage = run_demo(args.run)
         log = args.run / "demo" / "state" / "computeserver.log"
     else:
         log = args.log

@@ -20,6 +20,7 @@ from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.table_codec import encode_csv
+from tests.test_servers import wait_released
 
 # Five 6-valued columns: 30 one-way cells, 10 pairs x 36 = 360 two-way cells.
 COLUMNS = [f"c{i}" for i in range(5)]
@@ -73,12 +74,7 @@ def joint_session(tmp_path_factory):
                 agent.upload(csvs[client])
         with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
                          agents) as agent:
-            import time
-            deadline = time.time() + 600
-            while agent.status().state != "released":
-                assert time.time() < deadline, "session not released in time"
-                time.sleep(0.5)
-            document = agent.release()
+            document = wait_released(agent, timeout=600)
         yield ks, peer, created, csvs, document
     finally:
         ks.stop()
