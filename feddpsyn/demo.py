@@ -27,7 +27,8 @@ from common import wire
 from common.credentials import new_token
 from common.serving import write_private
 from params.schema import Schema
-from params.selection_plan import DEFAULT_SPLITS, max_rows_with_room
+from params.operator_bound import stated_max_rows
+from params.selection_plan import DEFAULT_SPLITS
 from params.session_plan import SessionPlan
 from params.table_codec import encode_csv
 from synthesis.central import central_marginals
@@ -230,14 +231,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         # also room for the row-bound check's margin on the noisy 1-ways, so a union of this
         # size is never refused (params.selection_plan.max_rows_with_room).
         rows = sum(len(p.read_text().splitlines()) - 1 for p in csvs)
-        max_rows = int(rows * 1.1) + 10
-        if selection != "none":
-            draft = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
-                                      selection=selection, rounds=rounds, noise=noise)
-            max_rows = max(max_rows, max_rows_with_room(
-                rows, [m.size for m in draft.layout.one_way],
-                *draft.release("one_way").row_bound_noise(),
-                draft.selection.row_bound_delta(delta, epsilon)))
+        max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, noise)
         request = wire.SessionCreate(schema=schema.to_dict(), clients=client_ids,
                                      budget=wire.BudgetSpec(epsilon=epsilon, delta=delta),
                                      max_rows=max_rows,

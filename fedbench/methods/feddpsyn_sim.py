@@ -101,10 +101,11 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
                      joint_parts: list | None = None) -> tuple[list[NoisyMarginal], float]:
     """The published noisy marginals of ``plan``'s releases (or those ``names``), and the
     bytes one client uploads (masked JSON + seed); ``noise``: "two-server" (today's
-    servers) or "joint" (module docstring); each joint release's (shape, marginals) is
+    servers), "joint" (module docstring) or "plan" (what the plan decided per release: its
+    joint shape, else the two servers' Gaussians); each joint release's (shape, marginals) is
     appended to ``joint_parts`` for the session's check."""
-    if noise not in ("two-server", "joint"):
-        raise ValueError("noise is 'two-server' or 'joint'")
+    if noise not in ("two-server", "joint", "plan"):
+        raise ValueError("noise is 'two-server', 'joint' or 'plan'")
     k = plan.parameters.count_bits
     seeds = [new_seed() for _ in client_counts]
     masks = [expand_masks(s, session_id, f"c{i}", len(c), k)
@@ -116,7 +117,7 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
         if names is not None and spec.name not in names:
             continue
         cells = plan.layout.cells_of(plan.slots_of(spec))
-        if noise == "joint":
+        if noise == "joint" or (noise == "plan" and spec.joint is not None):
             # A shape the servers' rule already chose (servers_split), else this release's own.
             shape = spec.joint if spec.joint is not None else joint_shape(plan, spec)
             if joint_parts is not None:

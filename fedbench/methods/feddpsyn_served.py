@@ -1,0 +1,146 @@
+"""``feddpsyn-served`` / ``feddpsyn-served-noisy-greedy``: what the two servers publish, with
+every decision the servers' own.
+
+``feddpsyn_sim``'s variants vary one thing at a time (a noise, an allocation) against a plan
+built for the comparison. These two build the session exactly as the servers do and follow
+every decision the servers make, through the same functions, so their errors are those of a
+served session (in distribution; the randomness is fresh):
+
+* **The plan** is ``SessionPlan.build`` with the servers' defaults: ``noise="auto"``, the
+  selection's default budget split, and ``max_rows`` stated as the demo states it
+  (``params.operator_bound.stated_max_rows``: rows + 10% + 10, with room for the row-bound
+  check's margin).
+* **Each release** carries the noise the plan gave it: its joint shape (one noise that
+  neither server knows, ``crypto.joint_noise``'s exact integer model) or, where the rule
+  declined, the two servers' discrete Gaussians (``feddpsyn_sim.simulate_release``, noise
+  "plan").
+* **The row-bound check** runs on the published 1-ways as both servers run it
+  (``SessionPlan.check_row_bound``); a refusal raises, as the session would be refused.
+* **The selection**: em's encrypted rounds as their exact integer model; noisy-greedy's scores
+  with the noise the plan gives them (the two servers' Gaussians, or the plan's joint shape
+  where the plan has one: ``SelectionPlan.score_joint``), then the key server's greedy rule
+  (PrivSyn's c^(2/3) allocation where the plan splits the 2-way release, else the even one),
+  priced by the plan's 2-way rho.
+* **The 2-way release** is ``SessionPlan.resolve`` of the chosen pairs: em's release with its
+  shape, noisy-greedy's split into one joint release per pair size, or the even two-server
+  fallback the rule decides from public information.
+
+The accounting is the plan's: rho spent is the 1-ways' rho, the selection's charge and the
+resolved 2-way release's rho. It is below the budget's rho at the requested delta by the
+delta the plan reserves for its failure terms (bootstraps, the row bound, the joint noises'
+conditioning mass), which are spent as delta, not rho.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import numpy as np
+
+from crypto.joint_noise import draw_bits, joint_noise_plaintext
+from dp.discrete_gaussian import discrete_gaussian_vector
+from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
+from dp.privsyn_allocation import greedy_select_allocated
+from crypto.selection import em_rounds_model, thresholds
+from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.feddpsyn_sim import default_rounds, simulate_release
+from params.operator_bound import stated_max_rows
+from params.schema import Schema
+from params.session_plan import SessionPlan
+from synthesis.marginals import NoisyMarginal
+from synthesis.synthesize import synthesize_records
+
+__all__ = ["feddpsyn_served", "feddpsyn_served_noisy_greedy", "served_plan", "served_selection"]
+
+
+def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
+                rounds: int | None) -> SessionPlan:
+    """The plan the servers build for a session over ``rows`` records (module docstring)."""
+    max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, "auto")
+    return SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
+                             selection=selection, rounds=rounds, noise="auto")
+
+
+def _score_noise(plan: SessionPlan, pairs: int) -> tuple[np.ndarray, str]:
+    """noisy-greedy's score noise as the servers add it: one joint noise per score where the
+    plan gives the scores a joint shape, else the compute server's and the key server's
+    independent discrete Gaussians."""
+    shape = getattr(plan.selection, "score_joint", None)
+    if shape is not None:
+        return (np.asarray(joint_noise_plaintext(shape, draw_bits(pairs, shape),
+                                                 draw_bits(pairs, shape)), dtype=np.int64),
+                f"joint {shape.uniforms}x{shape.bits}")
+    sigma2 = plan.selection.noise_sigma2
+    return (discrete_gaussian_vector(sigma2, pairs) + discrete_gaussian_vector(sigma2, pairs),
+            f"two-server sigma2 {sigma2} each")
+
+
+def served_selection(plan: SessionPlan, union_counts: np.ndarray,
+                     one_way: list[NoisyMarginal]) -> tuple[list[tuple[int, int]], str]:
+    """The pairs the servers choose (module docstring) and, for noisy-greedy, the scores'
+    noise."""
+    selection = plan.selection
+    pairs = [slot.attrs for slot in plan.layout.two_way]
+    expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs,
+                                         selection.max_rows)
+    scores = indif_scores({slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
+                           for slot in plan.layout.two_way}, expected)
+    if selection.mode == "em":
+        picks = em_rounds_model([scores[p] for p in pairs], selection.shape,
+                                thresholds(selection.shape, selection.step.epsilon),
+                                selection.rounds)
+        return [pairs[i] for i in picks], ""
+    noise, how = _score_noise(plan, len(pairs))
+    noisy = {p: scores[p] + int(z) for p, z in zip(pairs, noise)}
+    two_way = plan.release("two_way")
+    rule = greedy_select_allocated if two_way.allocation == "privsyn" else greedy_select
+    cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
+    return rule(noisy, cells, two_way.rho), how
+
+
+def _served(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
+            delta: float, seed: int, selection: str, rounds: int | None) -> MethodResult:
+    plan = served_plan(schema, len(records), epsilon, delta, selection, rounds)
+    counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
+    one_way_spec = plan.release("one_way")
+    one_way, upload = simulate_release(plan, counts, names=("one_way",), noise="plan")
+    bound = plan.check_row_bound([m.counts.ravel() for m in one_way])
+    if not bound.holds:
+        raise RuntimeError(f"the servers would refuse this union: {bound.message()}")
+    chosen, score_noise = served_selection(plan, np.sum(counts, axis=0), one_way)
+    spent = one_way_spec.rho + plan.selection.rho_charged
+    notes = {"selection": selection, "selected_pairs": chosen,
+             "one_way_noise": plan.noise_statement(one_way_spec),
+             "max_rows": plan.max_rows, "delta_reserved": plan.delta - plan.delta_conversion}
+    if score_noise:
+        notes["score_noise"] = score_noise
+    noisy = list(one_way)
+    if chosen:
+        resolved = plan.resolve(plan.release("two_way"), chosen)
+        specs = resolved.parts or (resolved,)
+        final = replace(plan, releases=(one_way_spec,) + tuple(specs))
+        two_way, _ = simulate_release(final, counts, names=tuple(s.name for s in specs),
+                                      noise="plan")
+        noisy += two_way
+        spent += resolved.rho
+        notes["two_way_noise"] = plan.noise_statement(resolved)
+        notes["two_way_per_count_variance"] = float(plan.per_count_variance(resolved))
+    synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
+    unspent = (f"the plan reserves delta {notes['delta_reserved']:.3g} of {delta:g} for its "
+               "failure terms, so its rho is converted at the smaller delta")
+    if not chosen:
+        unspent += "; the greedy rule kept no pair, so the 2-way share is not released"
+    return MethodResult(synth, Fraction(spent), budget_rho(epsilon, delta),
+                        bytes_per_client=upload, notes=notes, unspent_reason=unspent)
+
+
+def feddpsyn_served(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """The servers' em session (rounds as ``feddpsyn``'s), every noise as the plan decides."""
+    return _served(records, owner, schema, epsilon, delta, seed, "em",
+                   default_rounds(len(schema.domain_sizes)))
+
+
+def feddpsyn_served_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """The servers' noisy-greedy session, every noise as the plan decides."""
+    return _served(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None)

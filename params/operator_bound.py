@@ -1,0 +1,32 @@
+"""The operator's public bound on the union's rows (``max_rows``), as the demo states it.
+
+An operator states ``max_rows`` from what the owners declare; the demo (and the benchmark's
+simulation of the servers, ``fedbench.methods.feddpsyn_served``) states it from the table's
+row count with 10% room, plus, with a selection, room for the row-bound check's margin on the
+noisy 1-ways (``params.selection_plan.max_rows_with_room``): a union of the declared size is
+then never refused by the check. One function, so the benchmark sizes its sessions exactly as
+the demo does.
+"""
+
+from __future__ import annotations
+
+from params.schema import Schema
+from params.selection_plan import max_rows_with_room
+from params.session_plan import SessionPlan
+
+__all__ = ["stated_max_rows"]
+
+
+def stated_max_rows(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
+                    rounds: int | None, noise: str, parameter_set: str = "default") -> int:
+    """``max_rows`` for a union of ``rows`` records: rows + 10% + 10, and with a selection at
+    least the row-bound check's room at the plan's 1-way noise."""
+    max_rows = int(rows * 1.1) + 10
+    if selection == "none":
+        return max_rows
+    draft = SessionPlan.build(schema, None, epsilon, delta, None, parameter_set, max_rows,
+                              selection=selection, rounds=rounds, noise=noise)
+    return max(max_rows, max_rows_with_room(
+        rows, [m.size for m in draft.layout.one_way],
+        *draft.release("one_way").row_bound_noise(),
+        draft.selection.row_bound_delta(delta, epsilon)))
