@@ -19,7 +19,8 @@ from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pair
                                            feddpsyn_joint, feddpsyn_noisy_greedy,
                                            feddpsyn_noisy_greedy_joint,
                                            feddpsyn_noisy_greedy_joint_privsyn, feddpsyn_sim)
-from fedbench.methods.feddpsyn_served import feddpsyn_served, feddpsyn_served_noisy_greedy
+from fedbench.methods.feddpsyn_served import (feddpsyn_served, feddpsyn_served_all,
+                                              feddpsyn_served_noisy_greedy)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -39,6 +40,7 @@ METHODS = {
     "feddpsyn-joint": feddpsyn_joint,
     "feddpsyn-all-joint": feddpsyn_all_pairs_joint,
     "feddpsyn-served": feddpsyn_served,
+    "feddpsyn-served-all": feddpsyn_served_all,
     "feddpsyn-served-noisy-greedy": feddpsyn_served_noisy_greedy,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,

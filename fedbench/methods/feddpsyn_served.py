@@ -51,7 +51,8 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_served", "feddpsyn_served_noisy_greedy", "served_plan", "served_selection"]
+__all__ = ["feddpsyn_served", "feddpsyn_served_all", "feddpsyn_served_noisy_greedy", "served_plan",
+           "served_rounds", "served_selection"]
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
@@ -105,14 +106,21 @@ def _served(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: flo
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     one_way_spec = plan.release("one_way")
     one_way, upload = simulate_release(plan, counts, names=("one_way",), noise="plan")
-    bound = plan.check_row_bound([m.counts.ravel() for m in one_way])
-    if not bound.holds:
-        raise RuntimeError(f"the servers would refuse this union: {bound.message()}")
-    chosen, score_noise = served_selection(plan, np.sum(counts, axis=0), one_way)
-    spent = one_way_spec.rho + plan.selection.rho_charged
+    if plan.selection is not None:
+        bound = plan.check_row_bound([m.counts.ravel() for m in one_way])
+        if not bound.holds:
+            raise RuntimeError(f"the servers would refuse this union: {bound.message()}")
+    if plan.selection is None:
+        chosen, score_noise = [slot.attrs for slot in plan.layout.two_way], ""
+        spent = one_way_spec.rho
+    else:
+        chosen, score_noise = served_selection(plan, np.sum(counts, axis=0), one_way)
+        spent = one_way_spec.rho + plan.selection.rho_charged
     notes = {"selection": selection, "selected_pairs": chosen,
              "one_way_noise": plan.noise_statement(one_way_spec),
              "max_rows": plan.max_rows, "delta_reserved": plan.delta - plan.delta_conversion}
+    if plan.selection is not None and plan.selection.mode == "em":
+        notes["rounds"] = plan.selection.rounds
     if score_noise:
         notes["score_noise"] = score_noise
     noisy = list(one_way)
@@ -128,17 +136,48 @@ def _served(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: flo
         notes["two_way_per_count_variance"] = float(plan.per_count_variance(resolved))
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
     unspent = (f"the plan reserves delta {notes['delta_reserved']:.3g} of {delta:g} for its "
-               "failure terms, so its rho is converted at the smaller delta")
+               "failure terms, so its rho is converted at the smaller delta"
+               if notes["delta_reserved"] > 0 else "")
     if not chosen:
         unspent += "; the greedy rule kept no pair, so the 2-way share is not released"
     return MethodResult(synth, Fraction(spent), budget_rho(epsilon, delta),
                         bytes_per_client=upload, notes=notes, unspent_reason=unspent)
 
 
+def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> int:
+    """em's rounds: ``feddpsyn``'s default (a quarter of the pairs), or fewer where the servers
+    would refuse it (each round's bootstraps reserve delta, and the reserve may take at most
+    half of delta: Adult at delta 1e-5 is refused at 52 rounds): the most the plan accepts,
+    found by bisection (the reserve grows with the rounds)."""
+    def accepted(rounds: int) -> bool:
+        try:
+            served_plan(schema, rows, epsilon, delta, "em", rounds)
+        except ValueError:
+            return False
+        return True
+
+    high = default_rounds(len(schema.domain_sizes))
+    if accepted(high):
+        return high
+    low = 1
+    if not accepted(low):
+        raise ValueError("the servers refuse even one em round at this budget")
+    while high - low > 1:  # bounded: log2(pairs) steps
+        mid = (low + high) // 2
+        low, high = (mid, high) if accepted(mid) else (low, mid)
+    return low
+
+
 def feddpsyn_served(records, owner, schema, epsilon, delta, seed) -> MethodResult:
-    """The servers' em session (rounds as ``feddpsyn``'s), every noise as the plan decides."""
+    """The servers' em session (``feddpsyn``'s rounds where the servers accept them, else the
+    most they accept: :func:`served_rounds`), every noise as the plan decides."""
     return _served(records, owner, schema, epsilon, delta, seed, "em",
-                   default_rounds(len(schema.domain_sizes)))
+                   served_rounds(schema, len(records), epsilon, delta))
+
+
+def feddpsyn_served_all(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """The servers' session without selection (every pair; Adult's demo default)."""
+    return _served(records, owner, schema, epsilon, delta, seed, "none", None)
 
 
 def feddpsyn_served_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> MethodResult:
