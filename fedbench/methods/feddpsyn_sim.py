@@ -27,6 +27,8 @@ noisy-greedy's 2-way release split by PrivSyn's allocation: ``feddpsyn-noisy-gre
 privsyn`` takes that release's shapes, or its even two-server fallback, from the servers'
 own function (:func:`servers_split`); noisy-greedy's scores and the other releases' shapes
 here are this module's (:func:`joint_shape`), which measures what wiring them would buy.
+``fedbench.methods.feddpsyn_served`` is the other way round: a session exactly as the
+servers plan and run it, every shape and fallback theirs.
 Each joint session is checked end to end
 (:func:`joint_session_delta`): its conditioned Renyi curve (the joint parts) plus the em
 selection's rho, converted at the requested epsilon, plus every part's failure mass, is at
