@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from clients.agent import ClientAgent
 from common import wire
 from dp.joint_noise_accounting import JointNoiseShape
-from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.table_codec import encode_csv
-from tests.test_servers import wait_released
+from tests.served import serve
 
 # Five 6-valued columns: 30 one-way cells, 10 pairs x 36 = 360 two-way cells.
 COLUMNS = [f"c{i}" for i in range(5)]
@@ -45,40 +43,20 @@ def write_csvs(directory: Path) -> dict[str, Path]:
     return paths
 
 
-def post_session(url: str, operator: str, noise: str = "auto") -> wire.SessionCreated:
-    request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
-                                 budget=wire.BudgetSpec(epsilon=1.0, delta=1e-6),
-                                 max_rows=1000, noise=noise,
-                                 selection=wire.SelectionRequest(mode="none"))
-    r = httpx.post(f"{url}/sessions", content=request.model_dump_json(by_alias=True),
-                   headers={"Authorization": f"Bearer {operator}",
-                            "Content-Type": "application/json"}, timeout=300)
-    assert r.status_code == 201, r.text
-    return wire.SessionCreated.model_validate_json(r.content)
+def session_request(noise: str = "auto") -> wire.SessionCreate:
+    return wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                              budget=wire.BudgetSpec(epsilon=1.0, delta=1e-6),
+                              max_rows=1000, noise=noise,
+                              selection=wire.SelectionRequest(mode="none"))
 
 
 @pytest.fixture(scope="module")
 def joint_session(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    try:
-        operator = (state / "keyserver" / "operator.token").read_text().strip()
+    csvs = write_csvs(tmp_path_factory.mktemp("csv"))
+    with serve(tmp_path_factory, session_request(), csvs, timeout=600) as (
+            ks, state, created, document):
         peer = (state / "peer.token").read_text().strip()
-        created = post_session(ks.url, operator)
-        csvs = write_csvs(tmp_path_factory.mktemp("csv"))
-        agents = tmp_path_factory.mktemp("agents")
-        sid = created.session.session_id
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
-                             agents) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
-                         agents) as agent:
-            document = wait_released(agent, timeout=600)
         yield ks, peer, created, csvs, document
-    finally:
-        ks.stop()
-        cs.stop()
 
 
 def truth(csvs) -> np.ndarray:

@@ -19,6 +19,7 @@ from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.table_codec import encode_csv
+from tests.served import post_session, run_session, serve, wait_released
 
 SCHEMA = {"name": "tiny", "columns": [
     {"name": "age", "type": "continuous", "min": 0, "max": 100, "bins": 4},
@@ -43,29 +44,16 @@ def write_client_csvs(directory: Path, seed: int = 0) -> dict[str, Path]:
     return paths
 
 
-def create_session(ks_url: str, operator: str, epsilon: float = 50.0,
-                   selection: str = "none", rounds: int | None = None,
-                   max_rows: int = 1000) -> wire.SessionCreated:
-    request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
-                                 budget=wire.BudgetSpec(epsilon=epsilon, delta=1e-6),
-                                 max_rows=max_rows,
-                                 selection=wire.SelectionRequest(mode=selection, rounds=rounds))
-    r = httpx.post(f"{ks_url}/sessions", content=request.model_dump_json(by_alias=True),
-                   headers={"Authorization": f"Bearer {operator}",
-                            "Content-Type": "application/json"}, timeout=120)
-    assert r.status_code == 201, r.text
-    return wire.SessionCreated.model_validate_json(r.content)
+def session_request(epsilon: float = 50.0, selection: str = "none", rounds: int | None = None,
+                    max_rows: int = 1000) -> wire.SessionCreate:
+    return wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                              budget=wire.BudgetSpec(epsilon=epsilon, delta=1e-6),
+                              max_rows=max_rows,
+                              selection=wire.SelectionRequest(mode=selection, rounds=rounds))
 
 
-def wait_released(agent: ClientAgent, timeout: float = 120) -> wire.ReleaseDocument:
-    import time
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if agent.status().state == "released":
-            return agent.release()
-        time.sleep(0.3)
-    raise AssertionError("session not released in time")
+def create_session(ks_url: str, operator: str, **request) -> wire.SessionCreated:
+    return post_session(ks_url, operator, session_request(**request), timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +69,10 @@ def servers(tmp_path_factory):
 def released_session(servers, tmp_path_factory):
     ks, cs, state = servers
     operator = (state / "keyserver" / "operator.token").read_text().strip()
-    created = create_session(ks.url, operator)
     csvs = write_client_csvs(tmp_path_factory.mktemp("csv"))
     agent_state = tmp_path_factory.mktemp("agents")
-    for client in CLIENTS:
-        with ClientAgent(ks.url, cs.url, created.session.session_id, client,
-                         created.client_tokens[client], agent_state) as agent:
-            agent.upload(csvs[client])
-    with ClientAgent(ks.url, cs.url, created.session.session_id, CLIENTS[0],
-                     created.client_tokens[CLIENTS[0]], agent_state) as agent:
-        document = wait_released(agent)
+    created, document = run_session(ks, cs, operator, session_request(), csvs, agent_state,
+                                    timeout=120)
     return created, csvs, agent_state, document, operator
 
 
@@ -98,24 +80,10 @@ def released_session(servers, tmp_path_factory):
 def served_session(tmp_path_factory, *, seed: int, timeout: float, **create):
     """Fresh servers, one session created with ``create``, every client's upload, and the
     release document: yields (ks, state, created, csvs, document); stops the servers."""
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    try:
-        operator = (state / "keyserver" / "operator.token").read_text().strip()
-        created = create_session(ks.url, operator, **create)
-        csvs = write_client_csvs(tmp_path_factory.mktemp("csv"), seed=seed)
-        agents = tmp_path_factory.mktemp("agents")
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, created.session.session_id, client,
-                             created.client_tokens[client], agents) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, created.session.session_id, CLIENTS[0],
-                         created.client_tokens[CLIENTS[0]], agents) as agent:
-            document = wait_released(agent, timeout=timeout)
+    csvs = write_client_csvs(tmp_path_factory.mktemp("csv"), seed=seed)
+    with serve(tmp_path_factory, session_request(**create), csvs, timeout) as (
+            ks, state, created, document):
         yield ks, state, created, csvs, document
-    finally:
-        ks.stop()
-        cs.stop()
 
 
 def true_counts(csvs) -> np.ndarray:
