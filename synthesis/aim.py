@@ -89,7 +89,6 @@ post-processing of released values.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +99,7 @@ import numpy as np
 
 from dp.discrete_gaussian import CSPRNG, ExactSampler
 from dp.exponential_mechanism import em_rho, exponential_mechanism
+from params.layout import completion  # AIM's candidates (re-exported: fedbench, benches)
 from synthesis.graphical_model import (Clique, GraphicalModel, cells, marginal_counts,
                                        model_size_mb)
 from synthesis.marginals import NoisyMarginal
@@ -127,16 +127,6 @@ class MarginalOracle(Protocol):
 
 
 # --------------------------------------------------------------------------- workload
-
-
-def completion(workload: Sequence[Clique]) -> list[Clique]:
-    """Every non-empty subset of every workload clique, by size then lexicographically."""
-    out = set()
-    for clique in workload:
-        clique = tuple(sorted(clique))
-        for k in range(1, len(clique) + 1):
-            out.update(itertools.combinations(clique, k))
-    return sorted(out, key=lambda c: (len(c), c))
 
 
 def workload_weights(candidates: Sequence[Clique], workload: Sequence[Clique]) -> list[Fraction]:
