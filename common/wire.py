@@ -184,6 +184,15 @@ class SelectionPublic(StrictModel):
     noise_tail_probability: float | None = Field(
         default=None, description="noisy-greedy: bound on failing closed; the session adds "
                                   "e^eps times it to delta")
+    score_noise: str | None = Field(
+        default=None, description="noisy-greedy: 'joint' (one noise per score neither server "
+                                  "knows, of the shape in 'joint') or 'two-server' (each "
+                                  "server's N_Z(0, noise_sigma2))")
+    joint: JointNoisePublic | None = Field(
+        default=None, description="noisy-greedy with joint scores: the noise's shape")
+    joint_failure: float | None = Field(
+        default=None, description="noisy-greedy with joint scores: the conditioning mass the "
+                                  "exact accounting excludes over every score (a delta term)")
 
 
 class SelectionRound(StrictModel):

@@ -2,8 +2,15 @@
 
 Design concerns:
 
-* **Its noise before anything leaves.** Every pair's encrypted InDif (P2 and chunk sums,
-  shared with ``em``: ``computeserver.selection``) gets z_CS ~ N_Z(0, sigma2) from
+* **Joint scores** (where the plan gives them one joint noise, issue 14;
+  ``params.session_plan.score_shape_for``): this server fetches the key server's encrypted
+  bits a (one set per pair, the same bytes on every request), draws its own bits b per pair
+  from ``secrets`` (``crypto.joint_noise.draw_bits``, fail closed), and runs
+  ``crypto.noisy_scores``'s ``joint``: Enc(InDif + sum_j w_j (a_j xor b_j)), the noise
+  uniform-shaped given b (its view: b, ciphertexts, the chosen pairs, a function of
+  InDif + Z). b is used once and never stored; it adds no Gaussian of its own.
+* **Its noise before anything leaves** (two-server scores). Every pair's encrypted InDif
+  (P2 and chunk sums, shared with ``em``: ``computeserver.selection``) gets z_CS ~ N_Z(0, sigma2) from
   ``dp.discrete_gaussian`` (CSPRNG, drawn when the session is learned:
   ``dp.noise_pool``) under encryption (``crypto.noisy_scores``'s ``noise``),
   so the key server, which decrypts, sees InDif + z_CS only. A draw outside the circuit's
@@ -28,8 +35,9 @@ from common import wire
 from common.serving import write_private
 from computeserver.executor import CallTask, Circuit, Executor
 from computeserver.store import SessionStore
-from crypto.blobs import pack_blobs
-from crypto.noisy_scores import NoiseOutOfRange, noise_operand
+from crypto.blobs import pack_blobs, unpack_blobs
+from crypto.joint_noise import draw_bits
+from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
 from params.session_plan import SCORE_NOISE, SessionPlan
 
 __all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL"]
@@ -61,6 +69,30 @@ class NoisyGreedyRole:
                                "session_id = ?", (session_id,)).fetchone()
         return None if row is None else [tuple(p) for p in json.loads(row["pairs_json"])]
 
+    def _noise_tasks(self, session_id: str, shape: NoisyScoreShape,
+                     scores: list[bytes]) -> list[CallTask]:
+        """Two-server scores: z_CS from the pool under encryption (fails closed)."""
+        noise = self._store.pool_noise(session_id, SCORE_NOISE, np.arange(len(scores)))
+        try:
+            operands = [noise_operand(int(z), shape) for z in noise]
+        except NoiseOutOfRange as exc:
+            self._store.block(session_id, f"noisy-greedy: {exc}")
+            raise
+        return [CallTask("noise", (score, operand)) for score, operand in zip(scores, operands)]
+
+    def _joint_tasks(self, session_id: str, shape: NoisyScoreShape,
+                     scores: list[bytes]) -> list[CallTask]:
+        """Joint scores: the key server's encrypted bits and this server's fresh bits."""
+        response = self._store.peer_request(
+            "GET", f"/peer/sessions/{session_id}/selection/score-bits")
+        if response.status_code != 200:
+            raise RuntimeError(f"key server answered the score bits: {response.status_code} "
+                               f"{wire.error_detail(response, 300)}")
+        ks_bits = unpack_blobs(response.content, expected=len(scores))
+        cs_bits = draw_bits(len(scores), shape.joint)
+        return [CallTask("joint", (score, a, b))
+                for score, a, b in zip(scores, ks_bits, cs_bits)]
+
     def run(self, session_id: str, plan: SessionPlan,
             seeds: dict[str, bytes]) -> list[tuple[int, int]]:
         """Noise every encrypted score, send them, record the chosen pairs (module docstring)."""
@@ -71,16 +103,13 @@ class NoisyGreedyRole:
         if not path.exists():
             shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
             scores = self._candidate_scores(session_id, plan, seeds)
-            noise = self._store.pool_noise(session_id, SCORE_NOISE, np.arange(len(scores)))
-            try:
-                operands = [noise_operand(int(z), shape) for z in noise]
-            except NoiseOutOfRange as exc:
-                self._store.block(session_id, f"noisy-greedy: {exc}")
-                raise
+            if shape.joint is not None:
+                tasks = self._joint_tasks(session_id, shape, scores)
+            else:
+                tasks = self._noise_tasks(session_id, shape, scores)
             self._store.set_progress(session_id, "noisy dependency scores under encryption")
-            noisy = self._executor.map(
-                self._circuit(session_id),
-                [CallTask("noise", (score, operand)) for score, operand in zip(scores, operands)])
+            noisy = self._executor.map(self._circuit(session_id), tasks)
+            del tasks  # b (joint) or the operands: used once, never stored
             write_private(path, pack_blobs([outputs[0] for outputs in noisy]))
         self._store.set_progress(session_id, "waiting for the key server's greedy selection")
         decided = self._store.peer("PUT", f"/peer/sessions/{session_id}/selection/noisy-scores",

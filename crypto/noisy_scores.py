@@ -2,9 +2,10 @@
 
 PrivSyn (Zhang et al. 2021, Section 5.2) selects 2-way marginals greedily from *noisy* InDif
 scores. Here the compute server holds every pair's InDif as encrypted binary digits (Primitive
-2, ``crypto.private_selection``'s ``indif`` and ``add``) and adds its own clear discrete
-Gaussian noise z under encryption, so that the key server, which decrypts, only ever sees
-InDif + z. One concrete module, one key set, three functions:
+2, ``crypto.private_selection``'s ``indif`` and ``add``) and adds noise under encryption,
+so that the key server, which decrypts, only ever sees a noisy score: the compute server's
+clear discrete Gaussian z (two-server scores), or one joint noise Z neither server knows.
+One concrete module, one key set, three functions:
 
 * ``indif_<s>(masked_digits, offset_digits)`` (one per chunk size) and ``add(x, y)``: exactly those of
   ``crypto.private_selection`` (same code, ``score_functions``), without ``select``, so the
@@ -14,23 +15,45 @@ InDif + z. One concrete module, one key set, three functions:
   t = x_j + c_j + carry is in 0..3 (a leveled sum); the carry is one 2-bit lookup
   (t >= 2) and the digit is leveled, t - 2 carry: one bootstrap per digit. The output is the
   ``out_bits`` digits of InDif + z + 2^B, which is never negative and never wraps.
+* ``joint(x, a, b)`` (instead of ``noise``, where the plan gives the scores one joint noise;
+  issue 14): adds Z + span/2 = sum_j w_j (a_j xor b_j) to the score's digits x, a the key
+  server's encrypted bits and b the compute server's clear bits for the K = u w bits of a
+  :class:`dp.joint_noise_accounting.JointNoiseShape` (u uniforms of w bits, weights
+  2^(j mod w)). Construction: the XOR-shared coins of Dwork, Kenthapadi, McSherry, Mironov
+  and Naor (2006), a xor b = a + b - 2ab per bit (leveled: a clear product, never negative
+  on the way; ``crypto.joint_noise``), summed column-wise as in a Wallace-tree multiplier's
+  partial-product columns (Wallace 1964): col_j = the u bits of weight 2^j, at most u, leveled;
+  then one ripple-carry pass with a multi-bit column operand, t_j = x_j + col_j + carry_j,
+  carry_(j+1) = floor(t_j / 2) (one lookup), digit t_j - 2 carry_(j+1) (leveled): out_bits - 1
+  lookups a score, as ``noise``. The lookup's input is at most 2u + 1
+  (:meth:`NoisyScoreShape.column_maxima` computes each column's bound exactly), so the plan
+  caps u (``params.session_plan.SCORE_LOOKUP_BITS``): a wide lookup would enlarge the whole
+  module's keys. Measured on the tiny test module (k = 6, 6-cell chunks, 6-bit scores):
+  compressed evaluation keys 96 MB with ``noise``, 99 / 124 / 237 MB with ``joint`` at
+  2 x 3 / 6 x 3 / 30 x 2 uniforms (3-, 4-, 6-bit lookups), keygen 9-14 s.
+  The output is the out_bits = bitlength(2^n - 1 + span) digits of InDif + Z + span/2: it is
+  never negative (the uncentred sum is) and never wraps (both terms are bounded: no tail, no
+  fail-closed case). The centring is public and exact: :class:`JointNoiseShape` admits only
+  shapes whose mean span/2 is an integer (an even number of uniforms), so
+  :func:`decode_joint_score` subtracts an integer.
 
-Widths. InDif < 2^n (``score_bits``: InDif <= 2 max_rows). B is the smallest integer with
-2^B >= 40 sigma (``NOISE_TAIL_SIGMAS``); then |z| < 2^B gives 0 < InDif + z + 2^B < 2^n + 2^(B+1)
-<= 2^out_bits with out_bits = max(n, B + 1) + 1. Every intermediate's maximum is declared with
-``fhe.hint`` (an input set that misses a maximum makes concrete wrap silently).
+Widths (``noise``). InDif < 2^n (``score_bits``: InDif <= 2 max_rows). B is the smallest
+integer with 2^B >= 40 sigma (``NOISE_TAIL_SIGMAS``); then |z| < 2^B gives 0 < InDif + z +
+2^B < 2^n + 2^(B+1) <= 2^out_bits with out_bits = max(n, B + 1) + 1. Every intermediate's
+maximum is declared with ``fhe.hint`` (an input set that misses a maximum makes concrete
+wrap silently).
 
-The tail (privacy claim). The Gaussian is unbounded, the circuit's operand is not. We never
-clip and never redraw: a draw with |z| >= 2^B **fails closed** (:class:`NoiseOutOfRange`,
-raised before anything is encrypted or sent; the session's selection stops). Aborting
-depends on the noise only, not on the data, but conditioning on "no abort" changes the noise's
-distribution, so it is accounted: for neighbours D, D' and any set S of outcomes,
-P[M'(D) in S] <= P[M(D) in S] <= e^eps P[M(D') in S] + delta
-<= e^eps (P[M'(D') in S] + P[abort]) + delta, i.e. the truncated mechanism M' is
-(eps, delta + e^eps P[abort]). The discrete Gaussian is sigma2-subgaussian (Canonne, Kamath,
-Steinke 2020), so P[|z| >= 2^B] <= 2 exp(-4^B / (2 sigma2)) <= 2 exp(-800) per draw and
-P[abort] <= draws times that (:func:`noise_tail_probability`; :func:`noise_tail_delta`
-rounds the resulting delta up to a positive float).
+The tail (privacy claim, ``noise``). The Gaussian is unbounded, the circuit's operand is
+not. We never clip and never redraw: a draw with |z| >= 2^B **fails closed**
+(:class:`NoiseOutOfRange`, raised before anything is encrypted or sent; the session's
+selection stops). Aborting depends on the noise only, not on the data, but conditioning on
+"no abort" changes the noise's distribution, so it is accounted: for neighbours D, D' and
+any set S of outcomes, P[M'(D) in S] <= P[M(D) in S] <= e^eps P[M(D') in S] + delta <= e^eps
+(P[M'(D') in S] + P[abort]) + delta, i.e. the truncated mechanism M' is (eps, delta + e^eps
+P[abort]). The discrete Gaussian is sigma2-subgaussian (Canonne, Kamath, Steinke 2020), so
+P[|z| >= 2^B] <= 2 exp(-4^B / (2 sigma2)) <= 2 exp(-800) per draw and P[abort] <= draws
+times that (:func:`noise_tail_probability`; :func:`noise_tail_delta` rounds the resulting
+delta up to a positive float).
 """
 
 from __future__ import annotations
@@ -45,10 +68,12 @@ from concrete import fhe
 from crypto._concrete import ensure_tag_stack
 from crypto.private_selection import (check_chunk_sizes, indif_definitions, score_functions,
                                       score_inputsets)
+from dp.joint_noise_accounting import JointNoiseShape
 
 __all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "noise_offset_bits",
            "noise_operand", "noisy_score_plaintext", "decode_noisy_score",
-           "noise_tail_probability", "noise_tail_delta", "compile_noisy_scores"]
+           "noise_tail_probability", "noise_tail_delta", "compile_noisy_scores",
+           "joint_score_plaintext", "decode_joint_score", "decode_score"]
 
 # 2^B >= 40 sigma: P[|z| >= 2^B] <= 2 exp(-800) per draw (module docstring).
 NOISE_TAIL_SIGMAS = 40
@@ -65,20 +90,49 @@ class NoisyScoreShape:
     count_bits: int    # P2's k
     chunk_sizes: tuple[int, ...]  # one ``indif_<s>`` function per chunk size
     score_bits: int    # n: digits of a pair's InDif
-    noise_bits: int    # B: |z| < 2^B, the clear operand is z + 2^B
+    noise_bits: int    # B: |z| < 2^B, the clear operand is z + 2^B (two-server scores)
+    # One joint noise per score (``joint``), or None: the compute server's clear noise.
+    joint: JointNoiseShape | None = None
 
     def __post_init__(self) -> None:
         check_chunk_sizes(self.chunk_sizes)
 
     @property
     def out_bits(self) -> int:
-        """Digits of InDif + z + 2^B (module docstring)."""
+        """Digits of InDif + z + 2^B, or of InDif + sum of the uniforms (module docstring)."""
+        if self.joint is not None:
+            return ((1 << self.score_bits) - 1 + self.joint.span).bit_length()
         return max(self.score_bits, self.noise_bits + 1) + 1
 
     @property
+    def noise_function(self) -> str:
+        """The module function that noises a score: ``joint`` or ``noise``."""
+        return "noise" if self.joint is None else "joint"
+
+    @property
     def noise_bootstraps(self) -> int:
-        """Lookups of one ``noise`` call: one carry per digit but the last."""
+        """Lookups of one ``noise`` or ``joint`` call: one carry per digit but the last."""
         return self.out_bits - 1
+
+    def column_maxima(self) -> list[int]:
+        """``joint``: the largest total t_j = x_j + col_j + carry_j of each digit (the
+        lookup's input; its bit length is the module's widest lookup)."""
+        if self.joint is None:
+            raise ValueError("a two-server score shape has no columns")
+        n, w, u = self.score_bits, self.joint.bits, self.joint.uniforms
+        maxima, carry = [], 0
+        for j in range(self.out_bits):  # bounded: one pass per digit
+            total = (1 if j < n else 0) + (u if j < w else 0) + carry
+            maxima.append(total)
+            carry = total // 2
+        return maxima
+
+    @property
+    def lookup_bits(self) -> int:
+        """The widest lookup input of ``joint`` (``noise``: 2 bits)."""
+        if self.joint is None:
+            return 2
+        return max(self.column_maxima()[:-1] + [1]).bit_length()
 
 
 def noise_offset_bits(sigma2: Fraction) -> int:
@@ -111,6 +165,25 @@ def noisy_score_plaintext(score: int, z: int, shape: NoisyScoreShape) -> list[in
 def decode_noisy_score(digits, shape: NoisyScoreShape) -> int:
     """InDif + z from ``noise``'s decrypted digits."""
     return sum(int(d) << j for j, d in enumerate(digits)) - (1 << shape.noise_bits)
+
+
+def joint_score_plaintext(score: int, ks_bits, cs_bits, shape: NoisyScoreShape) -> list[int]:
+    """``joint``'s exact model: the digits of score + sum_j w_j (a_j xor b_j)."""
+    both = np.bitwise_xor(np.asarray(ks_bits, dtype=np.int64), np.asarray(cs_bits, dtype=np.int64))
+    value = int(score) + int(both @ np.array(shape.joint.weights(), dtype=np.int64))
+    return [(value >> j) & 1 for j in range(shape.out_bits)]
+
+
+def decode_joint_score(digits, shape: NoisyScoreShape) -> int:
+    """InDif + Z from ``joint``'s decrypted digits: the public centring span/2 subtracted
+    (an integer: :class:`JointNoiseShape` admits only shapes whose mean is an integer)."""
+    return sum(int(d) << j for j, d in enumerate(digits)) - shape.joint.span // 2
+
+
+def decode_score(digits, shape: NoisyScoreShape) -> int:
+    """The noisy score from the decrypted digits of the shape's noise function."""
+    return (decode_noisy_score(digits, shape) if shape.joint is None
+            else decode_joint_score(digits, shape))
 
 
 def noise_tail_probability(sigma2: Fraction, noise_bits: int, draws: int) -> float:
@@ -148,33 +221,81 @@ def _noise_function(shape: NoisyScoreShape):
     return noise
 
 
+def _joint_function(shape: NoisyScoreShape):
+    n, out_bits = shape.score_bits, shape.out_bits
+    u, w = shape.joint.uniforms, shape.joint.bits
+    maxima = shape.column_maxima()
+
+    def joint(x, a, b):
+        # a xor b = a + b - 2ab per bit: leveled, and never negative on the way.
+        e = fhe.hint(a + b - 2 * (a * b), can_store=1)
+        digits, carry = [], None
+        for j in range(out_bits):
+            total = None
+            if j < w:
+                total = e[j]
+                for g in range(1, u):  # the uniforms' bits of weight 2^j: col_j <= u
+                    total = total + e[g * w + j]
+            if j < n:
+                total = x[j] if total is None else total + x[j]
+            if carry is not None:
+                total = carry if total is None else total + carry
+            total = fhe.hint(total, can_store=maxima[j])
+            if j + 1 < out_bits:
+                carry = fhe.hint(fhe.univariate(_half)(total), can_store=maxima[j] // 2)
+                digits.append(fhe.hint(total - 2 * carry, can_store=1))
+            else:  # the sum never reaches 2^out_bits: the top total is already the digit
+                digits.append(total)
+        return fhe.array(digits)
+
+    return joint
+
+
+def _half(value):
+    return value // 2
+
+
 def compile_noisy_scores(shape: NoisyScoreShape, p_error: float):
-    """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``,
-    ``module.noise``)."""
+    """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``, and
+    ``module.noise`` or, with a joint shape, ``module.joint``)."""
     ensure_tag_stack()
     n, out_bits = shape.score_bits, shape.out_bits
     indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
     indif_defs = indif_definitions(indifs)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
-    noise_def = fhe.function({"x": "encrypted", "c": "clear"})(_noise_function(shape))
+    if shape.joint is None:
+        noise_def = fhe.function({"x": "encrypted", "c": "clear"})(_noise_function(shape))
+    else:
+        noise_def = fhe.function({"x": "encrypted", "a": "encrypted", "b": "clear"})(
+            _joint_function(shape))
     wires = set()
     sources = [fhe.Output(d, 0) for d in indif_defs.values()] + [fhe.Output(add_def, 0)]
     for source in sources:
         for target in (fhe.Input(add_def, 0), fhe.Input(add_def, 1), fhe.Input(noise_def, 0)):
             wires.add(fhe.Wire(source, target))
     module_class = type("NoisyScores", (), {**indif_defs, "add": add_def,
-                                             "noise": noise_def,
+                                             shape.noise_function: noise_def,
                                              "composition": fhe.Wired(wires)})
     compiler = fhe.module()(module_class)
 
     rng = np.random.default_rng(0)
     indif_inputs, add_inputs, digit_inputs = score_inputsets(
         shape.count_bits, shape.chunk_sizes, n, rng)
-    ones = np.ones(out_bits, dtype=np.int64)
-    noise_inputs = [(x, rng.integers(0, 2, out_bits)) for x in digit_inputs] + [
-        (np.ones(n, dtype=np.int64), ones), (np.zeros(n, dtype=np.int64), ones)]
+    zeros_n, ones_n = np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    if shape.joint is None:
+        ones = np.ones(out_bits, dtype=np.int64)
+        noise_inputs = [(x, rng.integers(0, 2, out_bits)) for x in digit_inputs] + [
+            (ones_n, ones), (zeros_n, ones)]
+    else:
+        k = shape.joint.ciphertexts
+        ones, zeros = np.ones(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+        # Random bits, then the extremes: every xor 1 on the largest score (the widest sum).
+        noise_inputs = [(x, rng.integers(0, 2, k), rng.integers(0, 2, k))
+                        for x in digit_inputs] + [
+            (ones_n, ones, zeros), (ones_n, zeros, ones), (ones_n, ones, ones),
+            (zeros_n, zeros, zeros)]
     configuration = fhe.Configuration(p_error=p_error, global_p_error=None, show_progress=False,
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
-    return compiler.compile({**indif_inputs, "add": add_inputs, "noise": noise_inputs},
-                            configuration)
+    return compiler.compile({**indif_inputs, "add": add_inputs,
+                             shape.noise_function: noise_inputs}, configuration)

@@ -144,6 +144,12 @@ def create_app(state_dir: Path, peer_token: str, *,
         body = await request.body()
         return await run_in_threadpool(service.selection.decide_round, session_id, round_, body)
 
+    @peers.get("/{session_id}/selection/score-bits", response_class=Response,
+               responses={200: {"content": {"application/octet-stream": {}}}})
+    def noisy_score_bits(session_id: wire.SessionId) -> Response:
+        return Response(service.selection.noisy_greedy.score_bits(session_id),
+                        media_type="application/octet-stream")
+
     @peers.put("/{session_id}/selection/noisy-scores", response_model=wire.NoisyGreedyDecision,
                openapi_extra={"requestBody": {"content": {"application/octet-stream": {
                    "schema": {"type": "string", "format": "binary"}}}, "required": True}})

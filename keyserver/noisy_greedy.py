@@ -1,8 +1,33 @@
 """The key server's part of the noisy-greedy selection (PrivSyn's rule on FedDPSyn's P2).
 
-Protocol (``params.selection_plan``, mode ``noisy-greedy``; ``crypto.noisy_scores``): the
-compute server sends every pair's InDif + z_CS as encrypted digits, z_CS ~ N_Z(0, sigma2)
-drawn by it. This server
+Protocol (``params.selection_plan``, mode ``noisy-greedy``; ``crypto.noisy_scores``). Where
+the plan gives the scores **one joint noise** (``params.session_plan.score_shape_for``;
+issue 14), each pair's noise is Z = sum_j w_j (a_j xor b_j) - span/2, a this server's bits
+and b the compute server's:
+
+0. offline, before any data, this server draws a per pair from ``secrets`` (``draw_bits``,
+   fail closed on a short read), encrypts it as the ``joint`` function's ``a`` argument and
+   keeps only the ciphertext, one set per pair, stored once and served identically on every
+   retry and after a restart (the ``keyserver.coins`` pattern: the compute server never gets
+   two independent sets for one score);
+1. charges the selection's rho in the ledger before decrypting (as below);
+2. decrypts InDif + Z and adds **no noise of its own**; the greedy rule runs on that value
+   (the centring span/2 is public and already subtracted: ``decode_joint_score``).
+
+Each view. This server's is its a (forgotten: only ciphertexts are kept), the decrypted
+InDif + Z and public data; given a, a xor b is uniform (b is uniform and unknown here), so Z
+has exactly the shape's law and the view is the shape's mechanism on the ``pairs``
+sensitivity-1 scores, post-processed. The compute server's view is its b, ciphertexts under
+this server's key (computational DP) and the chosen pairs, a function of InDif + Z computed
+here; given b, a xor b is uniform again. So both views are protected by the one noise, and
+the plan matched its pairs-fold conditioned curve to the selection's rho at the
+conversion's orders (``SessionPlan.check_joint`` confirms the session end to end). A
+compute server that deviates (e.g. zeroes this server's bits) learns exact scores from the
+chosen pairs' dependence on them: semi-honest servers are assumed, as for the releases
+(``THREAT_MODEL.md``).
+
+Where the scores stay **two-server**, the compute server sends every pair's InDif + z_CS as
+encrypted digits, z_CS ~ N_Z(0, sigma2) drawn by it. This server
 
 1. charges the selection's rho in the ledger **before** decrypting, bound to the SHA-256 of
    the ciphertexts, in the transaction that checks the budget (a retry with the same
@@ -39,8 +64,9 @@ from concrete import fhe
 
 from common import wire
 from common.serving import ServiceError, write_private
-from crypto.blobs import unpack_blobs
-from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_noisy_score,
+from crypto.blobs import pack_blobs, unpack_blobs
+from crypto.joint_noise import draw_bits
+from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_score,
                                  noise_tail_delta)
 from crypto.private_selection import indif_name
 from dp.pair_selection import greedy_select
@@ -54,6 +80,9 @@ NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy (
     session_id TEXT PRIMARY KEY, request_digest TEXT NOT NULL, pairs_json TEXT NOT NULL,
     scores_json TEXT NOT NULL, decided_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS noisy_score_bits (
+    session_id TEXT NOT NULL, pair INTEGER NOT NULL, ciphertext BLOB NOT NULL,
+    created REAL NOT NULL, PRIMARY KEY (session_id, pair));
 """
 
 LEDGER_NAME = "selection"
@@ -72,14 +101,24 @@ class NoisyScoreKeys(ScoreModuleKeys):
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
         keys = NoisyScoreKeys(client, shape)
         keys.bootstraps_per_function = module_bootstraps(
-            module, [indif_name(s) for s in shape.chunk_sizes] + ["add", "noise"])
+            module, [indif_name(s) for s in shape.chunk_sizes] + ["add", shape.noise_function])
         return keys, server_zip, evaluation_keys
 
     def decrypt_noisy_score(self, value: fhe.Value) -> int:
-        digits = np.asarray(self._client.decrypt(value, function_name="noise")).ravel()
+        """InDif + z_CS (two-server) or InDif + Z, centred (joint)."""
+        digits = np.asarray(self._client.decrypt(
+            value, function_name=self.shape.noise_function)).ravel()
         if digits.shape != (self.shape.out_bits,) or not set(digits.tolist()) <= {0, 1}:
             raise ValueError("not a noisy score of this module")
-        return decode_noisy_score(digits.tolist(), self.shape)
+        return decode_score(digits.tolist(), self.shape)
+
+    def encrypt_score_bits(self, bits: np.ndarray) -> bytes:
+        """One pair's bits a as the ``joint`` function's encrypted ``a`` argument."""
+        if self.shape.joint is None:
+            raise RuntimeError("this session's scores carry no joint noise")
+        encrypted = self._client.encrypt(None, np.asarray(bits, dtype=np.int64), None,
+                                         function_name="joint")
+        return encrypted[1].serialize()
 
 
 class NoisyGreedyRole:
@@ -102,6 +141,49 @@ class NoisyGreedyRole:
         write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
         return keys.bootstraps_per_function
 
+    def score_bits(self, session_id: str) -> bytes:
+        """This server's encrypted bits of every pair's joint score noise, packed in pair
+        order: the stored sets, made now for any pair the offline job has not reached."""
+        plan = self._store.plan(session_id)
+        if plan.selection is None or plan.selection.score_joint is None:
+            raise ServiceError(404, "this session's scores carry no joint noise")
+        for pair in range(plan.selection.pairs):  # bounded: one pass per pair
+            if self._stored_bits(session_id, pair) is None:
+                self._make_bits(session_id, plan, pair)
+        return pack_blobs([self._stored_bits(session_id, pair)
+                           for pair in range(plan.selection.pairs)])
+
+    def prepare_one(self, session_ids: list[str]) -> bool:
+        """Encrypt one missing pair's bits of any of these sessions' joint scores; False if
+        none is missing (bounded: one pair per call)."""
+        for session_id in session_ids:
+            plan = self._store.plan(session_id)
+            if plan.selection is None or plan.selection.score_joint is None:
+                continue
+            with self._store.db.connect() as conn:
+                have = {r["pair"] for r in conn.execute(
+                    "SELECT pair FROM noisy_score_bits WHERE session_id = ?", (session_id,))}
+            for pair in range(plan.selection.pairs):
+                if pair not in have:
+                    self._make_bits(session_id, plan, pair)
+                    return True
+        return False
+
+    def _stored_bits(self, session_id: str, pair: int) -> bytes | None:
+        with self._store.db.connect() as conn:
+            row = conn.execute("SELECT ciphertext FROM noisy_score_bits WHERE session_id = ? "
+                               "AND pair = ?", (session_id, pair)).fetchone()
+        return None if row is None else bytes(row["ciphertext"])
+
+    def _make_bits(self, session_id: str, plan: SessionPlan, pair: int) -> None:
+        bits = draw_bits(1, plan.selection.score_joint)[0]
+        ciphertext = self._keys(session_id).encrypt_score_bits(bits)
+        del bits  # this server's share of the noise: only its ciphertext is kept
+        with self._store.db.transaction() as conn:
+            # A concurrent maker may have stored first: its set is the one ever served.
+            conn.execute("INSERT OR IGNORE INTO noisy_score_bits VALUES (?, ?, ?, ?)",
+                         (session_id, pair, ciphertext, time.time()))
+
     def _row(self, session_id: str):
         with self._store.db.connect() as conn:
             return conn.execute("SELECT request_digest, pairs_json FROM noisy_greedy WHERE "
@@ -113,7 +195,8 @@ class NoisyGreedyRole:
         return None if row is None else [tuple(p) for p in json.loads(row["pairs_json"])]
 
     def decide(self, session_id: str, body: bytes) -> wire.NoisyGreedyDecision:
-        """Charge, decrypt InDif + z_CS, add z_KS, choose greedily (module docstring)."""
+        """Charge, decrypt InDif + z_CS and add z_KS (two-server) or decrypt InDif + Z
+        (joint), choose greedily (module docstring)."""
         plan = self._store.plan(session_id)
         if plan.selection is None:
             raise ServiceError(404, "this session has no private selection")
@@ -138,13 +221,16 @@ class NoisyGreedyRole:
         with self._store.db.transaction() as conn:
             self._ledger.charge(conn, plan, session_id, LEDGER_NAME, rho, digest)
         try:
-            noised_by_cs = np.array([keys.decrypt_noisy_score(v) for v in values],
-                                    dtype=np.int64)
+            decrypted = np.array([keys.decrypt_noisy_score(v) for v in values],
+                                 dtype=np.int64)
         except Exception:
             # Charged and refused: the budget is spent on what this server may have seen.
             raise ServiceError(422, "the noisy scores do not decrypt under this session's "
                                     "selection keys") from None
-        noisy = noised_by_cs + self._store.pool_noise(session_id, SCORE_NOISE,
+        if plan.selection.score_joint is not None:
+            noisy = decrypted  # InDif + Z: the one noise protects this view too
+        else:
+            noisy = decrypted + self._store.pool_noise(session_id, SCORE_NOISE,
                                                        np.arange(len(pairs)))
         two_way = plan.release("two_way")
         rule = (greedy_select_allocated if two_way.allocation == "privsyn"
@@ -167,6 +253,18 @@ class NoisyGreedyRole:
                    public: wire.SessionPublic) -> wire.NoisyGreedySelectionAccounting:
         """The selection's part of the release document's accounting."""
         chosen = public.selection
+        if chosen.joint is not None:
+            return wire.NoisyGreedySelectionAccounting(
+                **chosen.model_dump(), selected_pairs=self.pairs(session_id),
+                rho_charged=chosen.rho, noise_tail_delta=0.0,
+                note="PrivSyn's greedy rule on InDif + Z, Z one joint noise per score "
+                     "(the sum of 'joint' uniforms from both servers' XOR-shared bits, "
+                     "centred) that neither server knows; its exact pairs-fold curve is "
+                     "matched to rho_charged at the conversion's orders and its conditioning "
+                     "mass (joint_failure) is a delta term; only the chosen pairs are "
+                     "published. delta_terms (a bootstrap failure, a union above max_rows "
+                     "passing the row bound, the joint scores' mass) are reserved out of "
+                     "the requested delta")
         tail = noise_tail_delta(Fraction(chosen.noise_sigma2), chosen.noise_bits,
                                 len(public.pairs), public.epsilon)
         return wire.NoisyGreedySelectionAccounting(

@@ -111,9 +111,13 @@ class KeyServer:
 
     def run_encryption_job(self) -> int:
         """One pass of the offline job: clients' masked vectors first (they gate the
-        compute server), then at most one chunk of joint-noise bits (``keyserver.coins``)."""
+        compute server), then at most one chunk of joint-noise bits (``keyserver.coins``),
+        else at most one pair's bits of noisy-greedy's joint scores
+        (``keyserver.noisy_greedy``)."""
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
+            done = 1
+        if done == 0 and self.selection.noisy_greedy.prepare_one(self.session_ids()):
             done = 1
         return done
 

@@ -16,7 +16,11 @@ Modes (``--selection``):
   N_Z(0, noise_sigma2) to every encrypted InDif, the key server decrypts, adds its own
   N_Z(0, noise_sigma2) and runs the greedy rule; only the chosen pairs leave it. Each view is
   protected by the other server's noise alone, so the charge is rho = pairs / (2 sigma2) for
-  one noise, as for the releases. How many pairs: as many as the greedy rule keeps (0 to all).
+  one noise, as for the releases. With the servers' default noise the scores carry instead
+  one joint noise each that neither server knows (:attr:`SelectionPlan.score_joint`,
+  chosen by ``params.session_plan.score_shape_for``; ``crypto.noisy_scores``'s ``joint``),
+  matched to the same rho; the key server then adds nothing. How many pairs: as many as the greedy rule
+  keeps (0 to all).
 * ``none``: every 2-way marginal (or the given pairs), as the core pipeline.
 
 Budget split (PrivSyn's default): 10% for the 1-ways, 10% for the selection, 80% for the
@@ -51,6 +55,7 @@ from fractions import Fraction
 from common import wire
 from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
+from dp.joint_noise_accounting import JointNoiseShape
 from crypto.private_selection import batch_names
 from crypto.selection import (BatchLayout, SelectionShape, SelectionStep, batch_layout,
                               batched_pbs_estimate, choose_shape, pbs_estimate, plan_step,
@@ -139,6 +144,12 @@ class SelectionPlan:
         default_factory=lambda: get_selection_set(DEFAULT_SELECTION_SET))
     # em: P3 by candidate batches (:func:`candidate_batches`), or None for one call a round
     batches: BatchLayout | None = None
+    # noisy-greedy: one joint noise per score neither server knows (``crypto.noisy_scores``'s
+    # ``joint``; the rule is ``params.session_plan.score_shape_for``), or None: two servers'
+    # Gaussians of noise_sigma2 each.
+    score_joint: JointNoiseShape | None = None
+    # noisy-greedy with joint scores: their conditioning mass over the pairs (a delta term).
+    joint_failure: float = 0.0
 
     @classmethod
     def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
@@ -193,7 +204,11 @@ class SelectionPlan:
             return wire.SelectionPublic(
                 rounds=0, rho=str(self.rho_charged), noise_sigma2=str(self.noise_sigma2),
                 noise_bits=self.noise_bits,
-                noise_tail_probability=self.noise_tail_probability(), **common)
+                noise_tail_probability=self.noise_tail_probability(),
+                score_noise="two-server" if self.score_joint is None else "joint",
+                joint=None if self.score_joint is None else wire.JointNoisePublic(
+                    uniforms=self.score_joint.uniforms, bits=self.score_joint.bits),
+                joint_failure=self.joint_failure, **common)
         return wire.SelectionPublic(
             rounds=self.rounds, rho_round=str(self.step.rho),
             epsilon_round=str(self.step.epsilon), eta=self.step.eta, nb=self.shape.nb,
@@ -211,9 +226,12 @@ class SelectionPlan:
         common = dict(p_error=public.p_error, max_rows=public.max_rows, parameters=parameters,
                       chunk_sizes=parameters.chunk_sizes)
         if public.mode == "noisy-greedy":
+            joint = (None if public.joint is None
+                     else JointNoiseShape(public.joint.uniforms, public.joint.bits))
             return cls(public.mode, 0, Fraction(public.rho), public.indif_bits,
                        public.score_bits, noise_sigma2=Fraction(public.noise_sigma2),
-                       pairs=pairs, noise_bits=public.noise_bits, **common)
+                       pairs=pairs, noise_bits=public.noise_bits, score_joint=joint,
+                       joint_failure=public.joint_failure or 0.0, **common)
         shape = SelectionShape(candidates=pairs, score_bits=public.score_bits, drop_bits=0,
                                nb=public.nb, kappa_prime=tuple(public.kappa_prime))
         step = SelectionStep.of(Fraction(public.epsilon_round), public.eta)
@@ -272,11 +290,23 @@ class SelectionPlan:
         session uses (default: every size of the set)."""
         return NoisyScoreShape(count_bits=self.indif_bits,
                                chunk_sizes=tuple(chunk_sizes or self.chunk_sizes),
-                               score_bits=self.score_bits, noise_bits=self.noise_bits)
+                               score_bits=self.score_bits, noise_bits=self.noise_bits,
+                               joint=self.score_joint)
+
+    @property
+    def score_variance(self) -> Fraction:
+        """noisy-greedy: Var(noisy score - InDif) in the key server's greedy rule: the joint
+        shape's variance, or the two servers' Gaussians' 2 noise_sigma2."""
+        if self.score_joint is not None:
+            return self.score_joint.variance
+        return 2 * self.noise_sigma2
 
     def noise_tail_probability(self) -> float:
         """noisy-greedy: bound on the compute server failing closed on a noise draw
-        (``crypto.noisy_scores``; the session adds e^eps times it to delta)."""
+        (``crypto.noisy_scores``; the session adds e^eps times it to delta); 0 with joint
+        scores (a bounded noise: nothing to fail)."""
+        if self.score_joint is not None:
+            return 0.0
         return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
 
     def fhe_delta(self, pair_cells: list[int], bootstraps: int | None = None) -> float:
@@ -293,8 +323,12 @@ class SelectionPlan:
         factor = 1 + math.exp(epsilon)
         terms = {"fhe": factor * self.fhe_delta(pair_cells, bootstraps),
                  "row_bound": factor * self.row_bound_delta(delta, epsilon)}
-        if self.mode == "noisy-greedy":
+        if self.mode == "noisy-greedy" and self.score_joint is None:
             terms["noise_tail"] = factor * self.noise_tail_probability()
+        if self.mode == "noisy-greedy" and self.score_joint is not None:
+            # The conditioning rule's excluded mass, charged as it is (no coupling factor),
+            # as for the joint releases (``dp.binomial_accounting``).
+            terms["joint_scores"] = self.joint_failure
         return {k: math.nextafter(v, math.inf) for k, v in terms.items()}
 
     @staticmethod
@@ -315,7 +349,7 @@ class SelectionPlan:
         if self.mode == "em":
             total += self.rounds * self.round_bootstraps(per_function)
         if self.mode == "noisy-greedy":
-            total += len(pair_cells) * per_function["noise"]
+            total += len(pair_cells) * per_function[self.noisy_shape().noise_function]
         return total
 
     def report(self, pair_cells: list[int]) -> dict:
@@ -332,7 +366,9 @@ class SelectionPlan:
                                           [self.batches.count, self.batches.size]))
         if self.mode == "noisy-greedy":
             out.update(noise_sigma2=float(self.noise_sigma2), noise_bits=self.noise_bits,
-                       noise_tail_probability=self.noise_tail_probability())
+                       noise_tail_probability=self.noise_tail_probability(),
+                       score_noise="two-server" if self.score_joint is None else "joint",
+                       score_variance=float(self.score_variance))
         return out
 
 

@@ -36,6 +36,24 @@ Privacy model (stated once, enforced by the key server's ledger):
   failure) is a delta term reserved out of delta like the selection's;
   :meth:`SessionPlan.check_joint` confirms the session's (eps, delta) end to end with the
   exact curves (fails closed).
+* **Noisy-greedy's scores, joint** (noise "auto" or "joint"; :func:`score_shape_for`): the
+  selection's ``pairs`` InDif scores (sensitivity 1 each: a record moves every score by at
+  most 1) take one joint noise each (``crypto.noisy_scores``'s ``joint``) in place of the
+  two servers' N_Z(0, pairs / (2 rho)). The rule: the shape of least variance among sums of
+  at most 30 uniforms (so the carry chain's lookups stay within SCORE_LOOKUP_BITS) whose
+  pairs-fold conditioned curve is below a rho at every order a of the conversion, where rho
+  is the selection's charge (the same rho as the two-server scores). The scores stay
+  two-server (noise "joint": the session is refused) when that shape's variance is not
+  below the two-server scores' 2 pairs / (2 rho), or its conditioning mass (pairs x its
+  per-score failure) exceeds JOINT_DELTA_SHARE of the conversion's delta, or (noise "auto")
+  the end-to-end check does not confirm the session with them once the split release has
+  fallen back (:meth:`SessionPlan.build`). The shape is
+  fixed here, before any data, and published in the selection's public record (``joint``,
+  ``score_noise``), so both servers size the ``joint`` function, the key server's bits and
+  the decoding from it; its mass is a delta term (``joint_scores``) reserved like the
+  others; :meth:`SessionPlan.check_joint` composes its exact curve with the releases'
+  (fails closed). On orders that the conversion uses the scores' curve is below the zCDP
+  plan's a rho, so the split of the budget and the other releases are unchanged.
 * **Noisy-greedy's 2-way release, joint at run-time m** (allocation ``"privsyn"``): its rho
   is split over the kept pairs by PrivSyn's c^(2/3) (``dp.privsyn_allocation``; exact
   rationals, the shares add up to rho), one group per pair size; group g (M_g pairs of
@@ -91,6 +109,8 @@ from common import wire
 from crypto.joint_noise import check_room, choose_shape, columns_for
 from dp.accounting import eps_delta_to_rho, gaussian_sigma2
 from dp.binomial_accounting import RDP_ORDERS, session_delta_of
+from crypto.noisy_scores import NoisyScoreShape
+from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
 from dp.joint_noise_accounting import (JointNoiseShape, orders_for, release_marginals,
                                        release_matches)
 from dp.privsyn_allocation import allocation_groups, allocation_weight
@@ -105,7 +125,8 @@ __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
            "selected_release", "noise_draws", "noise_label", "SCORE_NOISE", "split_share",
            "two_way_rho", "NOISE_MODES", "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL",
            "joint_shape_for", "group_shape_for", "envelope_shape_for", "pair_failure_cap",
-           "run_time_group_shape", "least_variance_within"]
+           "run_time_group_shape", "least_variance_within", "score_shape_for",
+           "SCORE_LOOKUP_BITS"]
 
 # The label of noisy-greedy's per-pair score noise in a server's noise pool.
 SCORE_NOISE = "selection_scores"
@@ -129,6 +150,11 @@ JOINT_MAX_BITS_PER_CALL = 1 << 16
 JOINT_VARIANCE_CAP = Fraction(5, 4)
 # A joint release's conditioning mass may take at most this share of the conversion's delta.
 JOINT_DELTA_SHARE = 0.01
+# noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
+# is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
+# caps the uniforms at 30; measured on the tiny module: 6-bit lookups, 237 MB of compressed
+# evaluation keys against 96 MB for the two-server ``noise``).
+SCORE_LOOKUP_BITS = 6
 
 
 def indif_chunks(layout: MarginalLayout,
@@ -390,6 +416,61 @@ def run_time_group_shape(rho_per_marginal: Fraction, rho_total: Fraction,
     return shape, ""
 
 
+@functools.lru_cache(maxsize=256)
+def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conversion: float,
+                    score_bits: int) -> tuple[JointNoiseShape | None, str]:
+    """noisy-greedy's score noise under the rule of the module docstring: the joint shape of
+    least variance whose ``pairs``-fold conditioned curve is below a rho at every order of
+    the conversion (each score has sensitivity 1; the two-server plan's sigma2 is
+    pairs / (2 rho)), among sums of at most 30 uniforms (their carry chain's lookups within
+    SCORE_LOOKUP_BITS); it is refused (None, with the reason: the scores stay two-server)
+    when its variance is not below the two-server scores' 2 sigma2 or its conditioning
+    mass exceeds JOINT_DELTA_SHARE of the conversion's delta. Per width only the fewest
+    matching uniforms can be the answer (more uniforms only lower the conditioned
+    divergence, and raise the variance), found by bisection; widths are tried upwards until
+    even two uniforms exceed the best variance. Cached: both servers and every rebuild of
+    the plan ask for the same shape."""
+    rho = Fraction(rho)
+    sigma2 = Fraction(pairs) / (2 * rho)
+    orders = orders_for(rho_total, delta_conversion)
+
+    def fits(shape: JointNoiseShape) -> bool:
+        return NoisyScoreShape(2, (8,), score_bits, 1, shape).lookup_bits <= SCORE_LOOKUP_BITS
+
+    def matches(uniforms: int, bits: int) -> bool:
+        return release_matches(JointNoiseShape(uniforms, bits), pairs, rho, orders, JOINT_TAIL)
+
+    best = None
+    for bits in range(1, MAX_SHAPE_BITS + 1):  # bounded: one pass per width
+        limit = 2 * sigma2 if best is None else best.variance
+        if JointNoiseShape(2, bits).variance >= limit:
+            break
+        most = 2
+        while (most + 2 <= 30 and fits(JointNoiseShape(most + 2, bits))
+               and JointNoiseShape(most + 2, bits).variance < limit):  # bounded by 30
+            most += 2
+        if not matches(most, bits):
+            continue
+        lo, hi = 0, most  # invariant: hi matches, lo does not (0: none)
+        while hi - lo > 2:  # bounded: the gap halves each pass
+            mid = (lo + hi) // 4 * 2
+            if mid in (lo, hi):
+                break
+            lo, hi = (lo, mid) if matches(mid, bits) else (mid, hi)
+        shape = JointNoiseShape(hi, bits)
+        if best is None or shape.variance < best.variance:
+            best = shape
+    if best is None:
+        return None, (f"no sum of at most 30 uniforms with variance below the two-server "
+                      f"scores' {float(2 * sigma2):.3g} matches the selection's budget")
+    failure = pairs * best.pair().failure(JOINT_TAIL)
+    cap = JOINT_DELTA_SHARE * delta_conversion
+    if failure > cap:
+        return None, (f"its conditioning mass {failure:.3g} exceeds its share of delta "
+                      f"({cap:.3g})")
+    return best, ""
+
+
 def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec:
     """A selected release over the chosen marginals ``keys``: sensitivity len(keys), so
     sigma2 = len(keys) / (2 rho) (for em the plan's own sigma2: len(keys) = rounds); an
@@ -413,7 +494,8 @@ def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
                 score_sigma2: Fraction | None = None) -> list[NoiseDraw]:
     """Every noise vector a server may add in this session, known from the public plan alone:
     a fixed release's cells; a selected release's every pair cell (per possible number of
-    pairs for noisy-greedy); noisy-greedy's per-pair score noise. A joint release draws
+    pairs for noisy-greedy); noisy-greedy's per-pair score noise (``score_sigma2`` None: the
+    scores are joint, nothing to draw). A joint release draws
     nothing here: its noise is the two servers' XOR-shared bits (``crypto.joint_noise``);
     a split release ("privsyn") keeps the per-m draws of the even two-server release it
     falls back to where the rule refuses a group (:meth:`SessionPlan.resolve`)."""
@@ -433,7 +515,7 @@ def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
                                        pair_cells, total))
         else:
             draws.append(NoiseDraw(spec.name, spec.sigma2, pair_cells, total))
-    if selection_mode == "noisy-greedy":
+    if selection_mode == "noisy-greedy" and score_sigma2 is not None:
         pairs = len(layout.two_way)
         draws.append(NoiseDraw(SCORE_NOISE, score_sigma2, np.arange(pairs), pairs))
     return draws
@@ -475,29 +557,38 @@ class SessionPlan:
             raise ValueError(f"noise must be one of {NOISE_MODES}, not {noise!r}")
         args = (schema, pairs, epsilon, delta, split, parameter_set, max_rows, selection,
                 rounds, selection_set, noise)
-        plan = cls._settled(*args, split_two_way=True)
-        try:
-            plan.check_joint()
-        except ValueError:
-            # The split release is counted as zCDP on the conversion's orders only; where
-            # that grid does not confirm the session, "auto" gives it the even two-server
-            # release it would fall back to anyway (module docstring).
-            if noise != "auto" or not any(plan._is_split(r) for r in plan.releases):
-                raise
-            plan = cls._settled(*args, split_two_way=False)
-            plan.check_joint()
-        return plan
+        split_two_way, joint_scores = True, True
+        for _ in range(3):  # bounded: each retry drops one joint part
+            plan = cls._settled(*args, split_two_way=split_two_way, joint_scores=joint_scores)
+            try:
+                plan.check_joint()
+                return plan
+            except ValueError:
+                # The split release and the joint scores are counted as zCDP on the
+                # conversion's orders only; where that grid does not confirm the session,
+                # "auto" gives the release its even two-server form first, then the scores
+                # their two servers' Gaussians (module docstring).
+                if noise != "auto":
+                    raise
+                if any(plan._is_split(r) for r in plan.releases):
+                    split_two_way = False
+                elif plan.selection is not None and plan.selection.score_joint is not None:
+                    joint_scores = False
+                else:
+                    raise
+        raise ValueError("the session's joint parts did not confirm")
 
     @classmethod
     def _settled(cls, schema, pairs, epsilon, delta, split, parameter_set, max_rows,
-                 selection, rounds, selection_set, noise, split_two_way) -> SessionPlan:
+                 selection, rounds, selection_set, noise, split_two_way,
+                 joint_scores=True) -> SessionPlan:
         """:meth:`_build` at the conversion delta that leaves room for the reserved terms
         (a short fixed-point iteration, bounded, fails closed)."""
         reserved = 0.0
         for _ in range(8):
             plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
                               parameter_set, max_rows, selection, rounds, selection_set,
-                              noise, split_two_way)
+                              noise, split_two_way, joint_scores)
             need = sum(plan.delta_terms().values())
             if need <= reserved:
                 break
@@ -515,7 +606,7 @@ class SessionPlan:
     def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
                delta_conversion: float, split, parameter_set: str, max_rows: int,
                selection: str, rounds, selection_set, noise: str,
-               split_two_way: bool = True) -> SessionPlan:
+               split_two_way: bool = True, joint_scores: bool = True) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
@@ -537,6 +628,9 @@ class SessionPlan:
             chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
                                          share("selection"), rounds,
                                          parameters=selection_set)
+        if (chosen is not None and chosen.mode == "noisy-greedy" and noise != "two-server"
+                and joint_scores):
+            chosen = cls._with_score_noise(chosen, noise, rho_total, delta_conversion)
         one_way = ReleaseSpec("one_way", tuple(m.key for m in layout.one_way),
                               share("one_way"),
                               gaussian_sigma2(share("one_way"), len(layout.one_way)))
@@ -562,6 +656,21 @@ class SessionPlan:
                    chosen, delta_conversion, max_rows)
         plan.check_capacity(max_rows)
         return plan
+
+    @staticmethod
+    def _with_score_noise(chosen: SelectionPlan, noise: str, rho_total: Fraction,
+                          delta_conversion: float) -> SelectionPlan:
+        """noisy-greedy's scores with the joint shape :func:`score_shape_for` gives them, or
+        two-server where it refuses (noise "joint": refused)."""
+        shape, why = score_shape_for(chosen.pairs, chosen.rho, rho_total, delta_conversion,
+                                     chosen.score_bits)
+        if shape is None:
+            if noise == "joint":
+                raise ValueError(f"noisy-greedy's scores cannot carry the joint noise: {why}; "
+                                 "use noise 'auto' (two-server where it does not fit)")
+            return chosen
+        return replace(chosen, score_joint=shape,
+                       joint_failure=chosen.pairs * shape.pair().failure(JOINT_TAIL))
 
     @staticmethod
     def _with_noise(spec: ReleaseSpec, noise: str, rho_total: Fraction,
@@ -617,17 +726,24 @@ class SessionPlan:
         Fails closed: a plan that does not confirm is refused."""
         joint = [r for r in self.releases if r.joint is not None and not self._is_split(r)]
         split = [r for r in self.releases if self._is_split(r)]
-        if not joint and not split:
+        scores = None if self.selection is None else self.selection.score_joint
+        if not joint and not split and scores is None:
             return
         rho_rest = self.rho_total - sum((r.rho for r in joint), start=Fraction(0))
         parts = [(r.joint.pair(), release_count(r), JOINT_TAIL) for r in joint]
+        failures = sum(r.failure() for r in joint)
+        if scores is not None:
+            # noisy-greedy's scores: one joint noise each, a record moves every score by 1.
+            rho_rest -= self.selection.rho_charged
+            parts.append((scores.pair(), self.selection.pairs, JOINT_TAIL))
+            failures += self.selection.joint_failure
         # A split release's groups are chosen at run time, each matched below a rho_g at the
         # conversion's orders (rho_g adding up to its rho): on those orders, and only there,
         # its curve is below a rho whatever the selection, so it counts as zCDP on them.
         orders = (orders_for(self.rho_total, self.delta_conversion) if split
                   else RDP_ORDERS)
         delivered = session_delta_of(parts, rho_rest, self.epsilon, orders)
-        allowed = self.delta_conversion + sum(r.failure() for r in joint)
+        allowed = self.delta_conversion + failures
         if delivered > allowed:
             raise ValueError(f"the joint noise's exact curve gives delta {delivered:.4g} at eps "
                              f"{self.epsilon}, above {allowed:.4g}: use noise 'two-server'")
@@ -797,7 +913,8 @@ class SessionPlan:
     def noise_draws(self) -> list[NoiseDraw]:
         mode = None if self.selection is None else self.selection.mode
         return noise_draws(self.layout, self.releases, mode,
-                           None if self.selection is None else self.selection.noise_sigma2)
+                           None if self.selection is None or self.selection.score_joint is not None
+                           else self.selection.noise_sigma2)
 
     def keys_of_pairs(self, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
         """The marginal keys of ``pairs``, in layout order."""

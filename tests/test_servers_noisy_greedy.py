@@ -1,9 +1,11 @@
 """A whole session with the noisy-greedy selection through both servers over HTTP, at eps 1
 with the servers' default noise (auto): the key server charges exactly the plan's rho for
-the selection, the compute server's encrypted noisy scores decrypt to InDif plus a small
-noise, the chosen pairs are PrivSyn's greedy rule (priced with its c^(2/3) split) on the key
-server's doubly noised scores, a replay returns the recorded pairs and other ciphertexts are
-refused; the 2-way release holds exactly the chosen pairs, split by PrivSyn's allocation with
+the selection, the scores carry one joint noise (the public record says so, with its
+shape), the compute server's encrypted noisy scores decrypt to InDif plus that noise within
+its hard bound, the chosen pairs are PrivSyn's greedy rule (priced with its c^(2/3) split)
+on the key server's recorded scores (the decrypted value, nothing added), the key server's
+score bits are served identically on a retry, a replay returns the recorded pairs and other
+ciphertexts are refused; the 2-way release holds exactly the chosen pairs, split by PrivSyn's allocation with
 one joint noise per pair size, the shapes both servers compute from the public plan and the
 published pairs, and published - true follows each count's stated shape exactly."""
 
@@ -23,7 +25,7 @@ from scipy import stats
 from clients.agent import ClientAgent
 from common import wire
 from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.noisy_scores import decode_noisy_score
+from crypto.noisy_scores import decode_score
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.pair_selection import expected_counts_for_pairs
 from dp.privsyn_allocation import greedy_select_allocated
@@ -213,11 +215,18 @@ def test_published_minus_true_follows_each_counts_stated_shape(greedy_session):
 
 
 def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_session):
-    _, state, created, csvs, document = greedy_session
+    ks, state, created, csvs, document = greedy_session
     sid = created.session.session_id
     plan = _plan()
     shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
-    sigma = float(plan.selection.noise_sigma2) ** 0.5
+    # The scores are joint: the public record and the release document say so.
+    assert shape.joint is not None and plan.selection.score_joint == shape.joint
+    public = created.session.selection
+    assert public.score_noise == "joint" and plan.selection.score_variance == shape.joint.variance
+    assert (public.joint.uniforms, public.joint.bits) == (shape.joint.uniforms, shape.joint.bits)
+    selection = document.accounting["selection"]
+    assert selection["score_noise"] == "joint" and selection["noise_tail_delta"] == 0
+    assert selection["delta_terms"]["joint_scores"] >= plan.selection.joint_failure > 0
     one_way = next(r for r in document.releases if r.release == "one_way")
     pairs = [tuple(p) for p in created.session.pairs]
     expected = expected_counts_for_pairs(
@@ -233,15 +242,20 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
     client.keys.load_from_bytes((keys_dir / "selection_keys.bin").read_bytes())
     stored = unpack_blobs((state / "computeserver" / "sessions" / sid / "outputs"
                            / "noisy_scores.bin").read_bytes())
-    noised_by_cs = [decode_noisy_score(np.asarray(client.decrypt(
-        fhe.Value.deserialize(b), function_name="noise")).tolist(), shape) for b in stored]
-    # The encrypted sum is InDif + z_CS (z_CS discrete Gaussian: within 6 sigma at
-    # probability 1 - 2e-9 a draw; the offset's 2^B is 40 sigma).
-    for noisy, score in zip(noised_by_cs, truth):
-        assert abs(noisy - score) <= max(6 * sigma, 1)
+    decrypted = [decode_score(np.asarray(client.decrypt(
+        fhe.Value.deserialize(b), function_name="joint")).tolist(), shape) for b in stored]
+    # The encrypted sum is InDif + Z, |Z| <= span/2 always (a bounded noise, no tail).
+    for noisy, score in zip(decrypted, truth):
+        assert abs(noisy - score) <= shape.joint.span // 2
+    # The key server's recorded scores are exactly what it decrypted: no noise of its own.
     ks_noisy = _ks_scores(state, sid)
-    for a, b in zip(ks_noisy, noised_by_cs):
-        assert abs(a - b) <= max(6 * sigma, 1)
+    assert ks_noisy == decrypted
+    # Its bits: one set per pair, served identically on a retry.
+    peer = {"Authorization": f"Bearer {(state / 'peer.token').read_text().strip()}"}
+    url = f"{ks.url}/peer/sessions/{sid}/selection/score-bits"
+    first = httpx.get(url, headers=peer, timeout=120)
+    assert first.status_code == 200 and len(unpack_blobs(first.content)) == len(pairs)
+    assert httpx.get(url, headers=peer, timeout=120).content == first.content
     cells = {s.attrs: s.size for s in plan.layout.two_way}
     assert greedy_select_allocated(dict(zip(pairs, ks_noisy)), cells,
                                    plan.release("two_way").rho) == _chosen(document)
