@@ -10,9 +10,9 @@ Design concerns:
   uniform-shaped given b (its view: b, ciphertexts, the chosen pairs, a function of
   InDif + Z). b is used once and never stored; it adds no Gaussian of its own.
 * **Its noise before anything leaves** (two-server scores). Every pair's encrypted InDif
-  (P2 and chunk sums, shared with ``em``: ``computeserver.selection``) gets z_CS ~ N_Z(0, sigma2) from
-  ``dp.discrete_gaussian`` (CSPRNG, drawn when the session is learned:
-  ``dp.noise_pool``) under encryption (``crypto.noisy_scores``'s ``noise``),
+  (P2 and chunk sums, shared with ``em``: ``computeserver.selection``) gets
+  z_CS ~ N_Z(0, sigma2) from ``dp.discrete_gaussian`` (CSPRNG, drawn when the session is
+  learned: ``dp.noise_pool``) under encryption (``crypto.noisy_scores``'s ``noise``),
   so the key server, which decrypts, sees InDif + z_CS only. A draw outside the circuit's
   offset fails closed (the session is blocked, nothing is sent; probability below
   2 exp(-800) a draw, counted in the session's delta).

@@ -30,7 +30,8 @@ One concrete module, one key set, three functions:
   caps u (``params.session_plan.SCORE_LOOKUP_BITS``): a wide lookup would enlarge the whole
   module's keys. Measured on the tiny test module (k = 6, 6-cell chunks, 6-bit scores):
   compressed evaluation keys 96 MB with ``noise``, 99 / 124 / 237 MB with ``joint`` at
-  2 x 3 / 6 x 3 / 30 x 2 uniforms (3-, 4-, 6-bit lookups), keygen 9-14 s.
+  2 x 3 / 6 x 3 / 30 x 2 uniforms (3-, 4-, 6-bit lookups), keygen 9-14 s; at Adult's
+  widths see ``params.session_plan.SCORE_LOOKUP_BITS``.
   The output is the out_bits = bitlength(2^n - 1 + span) digits of InDif + Z + span/2: it is
   never negative (the uncentred sum is) and never wraps (both terms are bounded: no tail, no
   fail-closed case). The centring is public and exact: :class:`JointNoiseShape` admits only
@@ -169,7 +170,8 @@ def decode_noisy_score(digits, shape: NoisyScoreShape) -> int:
 
 def joint_score_plaintext(score: int, ks_bits, cs_bits, shape: NoisyScoreShape) -> list[int]:
     """``joint``'s exact model: the digits of score + sum_j w_j (a_j xor b_j)."""
-    both = np.bitwise_xor(np.asarray(ks_bits, dtype=np.int64), np.asarray(cs_bits, dtype=np.int64))
+    both = np.bitwise_xor(np.asarray(ks_bits, dtype=np.int64),
+                          np.asarray(cs_bits, dtype=np.int64))
     value = int(score) + int(both @ np.array(shape.joint.weights(), dtype=np.int64))
     return [(value >> j) & 1 for j in range(shape.out_bits)]
 

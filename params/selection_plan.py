@@ -19,8 +19,8 @@ Modes (``--selection``):
   one noise, as for the releases. With the servers' default noise the scores carry instead
   one joint noise each that neither server knows (:attr:`SelectionPlan.score_joint`,
   chosen by ``params.session_plan.score_shape_for``; ``crypto.noisy_scores``'s ``joint``),
-  matched to the same rho; the key server then adds nothing. How many pairs: as many as the greedy rule
-  keeps (0 to all).
+  matched to the same rho; the key server then adds nothing. How many pairs: as many as the
+  greedy rule keeps (0 to all).
 * ``none``: every 2-way marginal (or the given pairs), as the core pipeline.
 
 Budget split (PrivSyn's default): 10% for the 1-ways, 10% for the selection, 80% for the

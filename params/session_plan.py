@@ -152,8 +152,10 @@ JOINT_VARIANCE_CAP = Fraction(5, 4)
 JOINT_DELTA_SHARE = 0.01
 # noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
 # is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
-# caps the uniforms at 30; measured on the tiny module: 6-bit lookups, 237 MB of compressed
-# evaluation keys against 96 MB for the two-server ``noise``).
+# caps the uniforms at 30). Measured at Adult's widths (k = n = 17, 16-cell chunks; loaded
+# 2-core machine): compressed evaluation keys 105 MB with the two-server ``noise``, 130 MB
+# with 14 x 7 uniforms (5-bit lookups), 305 MB with 16 x 6 (6-bit); one score's call 1.7 /
+# 2.9 / 6.0 s (17 lookups each), small next to P2.
 SCORE_LOOKUP_BITS = 6
 
 
@@ -912,9 +914,9 @@ class SessionPlan:
 
     def noise_draws(self) -> list[NoiseDraw]:
         mode = None if self.selection is None else self.selection.mode
+        gaussian_scores = self.selection is not None and self.selection.score_joint is None
         return noise_draws(self.layout, self.releases, mode,
-                           None if self.selection is None or self.selection.score_joint is not None
-                           else self.selection.noise_sigma2)
+                           self.selection.noise_sigma2 if gaussian_scores else None)
 
     def keys_of_pairs(self, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
         """The marginal keys of ``pairs``, in layout order."""

@@ -92,7 +92,8 @@ def test_the_plan_gives_the_scores_a_matching_joint_shape_and_publishes_it():
     # orders, below the two-server scores' variance, within the lookup cap.
     orders = orders_for(plan.rho_total, plan.delta_conversion)
     assert release_matches(shape, chosen.pairs, chosen.rho, orders, JOINT_TAIL)
-    assert shape.variance < 2 * chosen.noise_sigma2 == 2 * Fraction(chosen.pairs) / (2 * chosen.rho)
+    assert chosen.noise_sigma2 == Fraction(chosen.pairs) / (2 * chosen.rho)
+    assert shape.variance < 2 * chosen.noise_sigma2
     assert chosen.noisy_shape().lookup_bits <= SCORE_LOOKUP_BITS
     assert score_shape_for(chosen.pairs, chosen.rho, plan.rho_total, plan.delta_conversion,
                            chosen.score_bits) == (shape, "")
@@ -112,9 +113,10 @@ def test_the_plan_gives_the_scores_a_matching_joint_shape_and_publishes_it():
     assert again.selection.noisy_shape(again.used_chunk_sizes()) == chosen.noisy_shape(
         plan.used_chunk_sizes())
     # "two-server" keeps the Gaussians (and their pool draw); "joint" carries the same shape.
-    two = _plan("two-server").selection
-    assert two.score_joint is None and two.to_public([1], (16,), 1.0, 1e-6, {}, None).score_noise \
-        == "two-server"
+    two_server = _plan("two-server")
+    two = two_server.selection
+    assert two.score_joint is None and SCORE_NOISE in {d.label for d in two_server.noise_draws()}
+    assert two.to_public([1], (16,), 1.0, 1e-6, {}, None).score_noise == "two-server"
     assert _plan("joint").selection.score_joint == shape
 
 
