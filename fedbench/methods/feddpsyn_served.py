@@ -67,7 +67,7 @@ def _score_noise(plan: SessionPlan, pairs: int) -> tuple[np.ndarray, str]:
     """noisy-greedy's score noise as the servers add it: one joint noise per score where the
     plan gives the scores a joint shape, else the compute server's and the key server's
     independent discrete Gaussians."""
-    shape = getattr(plan.selection, "score_joint", None)
+    shape = plan.selection.score_joint
     if shape is not None:
         return (np.asarray(joint_noise_plaintext(shape, draw_bits(pairs, shape),
                                                  draw_bits(pairs, shape)), dtype=np.int64),
