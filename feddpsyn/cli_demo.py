@@ -130,8 +130,11 @@ def _print_report(report: dict, out: Path) -> None:
 
     if report.get("selected_pairs") and report["selection"]["mode"] == "noisy-greedy":
         sel = report["selection"]
-        say(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, noise sigma2 "
-            f"{sel['noise_sigma2_per_server']:.4g} per server):\n"
+        noise = sel["score_noise"]
+        how = (f"one joint noise of {noise['uniforms']} uniforms of {noise['bits']} bits"
+               if noise["kind"] == "joint" else "two servers' Gaussians")
+        say(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, scores with {how}, "
+            f"variance {noise['per_score_variance']:.4g}):\n"
             + _pairs_text(report["selected_pairs"]))
     elif report.get("selected_pairs"):
         sel = report["selection"]

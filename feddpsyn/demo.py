@@ -26,6 +26,7 @@ from clients.agent import ClientAgent
 from common import wire
 from common.credentials import new_token
 from common.serving import write_private
+from dp.joint_noise_accounting import JointNoiseShape
 from params.schema import Schema
 from params.operator_bound import stated_max_rows
 from params.selection_plan import DEFAULT_SPLITS
@@ -364,9 +365,19 @@ def _selection_summary(selection: wire.SelectionAccounting) -> dict:
     if selection.mode == "none":
         return {"mode": "none"}
     if selection.mode == "noisy-greedy":
+        # The scores' noise: one joint noise (its shape and exact variance) or each server's
+        # discrete Gaussian (2 sigma2 in the greedy rule's scores).
+        joint = selection.joint
+        score_noise = ({"kind": "joint", "uniforms": joint.uniforms, "bits": joint.bits,
+                        "per_score_variance": float(
+                            JointNoiseShape(joint.uniforms, joint.bits).variance)}
+                       if joint is not None else
+                       {"kind": "two-server",
+                        "sigma2_per_server": float(Fraction(selection.noise_sigma2)),
+                        "per_score_variance": 2 * float(Fraction(selection.noise_sigma2))})
         return {"mode": "noisy-greedy", "pairs_selected": len(selection.selected_pairs),
                 "rho_charged": float(Fraction(selection.rho_charged)),
-                "noise_sigma2_per_server": float(Fraction(selection.noise_sigma2)),
+                "score_noise": score_noise,
                 "noise_bits": selection.noise_bits, "fhe_delta": selection.fhe_delta,
                 "noise_tail_delta": selection.noise_tail_delta,
                 "bootstraps": selection.bootstraps, "delta_terms": selection.delta_terms}

@@ -29,7 +29,7 @@ from crypto.noisy_scores import decode_score
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.pair_selection import expected_counts_for_pairs
 from dp.privsyn_allocation import greedy_select_allocated
-from feddpsyn.demo import start_servers
+from feddpsyn.demo import _selection_summary, start_servers
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis import marginals_from_release
@@ -227,6 +227,12 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
     selection = document.accounting["selection"]
     assert selection["score_noise"] == "joint" and selection["noise_tail_delta"] == 0
     assert selection["delta_terms"]["joint_scores"] >= plan.selection.joint_failure > 0
+    # The demo's report states the scores' noise as the document does.
+    summary = _selection_summary(
+        wire.NoisyGreedySelectionAccounting.model_validate(selection))["score_noise"]
+    assert summary == {"kind": "joint", "uniforms": shape.joint.uniforms,
+                       "bits": shape.joint.bits,
+                       "per_score_variance": float(shape.joint.variance)}
     one_way = next(r for r in document.releases if r.release == "one_way")
     pairs = [tuple(p) for p in created.session.pairs]
     expected = expected_counts_for_pairs(
