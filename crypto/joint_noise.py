@@ -37,14 +37,18 @@ run-time arithmetic is modular (mod 2^(k+1)) exactly as P1's mask wrap-around; t
 checks the width equals ``count_bits``. The only clear-type constraint is that s_j fits the
 signed width the input set gave it (it is drawn from the same +-w_j range).
 
-**Cost** (``bench/bench_joint_noise.py``, 2 shared cores, Fed-Heart-Disease demo at eps 1):
-K encrypted bits per released cell, 24 bytes each compressed; KS draw + encryption ~0.12 ms
-and CS run ~0.16 ms per bit (leveled; concrete expands the inputs at run time, so a call
-holds at most ~32k bits: cells per call = 32768 // K). Coins need K = n ~ 4 sigma^2: 7,892
-per 1-way count (190 KB and 1.2 s of CS time per cell, x2574 of today's P1 run); 24 XOR-shared
-5-bit uniforms give the same count 1.04 sigma^2 for K = 120 (2.9 KB, 20 ms per cell, x42 of
-P1, 1.2 s for the 60 cells). Per-count variance: 2046 against today's 2 sigma^2 = 3945.
-Compile and keys are free (no evaluation keys; the circuit's shape is fixed per release).
+**Cost** (``bench/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
+``bench/results/joint_noise.json``): K encrypted bits per released cell, 24 bytes each
+compressed; KS draw + encryption ~0.1 ms and CS run ~0.17 ms per bit (leveled; concrete
+expands the inputs at run time, so a call holds at most ``JOINT_MAX_BITS_PER_CALL`` = 65,536
+bits, the plan's cap: 256 cells x 148 bits ran in 1.6 GB). Per released cell against the
+two-noise release of the same cells: online x44-58, offline x90-445 (x2.2-2.6 for
+noisy-greedy's split release, whose fallback's Gaussians are drawn too), per-count variance
+x0.50-0.62 (Fed-Heart-Disease's 1-way: 2046 against 2 sigma^2 = 3944). Coins would need
+K = n ~ 4 sigma^2: 7,892 bits per 1-way count, x2574 of P1's run (measured at 9d9d079, where
+the bench still compared shapes), against 120 bits for 24 XOR-shared 5-bit uniforms at 1.04
+sigma^2. Compile and keys are free (no evaluation keys; the circuit's shape is fixed per
+session).
 
 **When it fits.** The servers' rule is ``params.session_plan``'s (``joint_shape_for``):
 each release takes the shape of :func:`choose_shape` (the fewest bits among the smallest
