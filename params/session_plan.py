@@ -157,6 +157,20 @@ JOINT_DELTA_SHARE = 0.01
 # with 14 x 7 uniforms (5-bit lookups), 305 MB with 16 x 6 (6-bit); one score's call 1.7 /
 # 2.9 / 6.0 s (17 lookups each), small next to P2.
 SCORE_LOOKUP_BITS = 6
+SCORE_MAX_UNIFORMS = 30  # what SCORE_LOOKUP_BITS allows (above)
+
+
+def fewest_matching(most: int, matches) -> int:
+    """The fewest even number of uniforms in (0, most] that ``matches`` (a predicate on the
+    count), given that ``most`` matches: bisection, since a sum of more uniforms of one width
+    only lowers the conditioned divergence."""
+    lo, hi = 0, most  # invariant: hi matches, lo does not (0: none)
+    while hi - lo > 2:  # bounded: the gap halves each pass
+        mid = (lo + hi) // 4 * 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if matches(mid) else (mid, hi)
+    return hi
 
 
 def indif_chunks(layout: MarginalLayout,
@@ -367,17 +381,8 @@ def least_variance_within(envelope: JointNoiseShape, columns: int, top_weight: i
         if most < 2 or not release_matches(JointNoiseShape(most, bits), 1, rho_per_marginal,
                                            orders, JOINT_TAIL):
             continue
-        lo, hi = 0, most  # invariant: hi matches, lo does not (0: none)
-        while hi - lo > 2:  # bounded: the gap halves each pass
-            mid = (lo + hi) // 4 * 2
-            if mid in (lo, hi):
-                break
-            if release_matches(JointNoiseShape(mid, bits), 1, rho_per_marginal, orders,
-                               JOINT_TAIL):
-                hi = mid
-            else:
-                lo = mid
-        shape = JointNoiseShape(hi, bits)
+        shape = JointNoiseShape(fewest_matching(most, lambda n: release_matches(
+            JointNoiseShape(n, bits), 1, rho_per_marginal, orders, JOINT_TAIL)), bits)
         if shape.variance < best.variance:
             best = shape
     return best
@@ -448,23 +453,18 @@ def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conver
         if JointNoiseShape(2, bits).variance >= limit:
             break
         most = 2
-        while (most + 2 <= 30 and fits(JointNoiseShape(most + 2, bits))
-               and JointNoiseShape(most + 2, bits).variance < limit):  # bounded by 30
+        while (most + 2 <= SCORE_MAX_UNIFORMS and fits(JointNoiseShape(most + 2, bits))
+               and JointNoiseShape(most + 2, bits).variance < limit):  # bounded by the cap
             most += 2
         if not matches(most, bits):
             continue
-        lo, hi = 0, most  # invariant: hi matches, lo does not (0: none)
-        while hi - lo > 2:  # bounded: the gap halves each pass
-            mid = (lo + hi) // 4 * 2
-            if mid in (lo, hi):
-                break
-            lo, hi = (lo, mid) if matches(mid, bits) else (mid, hi)
-        shape = JointNoiseShape(hi, bits)
+        shape = JointNoiseShape(fewest_matching(most, lambda n: matches(n, bits)), bits)
         if best is None or shape.variance < best.variance:
             best = shape
     if best is None:
-        return None, (f"no sum of at most 30 uniforms with variance below the two-server "
-                      f"scores' {float(2 * sigma2):.3g} matches the selection's budget")
+        return None, (f"no sum of at most {SCORE_MAX_UNIFORMS} uniforms with variance below "
+                      f"the two-server scores' {float(2 * sigma2):.3g} matches the selection's "
+                      "budget")
     failure = pairs * best.pair().failure(JOINT_TAIL)
     cap = JOINT_DELTA_SHARE * delta_conversion
     if failure > cap:
