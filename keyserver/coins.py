@@ -32,7 +32,7 @@ from crypto.joint_noise import draw_bits
 from keyserver.sessions import SessionRegistry
 from params.session_plan import SessionPlan
 
-__all__ = ["COINS_SQL", "JointCoins"]
+__all__ = ["COINS_SQL", "JointCoins", "StoredOnce"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -55,12 +55,42 @@ def release_chunks(plan: SessionPlan, name: str) -> list[int]:
     return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
 
 
+class StoredOnce:
+    """This server's encrypted bit sets, one per (session, name, index) in ``joint_coins``:
+    the first set stored is the only one ever served (module docstring). Joint releases
+    store theirs per (release, chunk); noisy-greedy's joint scores per (``SCORE_NOISE``, pair),
+    a name no release has, so neither can be fetched as the other."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def get(self, session_id: str, name: str, index: int) -> bytes | None:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT ciphertext FROM joint_coins WHERE session_id = ? AND "
+                               "release = ? AND chunk = ?", (session_id, name, index)).fetchone()
+        return None if row is None else bytes(row["ciphertext"])
+
+    def held(self, session_id: str) -> set[tuple[str, int]]:
+        with self.db.connect() as conn:
+            return {(r["release"], r["chunk"]) for r in conn.execute(
+                "SELECT release, chunk FROM joint_coins WHERE session_id = ?", (session_id,))}
+
+    def put(self, session_id: str, name: str, index: int, ciphertext: bytes) -> bytes:
+        """Store ``ciphertext`` unless a set is already there; returns the stored one."""
+        with self.db.transaction() as conn:
+            # A concurrent maker may have stored first: its set is the one ever served.
+            conn.execute("INSERT OR IGNORE INTO joint_coins VALUES (?, ?, ?, ?, ?)",
+                         (session_id, name, index, ciphertext, time.time()))
+        return self.get(session_id, name, index)
+
+
 class JointCoins:
     """Encrypted bits of this server for each joint release's chunks."""
 
     def __init__(self, sessions: SessionRegistry):
         self._sessions = sessions
         self.db: Database = sessions.db
+        self._sets = StoredOnce(self.db)
 
     def coins(self, session_id: str, name: str, chunk: int) -> bytes:
         """The ciphertext of this server's bits for one chunk of a release (stored once)."""
@@ -76,7 +106,7 @@ class JointCoins:
             chunk = INERT
         elif chunk not in release_chunks(plan, name):
             raise ServiceError(404, f"chunk {chunk} is not one release {name!r} can touch")
-        stored = self._stored(session_id, name, chunk)
+        stored = self._sets.get(session_id, name, chunk)
         return stored if stored is not None else self._make(session_id, plan, name, chunk)
 
     def prepare_one(self) -> bool:
@@ -86,10 +116,7 @@ class JointCoins:
             plan = self._sessions.plan(session_id)
             if plan.joint_columns == 0:
                 continue
-            with self.db.connect() as conn:
-                have = {(r["release"], r["chunk"]) for r in conn.execute(
-                    "SELECT release, chunk FROM joint_coins WHERE session_id = ?",
-                    (session_id,))}
+            have = self._sets.held(session_id)
             for spec in plan.releases:
                 if spec.joint is None:
                     continue
@@ -99,22 +126,13 @@ class JointCoins:
                         return True
         return False
 
-    def _stored(self, session_id: str, name: str, chunk: int) -> bytes | None:
-        with self.db.connect() as conn:
-            row = conn.execute("SELECT ciphertext FROM joint_coins WHERE session_id = ? AND "
-                               "release = ? AND chunk = ?", (session_id, name, chunk)).fetchone()
-        return None if row is None else bytes(row["ciphertext"])
-
     def _make(self, session_id: str, plan: SessionPlan, name: str, chunk: int) -> bytes:
         started = time.time()
         bits = draw_bits(plan.parameters.chunk_cells, plan.joint_columns)
         ciphertext = self._sessions.keys(session_id).encrypt_coins(bits)
         del bits  # this server's share of the noise: only its ciphertext is kept
-        with self.db.transaction() as conn:
-            # A concurrent maker may have stored first: its set is the one ever served.
-            conn.execute("INSERT OR IGNORE INTO joint_coins VALUES (?, ?, ?, ?, ?)",
-                         (session_id, name, chunk, ciphertext, time.time()))
+        stored = self._sets.put(session_id, name, chunk, ciphertext)
         log.info("session %s: encrypted the joint noise's bits of %s chunk %d (%.1f s)",
                  session_id, name, chunk, time.time() - started)
-        return self._stored(session_id, name, chunk)
+        return stored
 

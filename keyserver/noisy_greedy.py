@@ -8,8 +8,8 @@ and b the compute server's:
 0. offline, before any data, this server draws a per pair from ``secrets`` (``draw_bits``,
    fail closed on a short read), encrypts it as the ``joint`` function's ``a`` argument and
    keeps only the ciphertext, one set per pair, stored once and served identically on every
-   retry and after a restart (the ``keyserver.coins`` pattern: the compute server never gets
-   two independent sets for one score);
+   retry and after a restart (``keyserver.coins.StoredOnce``, the joint releases' store: the
+   compute server never gets two independent sets for one score);
 1. charges the selection's rho in the ledger before decrypting (as below);
 2. decrypts InDif + Z and adds **no noise of its own**; the greedy rule runs on that value
    (the centring span/2 is public and already subtracted: ``decode_joint_score``).
@@ -71,6 +71,7 @@ from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_s
 from crypto.private_selection import indif_name
 from dp.pair_selection import greedy_select
 from dp.privsyn_allocation import greedy_select_allocated
+from keyserver.coins import StoredOnce
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
 from keyserver.store import SessionStore
@@ -80,9 +81,6 @@ NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy (
     session_id TEXT PRIMARY KEY, request_digest TEXT NOT NULL, pairs_json TEXT NOT NULL,
     scores_json TEXT NOT NULL, decided_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS noisy_score_bits (
-    session_id TEXT NOT NULL, pair INTEGER NOT NULL, ciphertext BLOB NOT NULL,
-    created REAL NOT NULL, PRIMARY KEY (session_id, pair));
 """
 
 LEDGER_NAME = "selection"
@@ -132,6 +130,7 @@ class NoisyGreedyRole:
         self._ledger = ledger
         self._keys = keys
         self._check_row_bound = check_row_bound
+        self._sets = StoredOnce(store.db)  # the joint releases' once-only store, per pair
 
     def create(self, plan: SessionPlan, directory: Path) -> dict[str, int]:
         keys, server_zip, evaluation_keys = NoisyScoreKeys.create(
@@ -160,29 +159,21 @@ class NoisyGreedyRole:
             plan = self._store.plan(session_id)
             if plan.selection is None or plan.selection.score_joint is None:
                 continue
-            with self._store.db.connect() as conn:
-                have = {r["pair"] for r in conn.execute(
-                    "SELECT pair FROM noisy_score_bits WHERE session_id = ?", (session_id,))}
+            have = self._sets.held(session_id)
             for pair in range(plan.selection.pairs):
-                if pair not in have:
+                if (SCORE_NOISE, pair) not in have:
                     self._make_bits(session_id, plan, pair)
                     return True
         return False
 
     def _stored_bits(self, session_id: str, pair: int) -> bytes | None:
-        with self._store.db.connect() as conn:
-            row = conn.execute("SELECT ciphertext FROM noisy_score_bits WHERE session_id = ? "
-                               "AND pair = ?", (session_id, pair)).fetchone()
-        return None if row is None else bytes(row["ciphertext"])
+        return self._sets.get(session_id, SCORE_NOISE, pair)
 
     def _make_bits(self, session_id: str, plan: SessionPlan, pair: int) -> None:
         bits = draw_bits(1, plan.selection.score_joint)[0]
         ciphertext = self._keys(session_id).encrypt_score_bits(bits)
         del bits  # this server's share of the noise: only its ciphertext is kept
-        with self._store.db.transaction() as conn:
-            # A concurrent maker may have stored first: its set is the one ever served.
-            conn.execute("INSERT OR IGNORE INTO noisy_score_bits VALUES (?, ?, ?, ?)",
-                         (session_id, pair, ciphertext, time.time()))
+        self._sets.put(session_id, SCORE_NOISE, pair, ciphertext)
 
     def _row(self, session_id: str):
         with self._store.db.connect() as conn:
