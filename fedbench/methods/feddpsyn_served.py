@@ -40,11 +40,11 @@ import numpy as np
 
 from crypto.joint_noise import draw_bits, joint_noise_plaintext
 from dp.discrete_gaussian import discrete_gaussian_vector
-from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
+from dp.pair_selection import greedy_select
 from dp.privsyn_allocation import greedy_select_allocated
-from crypto.selection import em_rounds_model, thresholds
 from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.feddpsyn_sim import default_rounds, simulate_release
+from fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores,
+                                           simulate_release)
 from params.operator_bound import stated_max_rows
 from params.schema import Schema
 from params.session_plan import SessionPlan
@@ -82,16 +82,9 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
     """The pairs the servers choose (module docstring) and, for noisy-greedy, the scores'
     noise."""
     selection = plan.selection
-    pairs = [slot.attrs for slot in plan.layout.two_way]
-    expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs,
-                                         selection.max_rows)
-    scores = indif_scores({slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
-                           for slot in plan.layout.two_way}, expected)
+    pairs, scores = pair_scores(plan, union_counts, one_way, selection.max_rows)
     if selection.mode == "em":
-        picks = em_rounds_model([scores[p] for p in pairs], selection.shape,
-                                thresholds(selection.shape, selection.step.epsilon),
-                                selection.rounds)
-        return [pairs[i] for i in picks], ""
+        return em_picks(selection, pairs, scores), ""
     noise, how = _score_noise(plan, len(pairs))
     noisy = {p: scores[p] + int(z) for p, z in zip(pairs, noise)}
     two_way = plan.release("two_way")

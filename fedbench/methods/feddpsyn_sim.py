@@ -153,6 +153,25 @@ def score_shape(plan: SessionPlan, selection: SelectionPlan) -> JointNoiseShape:
                         plan.rho_total, plan.delta_conversion, JOINT_TAIL)
 
 
+def pair_scores(plan: SessionPlan, union_counts: np.ndarray, one_way: list[NoisyMarginal],
+                max_rows: int) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
+    """Every candidate pair and its InDif against expected counts from the released 1-ways
+    (Primitive 2's exact value)."""
+    pairs = [slot.attrs for slot in plan.layout.two_way]
+    expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs, max_rows)
+    counts = {slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
+              for slot in plan.layout.two_way}
+    return pairs, indif_scores(counts, expected)
+
+
+def em_picks(selection: SelectionPlan, pairs: list[tuple[int, int]],
+             scores: dict[tuple[int, int], int]) -> list[tuple[int, int]]:
+    """The pairs em's encrypted rounds choose, by their exact integer model."""
+    c = thresholds(selection.shape, selection.step.epsilon)
+    picks = em_rounds_model([scores[p] for p in pairs], selection.shape, c, selection.rounds)
+    return [pairs[i] for i in picks]
+
+
 def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts: np.ndarray,
                        one_way: list[NoisyMarginal], max_rows: int, noise: str = "two-server",
                        joint_parts: list | None = None,
@@ -162,16 +181,9 @@ def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts
     noisy scores and PrivSyn's greedy rule (noisy-greedy: two independent discrete
     Gaussians, or with ``noise="joint"`` one joint noise per score, both servers' bits from
     the CSPRNG; its (shape, pairs) is appended to ``joint_parts``)."""
-    pairs = [slot.attrs for slot in plan.layout.two_way]
-    expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs, max_rows)
-    counts = {slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
-              for slot in plan.layout.two_way}
-    scores = indif_scores(counts, expected)
+    pairs, scores = pair_scores(plan, union_counts, one_way, max_rows)
     if selection.mode == "em":
-        c = thresholds(selection.shape, selection.step.epsilon)
-        picks = em_rounds_model([scores[p] for p in pairs], selection.shape, c,
-                                selection.rounds)
-        return [pairs[i] for i in picks]
+        return em_picks(selection, pairs, scores)
     if noise == "joint":
         shape = score_shape(plan, selection)
         if joint_parts is not None:
