@@ -127,3 +127,24 @@ def test_the_end_to_end_check_counts_the_score_noise():
     small = replace(plan, selection=replace(plan.selection, score_joint=JointNoiseShape(2, 1)))
     with pytest.raises(ValueError, match="exact curve"):
         small.check_joint()
+
+
+def test_each_servers_view_of_a_score_is_the_shapes_law_given_its_own_bits():
+    """Exact, on the tiny shape: with one server's bits fixed (any of a few sets, extremes
+    included), every bit set of the other server (4^6 of them, equally likely) is
+    enumerated through ``joint``'s model, which the circuit equals (tests above); the
+    decoded score minus InDif takes each value exactly as often as the shape's pmf says. So
+    what the key server decrypts is InDif + Z with Z of the shape given its a, and the pick
+    the compute server sees is a function of that value with Z of the shape given its b."""
+    joint = SHAPE.joint
+    bits = joint.uniforms * joint.bits
+    every = ((np.arange(1 << bits)[:, None] >> np.arange(bits)) & 1).astype(np.int64)
+    expected = joint.counts()
+    score = 37
+    for fixed in (np.zeros(bits, np.int64), np.ones(bits, np.int64),
+                  np.array([secrets.randbits(1) for _ in range(bits)], np.int64)):
+        for ks, cs in ((lambda o: fixed, lambda o: o), (lambda o: o, lambda o: fixed)):
+            z = [decode_joint_score(joint_score_plaintext(score, ks(o), cs(o), SHAPE), SHAPE)
+                 - score for o in every]
+            observed = np.bincount(np.asarray(z) + joint.span // 2, minlength=len(expected))
+            assert observed.tolist() == expected
