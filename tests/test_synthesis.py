@@ -98,3 +98,29 @@ def test_three_way_sample_is_fixed():
     a, b = rng.integers(0, 2, (100, 8)), rng.integers(0, 2, (100, 8))
     assert workload_error(a, b, sizes) == workload_error(a, b, sizes)
     assert len(list(itertools.combinations(range(8), 3))) == 56  # > 50: a sample is drawn
+
+
+def test_pgm_keeps_the_most_dependent_pairs_within_its_model_size():
+    from synthesis.graphical_model import model_size_mb
+    from synthesis.pgm import dependence, kept_pairs
+
+    records = correlated_records(3000)
+    consistent, _ = make_consistent(noisy_marginals(records, variance=4.0), SIZES)
+    pairs = [m for m in consistent if len(m.attrs) == 2]
+    # Every pair of a 4-attribute table fits a roomy model.
+    assert sorted(kept_pairs(consistent, SIZES, 1.0)) == sorted(m.attrs for m in pairs)
+    # The full joint is 3 x 4 x 2 x 3 = 72 cells; room for 40 keeps the most dependent pair
+    # first, not every pair, and whatever it keeps fits.
+    limit = 40 * 8 / 2 ** 20
+    kept = kept_pairs(consistent, SIZES, limit)
+    strongest = max(pairs, key=dependence).attrs
+    assert kept[0] == strongest and len(kept) < len(pairs)
+    assert model_size_mb(kept, SIZES) <= limit
+
+
+def test_pgm_refuses_a_non_positive_model_size():
+    from synthesis.pgm import fit_pgm
+
+    with pytest.raises(ValueError, match="max_model_mb"):
+        fit_pgm(noisy_marginals(correlated_records(100), 4.0), SIZES, 100,
+                np.random.default_rng(0), max_model_mb=0)

@@ -10,7 +10,7 @@ from fedbench.methods.base import MethodResult, budget_rho
 from fedbench.methods.cape_dpcda import cape_dpcda
 from fedbench.methods.central_aim import central_aim
 from fedbench.methods.central_mst import central_mst
-from fedbench.methods.central_privsyn import central_privsyn
+from fedbench.methods.central_privsyn import central_privsyn, central_privsyn_pgm
 from fedbench.methods.central_privsyn_all import central_privsyn_all
 from fedbench.methods.concat import concat
 from fedbench.methods.distaim_method import distaim
@@ -20,7 +20,9 @@ from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pair
                                            feddpsyn_noisy_greedy_joint,
                                            feddpsyn_noisy_greedy_joint_privsyn, feddpsyn_sim)
 from fedbench.methods.feddpsyn_served import (feddpsyn_served, feddpsyn_served_all,
-                                              feddpsyn_served_noisy_greedy)
+                                              feddpsyn_served_all_pgm,
+                                              feddpsyn_served_noisy_greedy,
+                                              feddpsyn_served_noisy_greedy_pgm)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -31,6 +33,7 @@ METHODS = {
     "central-mst": central_mst,
     "central-privsyn": central_privsyn,
     "central-privsyn-all": central_privsyn_all,
+    "central-privsyn-pgm": central_privsyn_pgm,
     "concat": concat,
     "feddpsyn": feddpsyn_sim,
     "feddpsyn-noisy-greedy": feddpsyn_noisy_greedy,
@@ -42,6 +45,8 @@ METHODS = {
     "feddpsyn-served": feddpsyn_served,
     "feddpsyn-served-all": feddpsyn_served_all,
     "feddpsyn-served-noisy-greedy": feddpsyn_served_noisy_greedy,
+    "feddpsyn-served-all-pgm": feddpsyn_served_all_pgm,
+    "feddpsyn-served-noisy-greedy-pgm": feddpsyn_served_noisy_greedy_pgm,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,
     "dpdsyn": dpdsyn,

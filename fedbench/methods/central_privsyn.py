@@ -19,7 +19,8 @@ trusted curator, with its marginal selection (Section 5).
   rho_i proportional to c_i^(2/3) (PrivSyn's optimal allocation for the L1 noise error;
   weights rounded to rationals, so the shares add to exactly 0.9 rho), discrete Gaussian
   noise sigma_i^2 = 1 / (2 rho_i) (sensitivity 1 per marginal under add/remove).
-* Then consistency and GUM, as the rest of the bench.
+* Then consistency and GUM, as the rest of the bench (``central-privsyn-pgm``: Private-PGM on
+  a bounded junction tree instead, ``synthesis.pgm``).
 
 Deviations, stated: PrivSyn's marginal combination (merging selected pairs into larger
 marginals when domains are small) is not done; noise is the exact discrete Gaussian. The
@@ -85,7 +86,7 @@ def privsyn_greedy(noisy_scores: dict[tuple[int, int], float], cells: dict[tuple
 
 
 def central_privsyn(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-                    delta: float, seed: int) -> MethodResult:
+                    delta: float, seed: int, synthesis: str = "gum") -> MethodResult:
     rho = budget_rho(epsilon, delta)
     rho_select = rho * SELECTION_SHARE
     rho_publish = rho - rho_select
@@ -121,5 +122,14 @@ def central_privsyn(records: np.ndarray, owner: np.ndarray, schema: Schema, epsi
         measured.append(NoisyMarginal(slot.attrs, noisy_counts.reshape(slot.shape)
                                       .astype(float), float(sigma2)))
         spent += 1 / (2 * sigma2)
-    synth = synthesize_records(schema, measured, "gum", None, np.random.default_rng(seed))
-    return MethodResult(synth, spent, rho, notes={"selected_pairs": chosen})
+    synth = synthesize_records(schema, measured, synthesis, None, np.random.default_rng(seed))
+    return MethodResult(synth, spent, rho, notes={"selected_pairs": chosen,
+                                                  "synthesis": synthesis})
+
+
+def central_privsyn_pgm(records: np.ndarray, owner: np.ndarray, schema: Schema,
+                        epsilon: float, delta: float, seed: int) -> MethodResult:
+    """``central-privsyn-pgm``: the same central release, synthesized with Private-PGM on a
+    bounded junction tree (``synthesis.pgm``) instead of GUM: the central counterpart of the
+    served ``-pgm`` methods, so that a comparison changes only who computes the release."""
+    return central_privsyn(records, owner, schema, epsilon, delta, seed, "pgm")

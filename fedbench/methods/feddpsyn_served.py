@@ -51,7 +51,8 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_served", "feddpsyn_served_all", "feddpsyn_served_noisy_greedy", "served_plan",
+__all__ = ["feddpsyn_served", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
+           "feddpsyn_served_noisy_greedy", "feddpsyn_served_noisy_greedy_pgm", "served_plan",
            "served_rounds", "served_selection"]
 
 
@@ -94,7 +95,8 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
 
 
 def _served(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-            delta: float, seed: int, selection: str, rounds: int | None) -> MethodResult:
+            delta: float, seed: int, selection: str, rounds: int | None,
+            synthesis: str = "gum") -> MethodResult:
     plan = served_plan(schema, len(records), epsilon, delta, selection, rounds)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     one_way_spec = plan.release("one_way")
@@ -127,7 +129,8 @@ def _served(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: flo
         spent += resolved.rho
         notes["two_way_noise"] = plan.noise_statement(resolved)
         notes["two_way_per_count_variance"] = float(plan.per_count_variance(resolved))
-    synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
+    notes["synthesis"] = synthesis
+    synth = synthesize_records(schema, noisy, synthesis, None, np.random.default_rng(seed))
     unspent = (f"the plan reserves delta {notes['delta_reserved']:.3g} of {delta:g} for its "
                "failure terms, so its rho is converted at the smaller delta"
                if notes["delta_reserved"] > 0 else "")
@@ -176,3 +179,16 @@ def feddpsyn_served_all(records, owner, schema, epsilon, delta, seed) -> MethodR
 def feddpsyn_served_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The servers' noisy-greedy session, every noise as the plan decides."""
     return _served(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None)
+
+
+def feddpsyn_served_all_pgm(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """:func:`feddpsyn_served_all`'s release, synthesized with Private-PGM on a bounded
+    junction tree (``synthesis.pgm``) instead of GUM: ``feddpsyn synthesize --method pgm``."""
+    return _served(records, owner, schema, epsilon, delta, seed, "none", None, "pgm")
+
+
+def feddpsyn_served_noisy_greedy_pgm(records, owner, schema, epsilon, delta,
+                                     seed) -> MethodResult:
+    """:func:`feddpsyn_served_noisy_greedy`'s release, synthesized with Private-PGM on a
+    bounded junction tree (``synthesis.pgm``) instead of GUM."""
+    return _served(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None, "pgm")
