@@ -30,7 +30,8 @@ def demo(dataset: Optional[str] = typer.Option(
              None, help="output directory (default: a new demo-out/run-DATE-TIME)"),
          epsilon: float = 1.0,
          delta: float = 1e-5,
-         method: str = typer.Option("gum", help="gum (uses every released pair) | pgm"),
+         method: str = typer.Option("auto", help="synthesis: auto (gum when every pair is "
+                                     "released, else pgm) | gum | pgm"),
          rows: Optional[int] = None,
          seed: int = 0,
          path: str = typer.Option("tfhe", help="tfhe (two servers) | distaim (three MPyC "

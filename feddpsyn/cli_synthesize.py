@@ -15,7 +15,8 @@ from feddpsyn.terminal import fail
 def synthesize(release: Path = typer.Option(...),
                schema: Optional[Path] = typer.Option(
                    None, help="must match the release's schema (checked)"),
-               method: str = typer.Option("pgm", help="pgm | gum"),
+               method: str = typer.Option("auto", help="auto (gum when every pair is "
+                                          "released, else pgm) | gum | pgm"),
                rows: Optional[int] = typer.Option(None, help="default: estimated union size"),
                out: Path = typer.Option(...), seed: Optional[int] = None) -> None:
     """Turn released noisy marginals into a synthetic CSV in the original values."""
@@ -26,8 +27,10 @@ def synthesize(release: Path = typer.Option(...),
     from synthesis import marginals_from_release
     from synthesis import synthesize as run
 
-    if method not in ("pgm", "gum"):
-        fail(f"unknown method {method!r}: pgm or gum")
+    from synthesis.synthesize import METHODS
+
+    if method not in METHODS:
+        fail(f"unknown method {method!r}: {', '.join(METHODS)}")
     try:
         document = wire.ReleaseDocument.model_validate_json(release.read_bytes())
     except OSError as exc:

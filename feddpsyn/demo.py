@@ -35,7 +35,7 @@ from params.table_codec import encode_csv
 from synthesis.central import central_marginals
 from synthesis.evaluate import workload_error
 from synthesis.marginals import marginals_from_release
-from synthesis.synthesize import synthesize
+from synthesis.synthesize import resolve_method, synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -307,6 +307,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         cs.stop()
     t = time.time()
     _, noisy = marginals_from_release(document)
+    method = resolve_method(method, noisy, schema.domain_sizes)  # the report names the one used
     records, rows_out = synthesize(schema, noisy, method, rows, seed)
     with (out / "synthetic.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)

@@ -11,12 +11,31 @@ from params.table_codec import decode_records
 from synthesis.consistency import make_consistent
 from synthesis.marginals import NoisyMarginal
 
-Method = Literal["pgm", "gum"]
+Method = Literal["pgm", "gum", "auto"]
+METHODS = ("auto", "gum", "pgm")
+
+
+def resolve_method(method: str, marginals: list[NoisyMarginal],
+                   domain_sizes: tuple[int, ...]) -> str:
+    """``auto``: GUM when every pair was released, Private-PGM on a bounded junction tree
+    (``synthesis.pgm``) when a selection released only some. Measured, all 2-way L1, 4 clients,
+    eps 0.5 / 1 / 2, 3-10 repeats (README "Utility"): after noisy-greedy, Private-PGM's
+    error is x0.82-0.89 of GUM's on Adult and x0.79-0.87 on Fed-Heart-Disease; with every
+    pair released (Fed-Heart-Disease) it is x1.16-1.20, because the pairs a bounded tree
+    leaves out still carry information GUM uses. The rule reads only the release."""
+    if method not in METHODS:
+        raise ValueError(f"unknown synthesis method {method!r} ({', '.join(METHODS)})")
+    if method != "auto":
+        return method
+    d = len(domain_sizes)
+    released = {tuple(sorted(m.attrs)) for m in marginals if len(m.attrs) == 2}
+    return "gum" if len(released) == d * (d - 1) // 2 else "pgm"
 
 
 def synthesize_records(schema: Schema, marginals: list[NoisyMarginal], method: Method,
                        rows: int | None, rng: np.random.Generator) -> np.ndarray:
     """Encoded synthetic records (bin indices); ``rows`` defaults to the estimated total."""
+    method = resolve_method(method, marginals, schema.domain_sizes)
     consistent, total = make_consistent(marginals, schema.domain_sizes)
     n = int(rows) if rows else max(1, int(round(total)))
     if method == "pgm":
@@ -27,7 +46,7 @@ def synthesize_records(schema: Schema, marginals: list[NoisyMarginal], method: M
         from synthesis.gum import fit_gum
 
         return fit_gum(consistent, schema.domain_sizes, n, rng)
-    raise ValueError(f"unknown synthesis method {method!r} (pgm or gum)")
+    raise AssertionError(method)  # resolve_method names every method
 
 
 def synthesize(schema: Schema, marginals: list[NoisyMarginal], method: Method,

@@ -29,6 +29,7 @@ def demo_out(tmp_path_factory):
 def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
     report = json.loads((demo_out / "report.json").read_text())
     assert report["dataset"] == "fed_heart_disease" and report["clients"] == 4
+    assert report["method"] == "gum"  # auto: every pair was released
     assert report["rows_union"] == 740
     assert 0 < report["epsilon_spent"] <= 1.0
     assert report["delta"] == 1e-5
@@ -49,7 +50,7 @@ def test_demo_refuses_a_non_empty_output_directory(demo_out):
     assert result.returncode == 2 and "not empty" in result.stderr
 
 
-@pytest.mark.parametrize("method", ["gum", "pgm"])
+@pytest.mark.parametrize("method", ["auto", "gum", "pgm"])
 def test_synthesize_command_on_the_demo_release(demo_out, tmp_path, method):
     out = tmp_path / "synth.csv"
     result = feddpsyn("synthesize", "--release", str(demo_out / "release.json"), "--schema",

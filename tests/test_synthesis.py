@@ -124,3 +124,15 @@ def test_pgm_refuses_a_non_positive_model_size():
     with pytest.raises(ValueError, match="max_model_mb"):
         fit_pgm(noisy_marginals(correlated_records(100), 4.0), SIZES, 100,
                 np.random.default_rng(0), max_model_mb=0)
+
+
+def test_auto_synthesis_is_gum_for_every_pair_and_pgm_after_a_selection():
+    from synthesis.synthesize import resolve_method
+
+    every = noisy_marginals(correlated_records(200), 4.0)
+    assert resolve_method("auto", every, SIZES) == "gum"
+    some = [m for m in every if len(m.attrs) == 1 or m.attrs in {(0, 1), (2, 3)}]
+    assert resolve_method("auto", some, SIZES) == "pgm"
+    assert resolve_method("gum", some, SIZES) == "gum"
+    with pytest.raises(ValueError, match="unknown synthesis method 'mst'"):
+        resolve_method("mst", some, SIZES)

@@ -8,7 +8,7 @@ from fedbench.methods.adafedprivsyn import adafedprivsyn
 from fedbench.methods.augflaim_private import augflaim_private
 from fedbench.methods.base import MethodResult, budget_rho
 from fedbench.methods.cape_dpcda import cape_dpcda
-from fedbench.methods.central_aim import central_aim
+from fedbench.methods.central_aim import central_aim, central_aim_4mb
 from fedbench.methods.central_mst import central_mst
 from fedbench.methods.central_privsyn import central_privsyn, central_privsyn_pgm
 from fedbench.methods.central_privsyn_all import central_privsyn_all
@@ -29,6 +29,7 @@ from fedbench.methods.naive_flaim import naive_flaim
 METHODS = {
     "augflaim-private": augflaim_private,
     "central-aim": central_aim,
+    "central-aim-4mb": central_aim_4mb,
     "naive-flaim": naive_flaim,
     "central-mst": central_mst,
     "central-privsyn": central_privsyn,

@@ -12,7 +12,7 @@ Deviations, for the benchmark's time budget (about 36 runs per method on Adult):
 size limit is ``MAX_MODEL_MB`` = 0.25 MB instead of AIM's 80 MB (the numpy estimator's cost
 grows with the junction tree's cells; measured on Adult at eps = 1 with 200 iterations per
 round: 0.25 MB, 12 s, 2-way error 0.042; 1 MB, 56 s, 0.037, with the former fixed-count
-estimator), and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round
+estimator; ``central-aim-4mb`` runs at 4 MB), and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round
 spends the remainder).
 
 Each round's fit is capped at ``synthesis.aim.ANNEALING_ROUND_ITERS`` = 100 warm-started
@@ -43,13 +43,13 @@ FINAL_ITERS = 2500    # estimator steps after the last round (AIM's reference: 2
 
 
 def central_aim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-                delta: float, seed: int) -> MethodResult:
+                delta: float, seed: int, max_model_mb: float = MAX_MODEL_MB) -> MethodResult:
     del owner  # the union in the clear; private noise comes from the OS CSPRNG
     rho = budget_rho(epsilon, delta)
     sizes = schema.domain_sizes
     workload = list(itertools.combinations(range(len(sizes)), 2))
     result = aim(PlainOracle(records, sizes, CSPRNG), sizes, workload, rho,
-                 max_model_size_mb=MAX_MODEL_MB, max_rounds=MAX_ROUNDS,
+                 max_model_size_mb=max_model_mb, max_rounds=MAX_ROUNDS,
                  final_iters=FINAL_ITERS)
     # as many rows as the model's (noisy) total; record sampling is post-processing
     synth = result.model.sample(None, np.random.default_rng(seed))
@@ -57,3 +57,13 @@ def central_aim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon:
                         notes={"selected": result.selected,
                                "selected_pairs": result.selected,
                                "annealed": sum(r.annealed for r in result.rounds)})
+
+
+def central_aim_4mb(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
+                    delta: float, seed: int) -> MethodResult:
+    """``central-aim-4mb``: central AIM with a 4 MB model, the size ``synthesis.pgm`` fits
+    (``DEFAULT_MAX_MODEL_MB``): the like-for-like central baseline of the ``-pgm`` methods,
+    whose estimate is a graphical model of that size."""
+    from synthesis.pgm import DEFAULT_MAX_MODEL_MB
+
+    return central_aim(records, owner, schema, epsilon, delta, seed, DEFAULT_MAX_MODEL_MB)
