@@ -18,10 +18,12 @@ post-processing of the released values (no privacy cost):
 
 Why a bounded tree rather than MST's spanning tree (what this module did before): the
 spanning tree keeps 14 of Adult's released pairs, and the model is then independent given
-the tree; measured on Adult with the servers' noisy-greedy release (4 clients, 3 repeats, all
-2-way L1), at eps 0.5 / 1 / 2: GUM 0.0737 / 0.0583 / 0.0389, this module at 4 MB 0.0619 /
-0.0474 / 0.0360 (the tree held 37-42 of 37-58 released pairs), at 1 MB 0.0634 / 0.0490 /
-0.0380. GUM fits the released pairs closely (2-way error on them 0.043 at eps 1, what the
+the tree. Measured on Adult with the servers' noisy-greedy release (4 clients, all 2-way L1,
+eps 0.5 / 1 / 2): on the same 3 releases, GUM 0.0737 / 0.0583 / 0.0389, this module at 4 MB
+0.0619 / 0.0474 / 0.0360 (the tree held 37-42 of 37-58 released pairs), at 1 MB 0.0634 /
+0.0490 / 0.0380; over 10 repeats (``bench/results/adult_served/pgm``) 0.0629 / 0.0470 /
+0.0352 against GUM's 0.0748 / 0.0569 / 0.0402. Where every pair is released with noise
+spread over all of them, GUM is better (``synthesize.resolve_method``). GUM fits the released pairs closely (2-way error on them 0.043 at eps 1, what the
 noise allows) but infers the others poorly (0.071); the graphical model's maximum-entropy
 completion infers them better (0.049) at some cost on the pairs it leaves out.
 """

@@ -18,11 +18,13 @@ METHODS = ("auto", "gum", "pgm")
 def resolve_method(method: str, marginals: list[NoisyMarginal],
                    domain_sizes: tuple[int, ...]) -> str:
     """``auto``: GUM when every pair was released, Private-PGM on a bounded junction tree
-    (``synthesis.pgm``) when a selection released only some. Measured, all 2-way L1, 4 clients,
-    eps 0.5 / 1 / 2, 3-10 repeats (README "Utility"): after noisy-greedy, Private-PGM's
-    error is x0.82-0.89 of GUM's on Adult and x0.79-0.87 on Fed-Heart-Disease; with every
-    pair released (Fed-Heart-Disease) it is x1.16-1.20, because the pairs a bounded tree
-    leaves out still carry information GUM uses. The rule reads only the release."""
+    (``synthesis.pgm``) when a selection released only some. Measured through the servers'
+    own plan (all 2-way L1, 4 clients, eps 0.5 / 1 / 2; ``bench/results/adult_served/pgm``,
+    10 repeats, and ``bench/results/fed_heart_served_pgm``, 3 repeats): after noisy-greedy,
+    Private-PGM's error is x0.84 / 0.83 / 0.88 of GUM's on Adult and x0.87 / 0.76 / 0.84 on
+    Fed-Heart-Disease; with every pair released (Fed-Heart-Disease) it is x1.16 / 1.20 /
+    1.20, because the pairs a bounded tree leaves out still carry information GUM uses. The
+    rule reads only the release."""
     if method not in METHODS:
         raise ValueError(f"unknown synthesis method {method!r} ({', '.join(METHODS)})")
     if method != "auto":
