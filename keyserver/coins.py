@@ -112,7 +112,7 @@ class JointCoins:
     def prepare_one(self) -> bool:
         """Encrypt one missing chunk of any session's joint releases; False if none is
         missing (bounded: one chunk per call)."""
-        for session_id in self._sessions.session_ids():
+        for session_id in self._sessions.runnable_session_ids():
             plan = self._sessions.plan(session_id)
             if plan.joint_columns == 0:
                 continue

@@ -77,15 +77,18 @@ class PrivacyLedger:
         return conn.execute("SELECT 1 FROM ledger WHERE session_id = ?",
                             (session_id,)).fetchone() is not None
 
-    def view(self, session_id: str, plan: SessionPlan) -> wire.LedgerView:
-        """Every charge in order, what was spent and its epsilon at the conversion delta."""
+    def view(self, session_id: str, public: wire.SessionPublic) -> wire.LedgerView:
+        """Every charge in order, what was spent and its epsilon at the conversion delta;
+        from the session's public record alone (readable for a session whose plan this
+        server refuses: ``keyserver.sessions``)."""
         with self.db.connect() as conn:
             rows = conn.execute("SELECT release, rho, charged_at FROM ledger WHERE "
                                 "session_id = ? ORDER BY charged_at", (session_id,)).fetchall()
         spent = sum((Fraction(r["rho"]) for r in rows), Fraction(0))
         return wire.LedgerView(
-            session_id=session_id, rho_total=str(plan.rho_total), rho_spent=str(spent),
-            epsilon_spent=rho_to_eps(spent, plan.delta_conversion) if spent else 0.0,
-            delta=plan.delta,
+            session_id=session_id, rho_total=str(Fraction(public.rho_total)),
+            rho_spent=str(spent),
+            epsilon_spent=rho_to_eps(spent, public.conversion_delta()) if spent else 0.0,
+            delta=public.delta,
             entries=[wire.LedgerEntry(release=r["release"], rho=r["rho"], at=r["charged_at"])
                      for r in rows])

@@ -199,16 +199,17 @@ class SelectionRole:
                 (session_id,))}
 
     def selected_pairs(self, session_id: str) -> list[tuple[int, int]] | None:
-        """Every chosen pair once the selection is decided, else None."""
-        plan = self._store.plan(session_id)
-        if plan.selection is None:
+        """Every chosen pair once the selection is decided, else None (from the public
+        record: readable for a session whose plan this server refuses)."""
+        chosen = self._store.public(session_id).selection
+        if chosen is None:
             return None
-        if plan.selection.mode == "noisy-greedy":
+        if chosen.mode == "noisy-greedy":
             return self.noisy_greedy.pairs(session_id)
         decided = self.decided(session_id)
-        if len(decided) < plan.selection.rounds:
+        if len(decided) < chosen.rounds:
             return None
-        return [decided[t] for t in range(plan.selection.rounds)]
+        return [decided[t] for t in range(chosen.rounds)]
 
     def _check_round(self, plan: SessionPlan, session_id: str, round_: int) -> None:
         if not 0 <= round_ < plan.selection.rounds:

@@ -30,7 +30,8 @@ from keyserver.keys import SessionKeys
 from keyserver.ledger import LEDGER_SQL, PrivacyLedger
 from keyserver.releases import RELEASES_SQL, Releases
 from keyserver.selection import SELECTION_SQL, SelectionRole, compiled_bootstraps
-from keyserver.sessions import SESSIONS_SQL, SessionRegistry, build_plan
+from keyserver.sessions import (SESSIONS_SQL, PlanMismatch, SessionRegistry, build_plan,
+                                confirm_published)
 from keyserver.uploads import UPLOADS_SQL, MaskedUploads
 from params.schema import Schema, SchemaError
 from params.session_plan import SessionPlan
@@ -66,6 +67,12 @@ class KeyServer:
         except ValueError as exc:
             raise ServiceError(422, str(exc)) from None
         session_id = "s-" + secrets.token_hex(8)
+        try:
+            # Before anything is compiled: the public record must give back this plan, as
+            # it will after a restart (keyserver.sessions); the final record is checked again.
+            confirm_published(plan, plan.to_public(session_id, request.clients))
+        except PlanMismatch as exc:
+            raise ServiceError(500, f"session not created: {exc}") from None
         directory = self.session_dir(session_id)
         keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
                                                                directory)
@@ -117,7 +124,8 @@ class KeyServer:
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
             done = 1
-        if done == 0 and self.selection.noisy_greedy.prepare_one(self.session_ids()):
+        if done == 0 and self.selection.noisy_greedy.prepare_one(
+                self.sessions.runnable_session_ids()):
             done = 1
         return done
 
@@ -151,7 +159,7 @@ class KeyServer:
 
     # ------------------------------------------------------------- views over every part
     def ledger(self, session_id: str) -> wire.LedgerView:
-        return self.privacy_ledger.view(session_id, self.plan(session_id))
+        return self.privacy_ledger.view(session_id, self.public(session_id))
 
     def status(self, session_id: str) -> wire.SessionStatus:
         public = self.public(session_id)

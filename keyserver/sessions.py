@@ -1,20 +1,41 @@
-"""The key server's sessions: the request each was created from, its plan (rebuilt from that
-request after a restart), its public record, its keys, its noise pool and its clients' token
-hashes.
+"""The key server's sessions: the request each was created from, its public record, the
+plan it runs, its keys, its noise pool and its clients' token hashes.
 
-Design concern: **a session's plan is a function of its stored request.** Only the operator's
-request and the public record derived from it are stored; the plan is derived again from the
-request (``SessionPlan.build``) whenever it is not cached, so a restarted server runs the plan
-it published.
+Design concern: **a session runs the plan it published, across restarts and rule changes.**
+The plan is built from the operator's request once, at creation (``SessionPlan.build``);
+from then on the session's plan is the one its stored public record describes, derived as
+the compute server derives it (``SessionPlan.from_public``), never rebuilt from the request:
+the plan rules change between versions (em's candidate batches, noisy-greedy's joint score
+noise), and a rebuilt plan would then match neither the compute server's compiled module nor
+the noise this server drew at creation. Two checks make the derivation fail closed:
+
+* the derived plan must publish the stored record again, field for field (today's code reads
+  the record as the code that wrote it did: its reserved delta terms, its variances, its
+  chunk sizes and thresholds), and
+* the few things this server runs that the record does not state but derives by a rule (the
+  layout's offsets, P2's chunks, em's candidate batches: :func:`plan_facts`) must equal what
+  was stored of them at creation.
+
+Where either differs, the session is refused with HTTP 409 and a message saying so (what is
+published stays readable; nothing is decrypted, charged or prepared for it any more, and the
+offline job serves the other sessions), never run under a plan that differs from the
+published one. A session recorded before its facts were stored is checked by the first rule
+alone. At creation the same checks run on the built plan and the plan the session runs from
+the first request on is already the published one (:func:`confirm_published`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel
 
 from common import wire
 from common.credentials import store_client_tokens, stored_token_hashes
@@ -24,16 +45,23 @@ from keyserver.keys import SessionKeys
 from params.schema import Schema
 from params.session_plan import SessionPlan
 
-__all__ = ["SESSIONS_SQL", "SessionRegistry", "build_plan"]
+__all__ = ["SESSIONS_SQL", "SessionRegistry", "build_plan", "published_plan", "plan_facts",
+           "confirm_published", "PlanMismatch"]
+
+log = logging.getLogger("feddpsyn.keyserver")
 
 SESSIONS_SQL = """
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, request_json TEXT NOT NULL, public_json TEXT NOT NULL,
     created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS session_plan_facts (
+    id TEXT PRIMARY KEY, facts_json TEXT NOT NULL);
 """
 
 
 def build_plan(request: wire.SessionCreate) -> SessionPlan:
+    """The plan of a new session under today's rules (only ever at creation: module
+    docstring)."""
     return SessionPlan.build(Schema.from_dict(request.schema_), request.pairs,
                              request.budget.epsilon, request.budget.delta, request.budget.split,
                              request.parameter_set, request.max_rows,
@@ -41,6 +69,87 @@ def build_plan(request: wire.SessionCreate) -> SessionPlan:
                              rounds=request.selection.rounds,
                              selection_set=request.selection.parameter_set,
                              noise=request.noise)
+
+
+class PlanMismatch(ValueError):
+    """A public record that does not give back the plan it was published from."""
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, separators=(",", ":")).encode()).hexdigest()
+
+
+def plan_facts(plan: SessionPlan) -> dict[str, object]:
+    """What this server runs of ``plan`` that its public record does not state but derives by
+    a rule: each marginal's offset in the count vector, P2's chunks (``indif_chunks``) and
+    em's candidate batches (``params.selection_plan.candidate_batches``). Stored at creation
+    and compared whenever the plan is derived again (module docstring)."""
+    facts: dict[str, object] = {"layout": _digest(
+        [[slot.key, slot.offset, slot.size] for slot in plan.layout.marginals])}
+    if plan.selection is not None:
+        facts["indif_chunks"] = _digest([[index, cells.tolist(), size]
+                                         for index, cells, size in plan.indif_chunks()])
+        batches = plan.selection.batches
+        facts["batches"] = None if batches is None else [batches.candidates, batches.size]
+    return facts
+
+
+def _differences(stored: BaseModel, again: BaseModel, prefix: str = "") -> list[str]:
+    """The fields in which two public records differ, one level into nested records."""
+    out = []
+    for name in type(stored).model_fields:
+        a, b = getattr(stored, name), getattr(again, name)
+        if a == b:
+            continue
+        if isinstance(a, BaseModel) and isinstance(b, BaseModel) and type(a) is type(b):
+            out += _differences(a, b, f"{prefix}{name}.")
+        else:
+            out.append(prefix + name)
+    return out
+
+
+def published_plan(public: wire.SessionPublic,
+                   facts: dict[str, object] | None = None) -> SessionPlan:
+    """The plan ``public`` describes, derived as the compute server derives it
+    (``SessionPlan.from_public``), once it is confirmed (module docstring): it publishes
+    ``public`` again, and its :func:`plan_facts` equal ``facts`` (None: not stored, a
+    session created before they were). Raises :class:`PlanMismatch` saying what differs."""
+    try:
+        plan = SessionPlan.from_public(public)
+        again = plan.to_public(public.session_id, public.clients,
+                               None if public.selection is None else public.selection.bootstraps)
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+        raise PlanMismatch(f"its public record no longer reads as a plan ({exc})") from None
+    differs = _differences(public, again)
+    if differs:
+        raise PlanMismatch("its public record, read by this server, publishes other values "
+                           f"for {', '.join(differs)}")
+    if facts is not None:
+        derived = plan_facts(plan)
+        differs = sorted(k for k in set(facts) | set(derived) if facts.get(k) != derived.get(k))
+        if differs:
+            raise PlanMismatch(f"this server now derives other {', '.join(differs)} from it")
+    return plan
+
+
+def confirm_published(plan: SessionPlan, public: wire.SessionPublic) -> SessionPlan:
+    """At creation: the plan ``public`` describes (:func:`published_plan`), which must be
+    ``plan`` in everything this server runs; the differences by construction are the em
+    selection's ``rho`` (the record carries what is charged, not the share it was planned
+    from) and ``max_rows`` without a selection (not in the record; nothing reads it there).
+    Raises :class:`PlanMismatch`."""
+    published = published_plan(public, plan_facts(plan))
+    selection = plan.selection
+    expected = replace(
+        plan, selection=None if selection is None else replace(selection,
+                                                               rho=selection.rho_charged),
+        max_rows=plan.max_rows if selection is not None else published.max_rows)
+    if published != expected:
+        differs = [name for name in SessionPlan.__dataclass_fields__
+                   if getattr(published, name) != getattr(expected, name)]
+        raise PlanMismatch(f"the plan its public record describes differs in "
+                           f"{', '.join(differs)}")
+    return published
 
 
 class SessionRegistry:
@@ -51,6 +160,7 @@ class SessionRegistry:
         self.state_dir = state_dir
         self._keys: dict[str, SessionKeys] = {}
         self._plans: dict[str, SessionPlan] = {}
+        self._refused: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def session_dir(self, session_id: str) -> Path:
@@ -58,15 +168,24 @@ class SessionRegistry:
 
     def add(self, session_id: str, request: wire.SessionCreate, public: wire.SessionPublic,
             tokens: dict[str, str], plan: SessionPlan, keys: SessionKeys) -> None:
-        """Record a session whose files are written: its request, public record and tokens."""
+        """Record a session whose files are written: its request, public record, the facts
+        of its plan (:func:`plan_facts`) and tokens. ``public`` must describe ``plan``
+        (:func:`confirm_published`; a 500 otherwise, nothing recorded), and the plan the
+        session runs from now on is the one ``public`` describes."""
+        try:
+            published = confirm_published(plan, public)
+        except PlanMismatch as exc:
+            raise ServiceError(500, f"session not created: {exc}") from None
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
                          (session_id, request.model_dump_json(by_alias=True),
                           public.model_dump_json(by_alias=True), time.time()))
+            conn.execute("INSERT INTO session_plan_facts VALUES (?, ?)",
+                         (session_id, json.dumps(plan_facts(plan))))
             store_client_tokens(conn, session_id, tokens)
         with self._lock:
             self._keys[session_id] = keys
-            self._plans[session_id] = plan
+            self._plans[session_id] = published
 
     def public(self, session_id: str) -> wire.SessionPublic:
         with self.db.connect() as conn:
@@ -80,16 +199,43 @@ class SessionRegistry:
         with self.db.connect() as conn:
             return [r["id"] for r in conn.execute("SELECT id FROM sessions ORDER BY created")]
 
+    def runnable_session_ids(self) -> list[str]:
+        """The sessions whose plan this server runs: those refused (:meth:`plan`) are left
+        out, so that the offline job serves the others."""
+        out = []
+        for session_id in self.session_ids():  # bounded: one pass over the stored sessions
+            try:
+                self.plan(session_id)
+            except ServiceError:
+                continue
+            out.append(session_id)
+        return out
+
     def plan(self, session_id: str) -> SessionPlan:
+        """The plan the session's public record describes (module docstring); 404 for an
+        unknown session, 409 for one planned under rules this server no longer derives
+        alike."""
         with self._lock:
             if session_id in self._plans:
                 return self._plans[session_id]
+            refused = self._refused.get(session_id)
+        if refused is not None:
+            raise ServiceError(409, refused)
+        public = self.public(session_id)
         with self.db.connect() as conn:
-            row = conn.execute("SELECT request_json FROM sessions WHERE id = ?",
+            row = conn.execute("SELECT facts_json FROM session_plan_facts WHERE id = ?",
                                (session_id,)).fetchone()
-        if row is None:
-            raise ServiceError(404, f"unknown session {session_id!r}")
-        plan = build_plan(wire.SessionCreate.model_validate_json(row["request_json"]))
+        try:
+            plan = published_plan(public, None if row is None else json.loads(row["facts_json"]))
+        except PlanMismatch as exc:
+            message = (f"session {session_id} was planned under other rules than this key "
+                       f"server's: {exc}. What it published stays readable; this server "
+                       "decrypts, charges and prepares nothing more for it. Finish it with "
+                       "the server version that created it, or create a new session")
+            log.warning("%s", message)
+            with self._lock:
+                self._refused[session_id] = message
+            raise ServiceError(409, message) from None
         with self._lock:
             self._plans[session_id] = plan
         return plan
