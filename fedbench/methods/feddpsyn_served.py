@@ -53,7 +53,7 @@ from synthesis.synthesize import synthesize_records
 
 __all__ = ["feddpsyn_served", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
            "feddpsyn_served_noisy_greedy", "feddpsyn_served_noisy_greedy_pgm", "served_plan",
-           "served_rounds", "served_selection"]
+           "served_rounds", "served_selection", "served_session"]
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
@@ -94,9 +94,11 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
     return rule(noisy, cells, two_way.rho), how
 
 
-def _served(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-            delta: float, seed: int, selection: str, rounds: int | None,
-            synthesis: str = "gum") -> MethodResult:
+def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
+                   delta: float, seed: int, selection: str, rounds: int | None,
+                   synthesis: str = "gum") -> MethodResult:
+    """One session as the servers plan and run it (module docstring), its release
+    synthesized with ``synthesis`` (``synthesis.synthesize``'s methods)."""
     plan = served_plan(schema, len(records), epsilon, delta, selection, rounds)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     one_way_spec = plan.release("one_way")
@@ -167,28 +169,29 @@ def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> in
 def feddpsyn_served(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The servers' em session (``feddpsyn``'s rounds where the servers accept them, else the
     most they accept: :func:`served_rounds`), every noise as the plan decides."""
-    return _served(records, owner, schema, epsilon, delta, seed, "em",
+    return served_session(records, owner, schema, epsilon, delta, seed, "em",
                    served_rounds(schema, len(records), epsilon, delta))
 
 
 def feddpsyn_served_all(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The servers' session without selection (every pair; Adult's demo default)."""
-    return _served(records, owner, schema, epsilon, delta, seed, "none", None)
+    return served_session(records, owner, schema, epsilon, delta, seed, "none", None)
 
 
 def feddpsyn_served_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The servers' noisy-greedy session, every noise as the plan decides."""
-    return _served(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None)
+    return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None)
 
 
 def feddpsyn_served_all_pgm(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """:func:`feddpsyn_served_all`'s release, synthesized with Private-PGM on a bounded
     junction tree (``synthesis.pgm``) instead of GUM: ``feddpsyn synthesize --method pgm``."""
-    return _served(records, owner, schema, epsilon, delta, seed, "none", None, "pgm")
+    return served_session(records, owner, schema, epsilon, delta, seed, "none", None, "pgm")
 
 
 def feddpsyn_served_noisy_greedy_pgm(records, owner, schema, epsilon, delta,
                                      seed) -> MethodResult:
     """:func:`feddpsyn_served_noisy_greedy`'s release, synthesized with Private-PGM on a
     bounded junction tree (``synthesis.pgm``) instead of GUM."""
-    return _served(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None, "pgm")
+    return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None,
+                          "pgm")
