@@ -18,9 +18,10 @@ from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
 from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pairs_joint,
                                            feddpsyn_joint, feddpsyn_noisy_greedy,
                                            feddpsyn_noisy_greedy_joint,
-                                           feddpsyn_noisy_greedy_joint_privsyn, feddpsyn_sim)
-from fedbench.methods.feddpsyn_served import (feddpsyn_served, feddpsyn_served_all,
-                                              feddpsyn_served_all_pgm,
+                                           feddpsyn_noisy_greedy_joint_privsyn,
+                                           simulated_session)
+from fedbench.methods.feddpsyn_served import (feddpsyn_served_all,
+                                              feddpsyn_served_all_pgm, feddpsyn_served_em,
                                               feddpsyn_served_noisy_greedy,
                                               feddpsyn_served_noisy_greedy_pgm)
 from fedbench.methods.fedprivsyn import fedprivsyn
@@ -36,14 +37,14 @@ METHODS = {
     "central-privsyn-all": central_privsyn_all,
     "central-privsyn-pgm": central_privsyn_pgm,
     "concat": concat,
-    "feddpsyn": feddpsyn_sim,
+    "feddpsyn": simulated_session,
     "feddpsyn-noisy-greedy": feddpsyn_noisy_greedy,
     "feddpsyn-noisy-greedy-joint": feddpsyn_noisy_greedy_joint,
     "feddpsyn-noisy-greedy-joint-privsyn": feddpsyn_noisy_greedy_joint_privsyn,
     "feddpsyn-all": feddpsyn_all_pairs,
     "feddpsyn-joint": feddpsyn_joint,
     "feddpsyn-all-joint": feddpsyn_all_pairs_joint,
-    "feddpsyn-served": feddpsyn_served,
+    "feddpsyn-served": feddpsyn_served_em,
     "feddpsyn-served-all": feddpsyn_served_all,
     "feddpsyn-served-noisy-greedy": feddpsyn_served_noisy_greedy,
     "feddpsyn-served-all-pgm": feddpsyn_served_all_pgm,

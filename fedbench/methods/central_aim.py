@@ -12,8 +12,8 @@ Deviations, for the benchmark's time budget (about 36 runs per method on Adult):
 size limit is ``MAX_MODEL_MB`` = 0.25 MB instead of AIM's 80 MB (the numpy estimator's cost
 grows with the junction tree's cells; measured on Adult at eps = 1 with 200 iterations per
 round: 0.25 MB, 12 s, 2-way error 0.042; 1 MB, 56 s, 0.037, with the former fixed-count
-estimator; ``central-aim-4mb`` runs at 4 MB), and the loop is capped at ``MAX_ROUNDS`` selection rounds (the cap's round
-spends the remainder).
+estimator; ``central-aim-4mb`` runs at 4 MB), and the loop is capped at ``MAX_ROUNDS``
+selection rounds (the cap's round spends the remainder).
 
 Each round's fit is capped at ``synthesis.aim.ANNEALING_ROUND_ITERS`` = 100 warm-started
 estimator steps (the engine's rule in AIM's mode; AIM's reference code runs a fixed 1,000 mbi

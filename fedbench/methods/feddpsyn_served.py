@@ -51,7 +51,7 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_served", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
+__all__ = ["feddpsyn_served_em", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
            "feddpsyn_served_noisy_greedy", "feddpsyn_served_noisy_greedy_pgm", "served_plan",
            "served_rounds", "served_selection", "served_session"]
 
@@ -166,7 +166,7 @@ def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> in
     return low
 
 
-def feddpsyn_served(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The servers' em session (``feddpsyn``'s rounds where the servers accept them, else the
     most they accept: :func:`served_rounds`), every noise as the plan decides."""
     return served_session(records, owner, schema, epsilon, delta, seed, "em",

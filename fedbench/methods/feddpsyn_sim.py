@@ -238,10 +238,10 @@ def default_rounds(attributes: int) -> int:
     return attributes * (attributes - 1) // 4
 
 
-def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-                 delta: float, seed: int, selection_mode: str = "em",
-                 rounds: int | None = None, noise: str = "two-server",
-                 allocation: str = "even") -> MethodResult:
+def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
+                      epsilon: float, delta: float, seed: int, selection_mode: str = "em",
+                      rounds: int | None = None, noise: str = "two-server",
+                      allocation: str = "even") -> MethodResult:
     """``allocation``: how the 2-way rho is shared over the chosen pairs, "even" (the
     servers' one release) or "privsyn" (PrivSyn's c^(2/3), :func:`allocation_groups`; with
     noisy-greedy its greedy rule uses the same allocation)."""
@@ -324,36 +324,37 @@ def feddpsyn_sim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon
 
 def feddpsyn_all_pairs(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The core pipeline without selection (every 2-way marginal), for comparison."""
-    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, selection_mode="none")
+    return simulated_session(records, owner, schema, epsilon, delta, seed,
+                             selection_mode="none")
 
 
 def feddpsyn_noisy_greedy(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """PrivSyn's noisy-score greedy selection in place of the encrypted exponential
     mechanism."""
-    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
-                        selection_mode="noisy-greedy")
+    return simulated_session(records, owner, schema, epsilon, delta, seed,
+                             selection_mode="noisy-greedy")
 
 
 def feddpsyn_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """``feddpsyn`` (em selection) with the releases' one joint noise (module docstring)."""
-    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, noise="joint")
+    return simulated_session(records, owner, schema, epsilon, delta, seed, noise="joint")
 
 
 def feddpsyn_noisy_greedy_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """``feddpsyn-noisy-greedy`` with one joint noise on every score and every release."""
-    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
-                        selection_mode="noisy-greedy", noise="joint")
+    return simulated_session(records, owner, schema, epsilon, delta, seed,
+                             selection_mode="noisy-greedy", noise="joint")
 
 
 def feddpsyn_noisy_greedy_joint_privsyn(records, owner, schema, epsilon, delta,
                                         seed) -> MethodResult:
     """``feddpsyn-noisy-greedy-joint`` with PrivSyn's c^(2/3) allocation of the 2-way rho
     over the chosen pairs (one joint release per pair size) and its greedy rule to match."""
-    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed,
-                        selection_mode="noisy-greedy", noise="joint", allocation="privsyn")
+    return simulated_session(records, owner, schema, epsilon, delta, seed,
+                             selection_mode="noisy-greedy", noise="joint", allocation="privsyn")
 
 
 def feddpsyn_all_pairs_joint(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """Every 2-way marginal, with the releases' one joint noise."""
-    return feddpsyn_sim(records, owner, schema, epsilon, delta, seed, selection_mode="none",
-                        noise="joint")
+    return simulated_session(records, owner, schema, epsilon, delta, seed,
+                             selection_mode="none", noise="joint")
