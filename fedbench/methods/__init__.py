@@ -22,6 +22,7 @@ from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pair
                                            simulated_session)
 from fedbench.methods.feddpsyn_served import (feddpsyn_served_all,
                                               feddpsyn_served_all_pgm, feddpsyn_served_em,
+                                              feddpsyn_served_em_pgm,
                                               feddpsyn_served_noisy_greedy,
                                               feddpsyn_served_noisy_greedy_pgm)
 from fedbench.methods.fedprivsyn import fedprivsyn
@@ -48,6 +49,7 @@ METHODS = {
     "feddpsyn-served-all": feddpsyn_served_all,
     "feddpsyn-served-noisy-greedy": feddpsyn_served_noisy_greedy,
     "feddpsyn-served-all-pgm": feddpsyn_served_all_pgm,
+    "feddpsyn-served-pgm": feddpsyn_served_em_pgm,
     "feddpsyn-served-noisy-greedy-pgm": feddpsyn_served_noisy_greedy_pgm,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,

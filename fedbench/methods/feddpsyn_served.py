@@ -51,7 +51,7 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_served_em", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
+__all__ = ["feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
            "feddpsyn_served_noisy_greedy", "feddpsyn_served_noisy_greedy_pgm", "served_plan",
            "served_rounds", "served_selection", "served_session"]
 
@@ -171,6 +171,13 @@ def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodRe
     most they accept: :func:`served_rounds`), every noise as the plan decides."""
     return served_session(records, owner, schema, epsilon, delta, seed, "em",
                    served_rounds(schema, len(records), epsilon, delta))
+
+
+def feddpsyn_served_em_pgm(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """:func:`feddpsyn_served_em`'s release, synthesized with Private-PGM on a bounded
+    junction tree (``synthesis.pgm``; what ``auto`` does after em) instead of GUM."""
+    return served_session(records, owner, schema, epsilon, delta, seed, "em",
+                          served_rounds(schema, len(records), epsilon, delta), "pgm")
 
 
 def feddpsyn_served_all(records, owner, schema, epsilon, delta, seed) -> MethodResult:
