@@ -26,8 +26,7 @@ def synthesize(release: Path = typer.Option(...),
     from params.schema import Schema, SchemaError
     from synthesis import marginals_from_release
     from synthesis import synthesize as run
-
-    from synthesis.synthesize import METHODS
+    from synthesis.synthesize import METHODS, resolve_method
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: {', '.join(METHODS)}")
@@ -45,9 +44,10 @@ def synthesize(release: Path = typer.Option(...),
             fail(str(exc))
         if given.fingerprint() != release_schema.fingerprint():
             fail(f"{schema} differs from the schema the release was made with")
-    _, rows_out = run(release_schema, noisy, method, rows, seed)  # type: ignore[arg-type]
+    used = resolve_method(method, noisy, release_schema.domain_sizes)
+    _, rows_out = run(release_schema, noisy, used, rows, seed)  # type: ignore[arg-type]
     with out.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(release_schema.names)
         writer.writerows(rows_out)
-    typer.echo(f"wrote {len(rows_out)} synthetic rows to {out}")
+    typer.echo(f"wrote {len(rows_out)} synthetic rows to {out} ({used})")
