@@ -22,7 +22,8 @@ and the two-server ``noise`` (``joint=None``, the plan's noise_bits). Measured p
   ``secrets`` seeds, as ``keyserver.keys._keys_for``), both every repeat;
 * per score call (one pair's noise addition: ``server.run`` of ``noise`` or ``joint`` with the
   deserialized evaluation keys, as the compute server's executor runs it), wall and process
-  CPU seconds; for ``joint`` also the key server's encryption of its bits a and their bytes
+  CPU seconds, the first call after a key generation apart (a one-off cost of new keys,
+  several times a later call's seconds); for ``joint`` also the key server's encryption of its bits a and their bytes
   (its offline work and the transfer to the compute server);
 * programmable bootstraps per call, from concrete's compile statistics.
 
@@ -38,6 +39,17 @@ two-server of one run count.
 
 Run: echo 19 > /proc/self/autogroup; .venv/bin/python bench/bench_joint_scores.py
 --json bench/results/joint_scores.json  [--repeats 3 --calls 3 | --quick]
+
+Measured (2026-11-24 02:28, 2 cores, quiet but for this run; 3 repeats x 3 calls, every call
+exact; ``bench/results/joint_scores.json``). Compressed evaluation keys of the whole score
+module: 130.6 MB two-server, 130.8 MB joint with 5-bit lookups (Fed-Heart-Disease 10 x 7
+uniforms, Adult eps 0.5 12 x 8 and eps 1 14 x 7: x1.00, keygen 5.4-5.7 s both, x1.00-1.06),
+307.1 MB with 6-bit lookups (Adult eps 2, 16 x 6: x2.35, keygen 13.3 s against 5.5 s,
+x2.41). A score call (12-17 bootstraps either way): 0.49-0.58 s joint against 0.33-0.37 s
+two-server with 5-bit lookups (x1.46-1.57 wall, x2.07-2.11 CPU), 1.03 s against 0.37 s with
+6-bit (x2.80 wall, x3.36 CPU); the first call with fresh keys 1.2 s two-server, 2.3-2.5 s
+joint (5-bit), 5.3 s (6-bit). The key server's bits a: 1.9-2.6 KB a pair, 16 ms to encrypt.
+Peak RSS 3.7 GB (Adult eps 2's keys).
 """
 
 from __future__ import annotations
@@ -231,15 +243,21 @@ def median(values: list[float]) -> float:
 
 
 def summarise(variants: dict[str, dict]) -> dict:
-    """Per variant: the medians over repeats (keys) and calls; the ratios joint / two-server."""
+    """Per variant: the medians over repeats (keys) and calls; the ratios joint / two-server.
+    ``call_s``: the calls after a repeat's first (what a session's further pairs cost);
+    ``first_call_s``: each repeat's first call with fresh keys (3-5x a later call, measured:
+    a one-off cost of new keys, presumably concrete expanding the compressed keys)."""
     summary = {}
     for name, data in variants.items():
         keygens, calls = data["keygen"], data["calls"]
+        first = [c for c in calls if c.get("first_after_keygen")]
+        later = [c for c in calls if not c.get("first_after_keygen")] or calls
         summary[name] = {
             "evaluation_key_mb": median([k["evaluation_key_bytes"] for k in keygens]) / 1e6,
             "keygen_s": median([k["keygen_s"] for k in keygens]),
-            "call_s": median([c["call_s"] for c in calls]),
-            "call_cpu_s": median([c["call_cpu_s"] for c in calls]),
+            "call_s": median([c["call_s"] for c in later]),
+            "call_cpu_s": median([c["call_cpu_s"] for c in later]),
+            "first_call_s": median([c["call_s"] for c in first]) if first else None,
             "bootstraps_per_call": data["bootstraps_per_call"],
             "lookup_bits": data["lookup_bits"], "calls": len(calls), "repeats": len(keygens)}
     if set(VARIANTS) <= set(summary):
@@ -247,7 +265,8 @@ def summarise(variants: dict[str, dict]) -> dict:
         summary["ratio_joint_over_two_server"] = {
             key: joint[key] / two[key]
             for key in ("evaluation_key_mb", "keygen_s", "call_s", "call_cpu_s",
-                        "bootstraps_per_call")}
+                        "first_call_s", "bootstraps_per_call")
+            if joint[key] is not None and two[key] is not None}
     return summary
 
 
@@ -287,7 +306,9 @@ def measure(session: ScoreSession, variants: list[ScoreVariant], repeats: int, c
         for call in range(calls):  # bounded by MAX_CALLS
             score = bound if repeat == 0 and call == 0 else secrets.randbelow(bound + 1)
             for variant in order:
-                result.variants[variant.name]["calls"].append(variant.call(score))
+                record = variant.call(score)
+                record["first_after_keygen"] = call == 0
+                result.variants[variant.name]["calls"].append(record)
         log(f"  repeat {repeat + 1}: {calls} calls of each checked; peak RSS "
             f"{peak_rss_mb():.0f} MB")
     return result
@@ -299,7 +320,7 @@ def peak_rss_mb() -> float:
 
 def table(results: list[SessionResult]) -> str:
     head = (f"{'session':24s} {'variant':10s} {'lookup':>6s} {'PBS':>4s} {'keys MB':>8s} "
-            f"{'keygen s':>8s} {'call s':>7s} {'cpu s':>7s}")
+            f"{'keygen s':>8s} {'call s':>7s} {'cpu s':>7s} {'1st s':>7s}")
     lines = [head, "-" * len(head)]
     for result in results:
         summary = summarise(result.variants)
@@ -307,12 +328,17 @@ def table(results: list[SessionResult]) -> str:
             s = summary[name]
             lines.append(f"{result.session.label:24s} {name:10s} {s['lookup_bits']:6d} "
                          f"{s['bootstraps_per_call']:4d} {s['evaluation_key_mb']:8.1f} "
-                         f"{s['keygen_s']:8.2f} {s['call_s']:7.2f} {s['call_cpu_s']:7.2f}")
+                         f"{s['keygen_s']:8.2f} {s['call_s']:7.2f} {s['call_cpu_s']:7.2f} "
+                         f"{_number(s['first_call_s'])}")
         r = summary["ratio_joint_over_two_server"]
         lines.append(f"{'':24s} {'joint/two':10s} {'':6s} {r['bootstraps_per_call']:4.2f} "
                      f"{r['evaluation_key_mb']:8.2f} {r['keygen_s']:8.2f} {r['call_s']:7.2f} "
-                     f"{r['call_cpu_s']:7.2f}")
+                     f"{r['call_cpu_s']:7.2f} {_number(r.get('first_call_s'))}")
     return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return f"{'-':>7s}" if value is None else f"{value:7.2f}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
