@@ -9,8 +9,8 @@ draw to draw, so this repeats both, each draw a fresh session:
 * **federated**: ``fedbench.methods.feddpsyn_served.served_session``, the session exactly as
   the servers plan and run it (the demo's owners, plan, ``max_rows``, em's rounds as its
   exact integer model, every release's noise as the plan gives it);
-* **central**: the demo's reference for the pairs that draw selected (the same plan rule and
-  split as ``feddpsyn.demo``, ``synthesis.central.central_marginals``);
+* **central**: the demo's reference for the pairs that draw selected
+  (``feddpsyn.demo.central_reference``);
 * both synthesized with the same method (``--method``, default ``auto``, the demo's).
 
 Prints the mean 1/2/3-way errors of each and the ratio of the means, with a bootstrap-free
@@ -33,32 +33,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fedbench.methods.feddpsyn_served import served_session  # noqa: E402
-from feddpsyn.demo import DEMO_ROUNDS, dataset  # noqa: E402
+from feddpsyn.demo import DEMO_ROUNDS, central_reference, dataset  # noqa: E402
 from params.schema import Schema  # noqa: E402
-from params.selection_plan import DEFAULT_SPLITS  # noqa: E402
-from params.session_plan import SessionPlan  # noqa: E402
 from params.table_codec import encode_csv  # noqa: E402
-from synthesis.central import central_marginals  # noqa: E402
 from synthesis.evaluate import workload_error  # noqa: E402
 from synthesis.synthesize import synthesize_records  # noqa: E402
-
-
-def central_reference(schema: Schema, records: np.ndarray, chosen, epsilon: float,
-                      delta: float, selection: str, max_rows: int, method: str,
-                      rng: np.random.Generator) -> np.ndarray:
-    """The demo's central run for the pairs the federated session chose."""
-    split = DEFAULT_SPLITS[selection]
-    if not chosen:
-        plan = SessionPlan.build(schema, None, epsilon, delta,
-                                 {"one_way": split["one_way"], "two_way": 0.5}, "default",
-                                 max_rows)
-        noisy = [m for m in central_marginals(plan, records) if len(m.attrs) == 1]
-    else:
-        plan = SessionPlan.build(schema, [tuple(p) for p in chosen], epsilon, delta,
-                                 {"one_way": split["one_way"], "two_way": split["two_way"]},
-                                 "default", max_rows)
-        noisy = central_marginals(plan, records)
-    return synthesize_records(schema, noisy, method, None, rng)
 
 
 def main() -> None:
@@ -84,10 +63,11 @@ def main() -> None:
         result = served_session(records, owner, schema, args.epsilon, args.delta, draw,
                                 args.selection, rounds, args.method)
         fed.append(workload_error(records, result.records, schema.domain_sizes))
-        central = central_reference(schema, records, result.notes["selected_pairs"],
-                                    args.epsilon, args.delta, args.selection,
-                                    result.notes["max_rows"], args.method,
-                                    np.random.default_rng([draw, 1]))
+        chosen = [tuple(p) for p in result.notes["selected_pairs"]]
+        reference = central_reference(schema, records, chosen, args.epsilon, args.delta,
+                                      args.selection, result.notes["max_rows"])
+        central = synthesize_records(schema, reference, args.method, None,
+                                     np.random.default_rng([draw, 1]))
         cen.append(workload_error(records, central, schema.domain_sizes))
     out = {"dataset": args.dataset, "selection": args.selection, "rounds": rounds,
            "method": args.method, "draws": args.draws, "epsilon": args.epsilon,

@@ -34,7 +34,7 @@ from params.session_plan import SessionPlan
 from params.table_codec import encode_csv
 from synthesis.central import central_marginals
 from synthesis.evaluate import workload_error
-from synthesis.marginals import marginals_from_release
+from synthesis.marginals import NoisyMarginal, marginals_from_release
 from synthesis.synthesize import resolve_method, synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,20 +319,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     t = time.time()
     accounting = document.accounting
     chosen = getattr(accounting.selection, "selected_pairs", None)
-    # The central reference: the same released marginals on the union with one noise (it
-    # reuses the federated selection's pairs, so it pays nothing for selecting them).
-    split = DEFAULT_SPLITS[selection]
-    if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
-        central_plan = SessionPlan.build(schema, None, epsilon, delta,
-                                         {"one_way": split["one_way"], "two_way": 0.5},
-                                         "default", request.max_rows)
-        central = [m for m in central_marginals(central_plan, union) if len(m.attrs) == 1]
-    else:
-        central_plan = SessionPlan.build(schema, chosen, epsilon, delta,
-                                         {"one_way": split["one_way"],
-                                          "two_way": split["two_way"]},
-                                         "default", request.max_rows)
-        central = central_marginals(central_plan, union)
+    central = central_reference(schema, union, chosen, epsilon, delta, selection,
+                                request.max_rows)
     central_records, _ = synthesize(schema, central, method, rows, seed)
     central_error = workload_error(union, central_records, schema.domain_sizes)
     phases["central_baseline"] = time.time() - t
@@ -359,6 +347,24 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, epsilon: float,
+                      delta: float, selection: str, max_rows: int) -> list[NoisyMarginal]:
+    """The demo's central reference: the same released marginals on the union with one
+    discrete Gaussian a count, at the session's split (it reuses the federated selection's
+    pairs, so it pays nothing for selecting them). ``chosen``: the selected pairs, None
+    where every pair was released."""
+    split = DEFAULT_SPLITS[selection]
+    if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
+        plan = SessionPlan.build(schema, None, epsilon, delta,
+                                 {"one_way": split["one_way"], "two_way": 0.5}, "default",
+                                 max_rows)
+        return [m for m in central_marginals(plan, union) if len(m.attrs) == 1]
+    plan = SessionPlan.build(schema, chosen, epsilon, delta,
+                             {"one_way": split["one_way"], "two_way": split["two_way"]},
+                             "default", max_rows)
+    return central_marginals(plan, union)
 
 
 def _selection_summary(selection: wire.SelectionAccounting) -> dict:

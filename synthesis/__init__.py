@@ -1,5 +1,6 @@
 """Plaintext synthesis (post-processing of released noisy marginals): consistency, then
-Private-PGM on a bounded junction tree or PrivSyn's GUM, then decoding to the original columns and values.
+Private-PGM on a bounded junction tree or PrivSyn's GUM, then decoding to the original
+columns and values.
 
 One module here spends budget: ``synthesis.aim``, AIM's mechanism, which measures and
 selects only through an oracle (in clear for central AIM, in MPC for DistAIM) and fits

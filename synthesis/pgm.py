@@ -22,17 +22,17 @@ the tree. Measured on Adult with the servers' noisy-greedy release (4 clients, a
 eps 0.5 / 1 / 2): on the same 3 releases, GUM 0.0737 / 0.0583 / 0.0389, this module at 4 MB
 0.0619 / 0.0474 / 0.0360 (the tree held 37-42 of 37-58 released pairs), at 1 MB 0.0634 /
 0.0490 / 0.0380; over 10 repeats (``bench/results/adult_served/pgm``) 0.0629 / 0.0470 /
-0.0352 against GUM's 0.0748 / 0.0569 / 0.0402. Where every pair is released with noise
-spread over all of them, GUM is better (``synthesize.resolve_method``). GUM fits the released pairs closely (2-way error on them 0.043 at eps 1, what the
-noise allows) but infers the others poorly (0.071); the graphical model's maximum-entropy
-completion infers them better (0.049) at some cost on the pairs it leaves out.
+0.0352 against GUM's 0.0748 / 0.0569 / 0.0402. GUM fits the released pairs closely (2-way
+error on them 0.043 at eps 1, what the noise allows) but infers the others poorly (0.071);
+the graphical model's maximum-entropy completion infers them better (0.049) at some cost on
+the pairs it leaves out. Where every pair is released with noise spread over all of them,
+GUM is better (``synthesize.resolve_method``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from synthesis.consistency import make_consistent
 from synthesis.graphical_model import GraphicalModel, model_size_mb
 from synthesis.marginals import NoisyMarginal
 
@@ -73,15 +73,17 @@ def kept_pairs(consistent: list[NoisyMarginal], domain_sizes: tuple[int, ...],
     return kept
 
 
-def fit_pgm(marginals: list[NoisyMarginal], domain_sizes: tuple[int, ...], rows: int,
-            rng: np.random.Generator, max_model_mb: float = DEFAULT_MAX_MODEL_MB,
+def fit_pgm(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], total: float,
+            domain_sizes: tuple[int, ...], rows: int, rng: np.random.Generator,
+            max_model_mb: float = DEFAULT_MAX_MODEL_MB,
             iters: int = DEFAULT_ITERS) -> np.ndarray:
     """Fit the graphical model to the released marginals that fit in ``max_model_mb`` and
-    sample ``rows`` records (module docstring). Marginals of more than two attributes are
-    kept too when they fit."""
+    sample ``rows`` records (module docstring). ``consistent`` and ``total``: the marginals'
+    consistent copies and common total (``synthesis.consistency.make_consistent``), which
+    rank the pairs and fix the model's total; the model fits the released values themselves.
+    Marginals of more than two attributes are kept too when they fit."""
     if max_model_mb <= 0:
         raise ValueError("max_model_mb must be positive")
-    consistent, total = make_consistent(marginals, domain_sizes)
     keep = set(kept_pairs(consistent, domain_sizes, max_model_mb))
     wider = [tuple(m.attrs) for m in marginals if len(m.attrs) > 2]
     for clique in wider:  # bounded: one size check per released wider marginal

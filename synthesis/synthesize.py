@@ -43,7 +43,7 @@ def synthesize_records(schema: Schema, marginals: list[NoisyMarginal], method: M
     if method == "pgm":
         from synthesis.pgm import fit_pgm
 
-        return fit_pgm(marginals, schema.domain_sizes, n, rng)
+        return fit_pgm(marginals, consistent, total, schema.domain_sizes, n, rng)
     if method == "gum":
         from synthesis.gum import fit_gum
 

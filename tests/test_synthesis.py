@@ -121,9 +121,11 @@ def test_pgm_keeps_the_most_dependent_pairs_within_its_model_size():
 def test_pgm_refuses_a_non_positive_model_size():
     from synthesis.pgm import fit_pgm
 
+    released = noisy_marginals(correlated_records(100), 4.0)
+    consistent, total = make_consistent(released, SIZES)
     with pytest.raises(ValueError, match="max_model_mb"):
-        fit_pgm(noisy_marginals(correlated_records(100), 4.0), SIZES, 100,
-                np.random.default_rng(0), max_model_mb=0)
+        fit_pgm(released, consistent, total, SIZES, 100, np.random.default_rng(0),
+                max_model_mb=0)
 
 
 def test_auto_synthesis_is_gum_for_every_pair_and_pgm_after_a_selection():

@@ -51,9 +51,10 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
-           "feddpsyn_served_noisy_greedy", "feddpsyn_served_noisy_greedy_pgm", "served_plan",
-           "served_rounds", "served_selection", "served_session"]
+__all__ = ["feddpsyn_served_all", "feddpsyn_served_all_pgm", "feddpsyn_served_em",
+           "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
+           "feddpsyn_served_noisy_greedy_pgm", "served_plan", "served_rounds",
+           "served_selection", "served_session"]
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
