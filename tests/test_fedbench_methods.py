@@ -51,6 +51,11 @@ def test_each_method_spends_exactly_its_budget(method):
     assert result.rho_spent <= result.rho_budget
     if result.unspent_reason:  # says why it spends less (the runner's rule): the served plan
         assert method.startswith("feddpsyn-served")  # reserves delta for failure terms
+        if not result.notes.get("selected_pairs", True):
+            # noisy-greedy's noisy scores kept no pair on this tiny table (the noise is from
+            # the OS, so this happens in some runs): the 2-way share is not released
+            assert "kept no pair" in result.unspent_reason
+            return
         assert result.rho_spent >= result.rho_budget * 0.99
         return
     # Exactly, up to rounding *down* where a conversion is irrational (MST's sqrt for PF).
