@@ -172,17 +172,25 @@ def start_servers(state: Path,
     if not peer_token.exists():
         write_private(peer_token, new_token().encode())
     ks_port, cs_port = free_port(), free_port()
-    ks = ServerProcess(["keyserver", "--host", "127.0.0.1", "--port", str(ks_port),
-                        "--state-dir", str(state / "keyserver"),
-                        "--peer-token-file", str(peer_token)],
-                       state / "keyserver.log", f"http://127.0.0.1:{ks_port}")
-    ks.wait_healthy()
-    cs = ServerProcess(["computeserver", "--host", "127.0.0.1", "--port", str(cs_port),
-                        "--state-dir", str(state / "computeserver"), "--keyserver", ks.url,
-                        "--peer-token-file", str(peer_token)]
-                       + ([] if workers is None else ["--workers", str(workers)]),
-                       state / "computeserver.log", f"http://127.0.0.1:{cs_port}")
-    cs.wait_healthy()
+    started: list[ServerProcess] = []
+    try:  # a server that never became healthy is stopped with the other, not left running
+        ks = ServerProcess(["keyserver", "--host", "127.0.0.1", "--port", str(ks_port),
+                            "--state-dir", str(state / "keyserver"),
+                            "--peer-token-file", str(peer_token)],
+                           state / "keyserver.log", f"http://127.0.0.1:{ks_port}")
+        started.append(ks)
+        ks.wait_healthy()
+        cs = ServerProcess(["computeserver", "--host", "127.0.0.1", "--port", str(cs_port),
+                            "--state-dir", str(state / "computeserver"), "--keyserver", ks.url,
+                            "--peer-token-file", str(peer_token)]
+                           + ([] if workers is None else ["--workers", str(workers)]),
+                           state / "computeserver.log", f"http://127.0.0.1:{cs_port}")
+        started.append(cs)
+        cs.wait_healthy()
+    except BaseException:
+        for server in reversed(started):
+            server.stop()
+        raise
     return ks, cs
 
 

@@ -115,6 +115,32 @@ def assert_ledger_table(text: str, ledger: dict) -> None:
     assert float(rows[-1][-1]) == pytest.approx(ledger["epsilon_spent"], abs=5e-5)
 
 
+def test_start_servers_stops_the_key_server_when_the_compute_server_never_comes_up(
+        tmp_path, monkeypatch):
+    """A health wait that times out must not leave the other server running."""
+    from feddpsyn import demo
+
+    started, waits = [], []
+    real_init, real_wait = demo.ServerProcess.__init__, demo.ServerProcess.wait_healthy
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        started.append(self)
+
+    def wait(self, *args, **kwargs):
+        waits.append(self)
+        if len(waits) == 2:
+            raise RuntimeError("not healthy (the test's)")
+        return real_wait(self, *args, **kwargs)
+
+    monkeypatch.setattr(demo.ServerProcess, "__init__", init)
+    monkeypatch.setattr(demo.ServerProcess, "wait_healthy", wait)
+    with pytest.raises(RuntimeError, match="the test's"):
+        demo.start_servers(tmp_path / "state")
+    assert len(started) == 2
+    assert all(server.proc.poll() is not None for server in started)
+
+
 def test_the_manual_operator_and_data_owner_workflow(tmp_path):
     """What a deployment does by hand: servers, `session create`, `client upload`,
     `client release`, `session status`, `synthesize`."""

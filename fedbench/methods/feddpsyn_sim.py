@@ -59,7 +59,8 @@ from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
-from params.session_plan import ReleaseSpec, SessionPlan, split_share, two_way_rho
+from params.session_plan import (JOINT_DELTA_SHARE, ReleaseSpec, SessionPlan, split_share,
+                                 two_way_rho)
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
@@ -76,12 +77,26 @@ def p1_release_model(masked: list[np.ndarray], mask_sum: np.ndarray, noise_cs: n
 JOINT_TAIL = 1e-12
 
 
-def joint_shape(plan: SessionPlan, spec: ReleaseSpec) -> JointNoiseShape:
-    """The joint noise a release would carry in place of its two Gaussians."""
-    shape = choose_shape(release_marginals(spec.rho, spec.sigma2), spec.rho, plan.rho_total,
-                         plan.delta_conversion, JOINT_TAIL)
+def joint_shape(plan: SessionPlan, spec: ReleaseSpec) -> tuple[JointNoiseShape | None, str]:
+    """The joint noise a release would carry in place of its two Gaussians, or None and why
+    it keeps them: as the servers' rule (``params.session_plan``), a shape whose conditioning
+    mass over the release's marginals exceeds JOINT_DELTA_SHARE of the conversion's delta is
+    refused (a tiny release, one pair at a large rho, matches the curve with two 4-bit
+    uniforms whose edge alone weighs 1/256)."""
+    return _capped(choose_shape(release_marginals(spec.rho, spec.sigma2), spec.rho,
+                                plan.rho_total, plan.delta_conversion, JOINT_TAIL),
+                   release_marginals(spec.rho, spec.sigma2), plan)
+
+
+def _capped(shape: JointNoiseShape, marginals: int,
+            plan: SessionPlan) -> tuple[JointNoiseShape | None, str]:
+    failure = marginals * shape.pair().failure(JOINT_TAIL)
+    cap = JOINT_DELTA_SHARE * plan.delta_conversion
+    if failure > cap:
+        return None, (f"the matching joint shape ({shape.uniforms} x {shape.bits}-bit) "
+                      f"excludes mass {failure:.3g}, above its share of delta ({cap:.3g})")
     check_room(shape, plan.max_rows, plan.parameters.count_bits)
-    return shape
+    return shape, ""
 
 
 def joint_release_model(masked: list[np.ndarray], mask_sum: np.ndarray,
@@ -100,12 +115,15 @@ def joint_release_model(masked: list[np.ndarray], mask_sum: np.ndarray,
 def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
                      session_id: str = "bench", names: tuple[str, ...] | None = None,
                      noise: str = "two-server",
-                     joint_parts: list | None = None) -> tuple[list[NoisyMarginal], float]:
+                     joint_parts: list | None = None,
+                     fallbacks: list | None = None) -> tuple[list[NoisyMarginal], float]:
     """The published noisy marginals of ``plan``'s releases (or those ``names``), and the
     bytes one client uploads (masked JSON + seed); ``noise``: "two-server" (today's
     servers), "joint" (module docstring) or "plan" (what the plan decided per release: its
     joint shape, else the two servers' Gaussians); each joint release's (shape, marginals) is
-    appended to ``joint_parts`` for the session's check."""
+    appended to ``joint_parts`` for the session's check, and each release that "joint" left
+    with its Gaussians (:func:`joint_shape`'s refusal) to ``fallbacks`` as (spec, why): its
+    rho is then zCDP in that check."""
     if noise not in ("two-server", "joint", "plan"):
         raise ValueError("noise is 'two-server', 'joint' or 'plan'")
     k = plan.parameters.count_bits
@@ -119,9 +137,14 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
         if names is not None and spec.name not in names:
             continue
         cells = plan.layout.cells_of(plan.slots_of(spec))
-        if noise == "joint" or (noise == "plan" and spec.joint is not None):
-            # A shape the servers' rule already chose (servers_split), else this release's own.
-            shape = spec.joint if spec.joint is not None else joint_shape(plan, spec)
+        shape, why = None, ""
+        if spec.joint is not None and noise in ("joint", "plan"):
+            shape = spec.joint  # a shape the servers' rule already chose (servers_split)
+        elif noise == "joint":
+            shape, why = joint_shape(plan, spec)
+            if shape is None and fallbacks is not None:
+                fallbacks.append((spec, why))
+        if shape is not None:
             if joint_parts is not None:
                 joint_parts.append((shape, release_marginals(spec.rho, spec.sigma2)))
             released = joint_release_model([m[cells] for m in masked], mask_sum[cells], shape, k)
@@ -146,11 +169,14 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
     return out, float(upload)
 
 
-def score_shape(plan: SessionPlan, selection: SelectionPlan) -> JointNoiseShape:
+def score_shape(plan: SessionPlan,
+                selection: SelectionPlan) -> tuple[JointNoiseShape | None, str]:
     """noisy-greedy's joint score noise: one per pair, matched to the selection's rho over
-    ``pairs`` sensitivity-1 scores (its planned sigma2 is pairs / (2 rho))."""
-    return choose_shape(release_marginals(selection.rho, selection.noise_sigma2), selection.rho,
-                        plan.rho_total, plan.delta_conversion, JOINT_TAIL)
+    ``pairs`` sensitivity-1 scores (its planned sigma2 is pairs / (2 rho)); None and why
+    under :func:`joint_shape`'s rule."""
+    marginals = release_marginals(selection.rho, selection.noise_sigma2)
+    return _capped(choose_shape(marginals, selection.rho, plan.rho_total,
+                                plan.delta_conversion, JOINT_TAIL), marginals, plan)
 
 
 def pair_scores(plan: SessionPlan, union_counts: np.ndarray, one_way: list[NoisyMarginal],
@@ -174,18 +200,22 @@ def em_picks(selection: SelectionPlan, pairs: list[tuple[int, int]],
 
 def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts: np.ndarray,
                        one_way: list[NoisyMarginal], max_rows: int, noise: str = "two-server",
-                       joint_parts: list | None = None,
-                       allocation: str = "even") -> list[tuple[int, int]]:
+                       joint_parts: list | None = None, allocation: str = "even",
+                       fallbacks: list | None = None) -> list[tuple[int, int]]:
     """The pairs the servers would choose: InDif against expected counts from the released
     1-ways (Primitive 2's exact value), then the encrypted rounds' integer model (em) or
     noisy scores and PrivSyn's greedy rule (noisy-greedy: two independent discrete
     Gaussians, or with ``noise="joint"`` one joint noise per score, both servers' bits from
-    the CSPRNG; its (shape, pairs) is appended to ``joint_parts``)."""
+    the CSPRNG; its (shape, pairs) is appended to ``joint_parts``, or, when
+    :func:`score_shape` refuses, (selection, why) to ``fallbacks`` and the scores keep their
+    two Gaussians)."""
     pairs, scores = pair_scores(plan, union_counts, one_way, max_rows)
     if selection.mode == "em":
         return em_picks(selection, pairs, scores)
-    if noise == "joint":
-        shape = score_shape(plan, selection)
+    shape, why = score_shape(plan, selection) if noise == "joint" else (None, "")
+    if why and fallbacks is not None:
+        fallbacks.append((selection, why))
+    if shape is not None:
         if joint_parts is not None:
             joint_parts.append((shape, len(pairs)))
         draws = joint_noise_plaintext(shape, draw_bits(len(pairs), shape),
@@ -261,9 +291,11 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
              "selection": selection_mode}
     unspent = ""
     joint_parts: list = []
+    fallbacks: list = []  # (release or selection, why) that "joint" left with two Gaussians
     rho_zcdp = Fraction(0)  # what the joint check composes as zCDP: the em rounds
     if selection_mode == "none":
-        noisy, upload = simulate_release(plan, counts, noise=noise, joint_parts=joint_parts)
+        noisy, upload = simulate_release(plan, counts, noise=noise, joint_parts=joint_parts,
+                                         fallbacks=fallbacks)
         spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
     else:
         rho_select = split_share(plan.rho_total, split["selection"])
@@ -271,10 +303,10 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
                                         rho_select, rounds if rounds is not None
                                         else default_rounds(len(schema.domain_sizes)))
         one_way, upload = simulate_release(plan, counts, names=("one_way",), noise=noise,
-                                           joint_parts=joint_parts)
+                                           joint_parts=joint_parts, fallbacks=fallbacks)
         chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows,
                                     noise=noise, joint_parts=joint_parts,
-                                    allocation=allocation)
+                                    allocation=allocation, fallbacks=fallbacks)
         if selection_mode == "em" or noise != "joint":
             rho_zcdp = selection.rho_charged
         if not chosen:  # greedy may keep none: the 1-ways alone then
@@ -304,12 +336,18 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
             two_way, _ = simulate_release(final, [final.layout.counts(records[owner == c])
                                                   for c in np.unique(owner)],
                                           names=tuple(r.name for r in two_ways),
-                                          noise=two_noise, joint_parts=joint_parts)
+                                          noise=two_noise, joint_parts=joint_parts,
+                                          fallbacks=fallbacks)
             noisy = one_way + two_way
             spent = (plan.release("one_way").rho + selection.rho_charged
                      + sum((r.rho for r in two_ways), start=Fraction(0)))
         notes.update(selected_pairs=chosen,
                      selection_report=selection.report(plan.pair_cells()))
+    if fallbacks:  # their two Gaussians are zCDP, composed as such
+        rho_zcdp += sum((getattr(item, "rho_charged", item.rho) for item, _ in fallbacks),
+                        start=Fraction(0))
+        notes["two_server_fallbacks"] = [
+            f"{getattr(item, 'name', 'scores')}: {why}" for item, why in fallbacks]
     if noise == "joint":
         session_delta = joint_session_delta(joint_parts, rho_zcdp, epsilon)
         if session_delta > delta:
