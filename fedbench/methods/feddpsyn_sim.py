@@ -59,8 +59,8 @@ from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
-from params.session_plan import (JOINT_DELTA_SHARE, ReleaseSpec, SessionPlan, split_share,
-                                 two_way_rho)
+from params.session_plan import (JOINT_DELTA_SHARE, JOINT_TAIL, ReleaseSpec, SessionPlan,
+                                 split_share, two_way_rho)
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
@@ -71,10 +71,6 @@ def p1_release_model(masked: list[np.ndarray], mask_sum: np.ndarray, noise_cs: n
     select = np.ones(len(mask_sum), dtype=np.int64)
     offset = release_offset(mask_sum, noise_cs, select, count_bits)
     return aggregate_plaintext(masked, select, offset, count_bits), offset
-
-
-# The conditioning tail of a uniforms-shaped joint noise, per count (as bench_joint_noise).
-JOINT_TAIL = 1e-12
 
 
 def joint_shape(plan: SessionPlan, spec: ReleaseSpec) -> tuple[JointNoiseShape | None, str]:
