@@ -135,11 +135,27 @@ def test_fifty_parallel_decryption_requests_charge_the_release_once(lone_key_ser
     import hashlib
     from concurrent.futures import ThreadPoolExecutor
 
+    from common import wire
+    from tests.served import post_session
+
     ks, peer, operator = lone_key_server
-    created = create_session(ks.url, operator)
+    # The registered foreign chunk decrypts to uniform residues mod 2^16, and the key server's
+    # plausibility check refuses it only if one of the chunk's 1-way cells decodes below
+    # -slack (slack = 40 sigma, about 25 at eps 50): each cell passes with probability
+    # 1/2 + 25/2^16. On test_servers' 9 one-way cells the chunk passed (stored, 200) in
+    # 0.5004^9 = 2e-3 of runs; two 16-valued columns fill chunk 0 (32 cells) with 1-way cells,
+    # so it passes in 0.5004^32 < 3e-10 of runs.
+    wide = {"name": "wide", "columns": [
+        {"name": name, "type": "categorical", "i2s": [f"{name}{i}" for i in range(16)]}
+        for name in ("a", "b")] + [{"name": "c", "type": "categorical", "i2s": ["p", "q"]}]}
+    created = post_session(ks.url, operator, wire.SessionCreate(
+        schema=wide, clients=CLIENTS, parameter_set="test-small",
+        budget=wire.BudgetSpec(epsilon=50.0, delta=1e-6), max_rows=1000,
+        selection=wire.SelectionRequest(mode="none")), timeout=120)
     sid = created.session.session_id
     chunks = one_way_chunks(created)
     params = created.session.parameter_set
+    assert chunks[0] == 0 and params["chunk_cells"] == 32  # chunk 0 is 1-way cells only
     blobs = [foreign_ciphertext(params["chunk_cells"], params["count_bits"]) for _ in range(2)]
     auth = {"Authorization": f"Bearer {peer}"}
     base = f"{ks.url}/peer/sessions/{sid}/releases/one_way"
