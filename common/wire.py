@@ -193,6 +193,12 @@ class SelectionPublic(StrictModel):
     joint_failure: float | None = Field(
         default=None, description="noisy-greedy with joint scores: the conditioning mass the "
                                   "exact accounting excludes over every score (a delta term)")
+    batch_size: int | None = Field(
+        default=None, ge=0,
+        description="em: P3 runs each round by candidate batches of at most this many "
+                    "candidates; 0: one call a round. Absent (a record written before this "
+                    "field): the batches follow from the candidate count by the rule of the "
+                    "version that wrote it")
 
 
 class SelectionRound(StrictModel):

@@ -13,8 +13,9 @@ the noise this server drew at creation. Two checks make the derivation fail clos
   the record as the code that wrote it did: its reserved delta terms, its variances, its
   chunk sizes and thresholds), and
 * the few things this server runs that the record does not state but derives by a rule (the
-  layout's offsets, P2's chunks, em's candidate batches: :func:`plan_facts`) must equal what
-  was stored of them at creation.
+  layout's offsets, P2's chunks: :func:`plan_facts`; em's candidate batches too, for a
+  record written before it stated their size) must equal what was stored of them at
+  creation.
 
 Where either differs, the session is refused with HTTP 409 and a message saying so (what is
 published stays readable; nothing is decrypted, charged or prepared for it any more, and the
@@ -82,8 +83,9 @@ def _digest(value) -> str:
 def plan_facts(plan: SessionPlan) -> dict[str, object]:
     """What this server runs of ``plan`` that its public record does not state but derives by
     a rule: each marginal's offset in the count vector, P2's chunks (``indif_chunks``) and
-    em's candidate batches (``params.selection_plan.candidate_batches``). Stored at creation
-    and compared whenever the plan is derived again (module docstring)."""
+    em's candidate batches (stated by the record since ``batch_size``, by
+    ``params.selection_plan.candidate_batches`` before it; kept here for such records).
+    Stored at creation and compared whenever the plan is derived again (module docstring)."""
     facts: dict[str, object] = {"layout": _digest(
         [[slot.key, slot.offset, slot.size] for slot in plan.layout.marginals])}
     if plan.selection is not None:
@@ -120,6 +122,11 @@ def published_plan(public: wire.SessionPublic,
                                None if public.selection is None else public.selection.bootstraps)
     except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
         raise PlanMismatch(f"its public record no longer reads as a plan ({exc})") from None
+    if public.selection is not None and public.selection.batch_size is None:
+        # A record written before it stated em's batch size: the batches are the rule's, and
+        # the stored facts (a session created since the facts were kept) check that rule.
+        again = again.model_copy(update={"selection": again.selection.model_copy(
+            update={"batch_size": None})})
     differs = _differences(public, again)
     if differs:
         raise PlanMismatch("its public record, read by this server, publishes other values "

@@ -8,7 +8,9 @@ Modes (``--selection``):
   permute-and-flip with fixed-point weights. Each round is (eps + 4 eta)-DP and is charged
   rho = (eps + 4 eta)^2 / 2, the numerical loss included (``crypto.selection.plan_step``).
   From 3 candidates on, a round runs by candidate batches (:func:`candidate_batches`), so
-  that it shortens with workers; its output is exactly the one call's.
+  that it shortens with workers; its output is exactly the one call's. The public record
+  states the batch size (``batch_size``), so both servers keep a session's batches when the
+  rule changes (:func:`recorded_batches`).
 * ``noisy-greedy``: PrivSyn's own rule. Every InDif gets discrete Gaussian noise (L2
   sensitivity sqrt(pairs): one record moves each pair's score by at most 1) and the pairs are
   chosen greedily in clear (``dp.pair_selection``). Through the servers
@@ -125,6 +127,24 @@ def candidate_batches(candidates: int) -> BatchLayout | None:
     return batch_layout(candidates, (math.isqrt(candidates - 1) + 2) // 2)
 
 
+def recorded_batches(batch_size: int | None, candidates: int) -> BatchLayout | None:
+    """em's candidate batches as a public record states them (``batch_size``; 0: one call a
+    round), so a session keeps the batches its module was compiled for when
+    :func:`candidate_batches`' rule changes in a later version. A record without the field
+    predates it: its batches are that rule's. A size that does not give the batches it
+    names (one batch, or fewer than 2 candidates a batch) is an inconsistent record."""
+    if batch_size is None:
+        return candidate_batches(candidates)
+    if batch_size == 0:
+        return None
+    layout = batch_layout(candidates, batch_size) if batch_size >= 2 else None
+    if layout is None or layout.size != batch_size:
+        raise ValueError(f"the selection's public record is inconsistent: batches of "
+                         f"{batch_size} do not cut {candidates} candidates into two or more "
+                         f"even batches")
+    return layout
+
+
 @dataclass(frozen=True)
 class SelectionPlan:
     mode: str
@@ -213,7 +233,8 @@ class SelectionPlan:
             rounds=self.rounds, rho_round=str(self.step.rho),
             epsilon_round=str(self.step.epsilon), eta=self.step.eta, nb=self.shape.nb,
             kappa_prime=list(self.shape.kappa_prime),
-            thresholds=thresholds(self.shape, self.step.epsilon), **common)
+            thresholds=thresholds(self.shape, self.step.epsilon),
+            batch_size=0 if self.batches is None else self.batches.size, **common)
 
     @classmethod
     def from_public(cls, public: wire.SelectionPublic, pairs: int) -> SelectionPlan:
@@ -239,8 +260,8 @@ class SelectionPlan:
             raise ValueError("the selection's public record is inconsistent: its per-round "
                              "rho does not follow from its epsilon and eta")
         return cls(public.mode, public.rounds, step.rho * public.rounds, public.indif_bits,
-                   public.score_bits, step=step, shape=shape, batches=candidate_batches(pairs),
-                   **common)
+                   public.score_bits, step=step, shape=shape,
+                   batches=recorded_batches(public.batch_size, pairs), **common)
 
     @property
     def rho_charged(self) -> Fraction:

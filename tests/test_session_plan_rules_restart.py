@@ -4,9 +4,11 @@ plan rules changed in between (``keyserver.sessions``).
 The key server stores each session's request and public record. After a restart it derives
 the plan from the record, as the compute server does, never by rebuilding it from the request
 with today's rules: a rebuilt plan would match neither the compute server's compiled module
-nor the noise drawn at creation. Where today's code would run something the record does not
-fix differently (em's candidate batches, the layout, P2's chunks), the session is refused
-with a 409 that says why, and the other sessions keep being served.
+nor the noise drawn at creation. em's candidate batches are stated by the record
+(``batch_size``) and survive a rule change. Where today's code would run something the record
+does not fix differently (the layout, P2's chunks, the batches of a record written before it
+stated them), the session is refused with a 409 that says why, and the other sessions keep
+being served.
 
 No circuit is compiled and no server is started: a registry over a temporary SQLite
 database, dropped and opened again, is a restart. Cost: two tiny plans built once for the
@@ -140,14 +142,35 @@ def test_a_rule_change_does_not_change_a_stored_sessions_plan(sessions, tmp_path
     assert again == SessionPlan.from_public(public)
 
 
+def test_em_batches_the_record_states_survive_a_rule_change(sessions, tmp_path, monkeypatch):
+    """em's candidate batches, the way 0188e47 changed them: the record states the batch
+    size, so a key server whose rule now gives one call a round still runs the batches the
+    session's module was compiled for, and so does the compute server (``from_public``)."""
+    request, plan, public = sessions["em"]
+    assert public.selection.batch_size == 2
+    em_id = _create(_registry(tmp_path), sessions["em"])
+    monkeypatch.setattr(params.selection_plan, "candidate_batches", lambda candidates: None)
+    assert build_plan(request).selection.batches is None  # a rebuild would now differ
+    again = KeyServer(tmp_path).plan(em_id)
+    assert again.selection.batches == BatchLayout(candidates=3, size=2)
+    assert SessionPlan.from_public(public).selection.batches == again.selection.batches
+    # A record whose size does not cut the candidates as it says is refused as unreadable.
+    for wrong in (1, 3):
+        selection = public.selection.model_copy(update={"batch_size": wrong})
+        with pytest.raises(ValueError, match="inconsistent: batches of"):
+            SessionPlan.from_public(public.model_copy(update={"selection": selection}))
+
+
 def test_a_rule_the_record_does_not_state_refuses_the_session(sessions, tmp_path,
                                                             monkeypatch):
-    """em's candidate batches, the way 0188e47 changed them: derived from the candidate
-    count by a rule, not stated in the record. A key server whose rule differs from the
-    compiled module's refuses the session with a 409 that says so, once, and keeps serving
-    the others."""
+    """em's candidate batches in a record written before it stated their size: derived from
+    the candidate count by a rule. A key server whose rule differs from the compiled module's
+    refuses the session with a 409 that says so, once, and keeps serving the others."""
+    request, plan, public = sessions["em"]
+    legacy = public.model_copy(update={"selection": public.selection.model_copy(
+        update={"batch_size": None})})
     registry = _registry(tmp_path)
-    em_id = _create(registry, sessions["em"])
+    em_id = _create(registry, (request, plan, legacy))
     other_id = _create(registry, sessions["noisy-greedy"])
     assert sessions["em"][1].selection.batches == BatchLayout(candidates=3, size=2)
     monkeypatch.setattr(params.selection_plan, "candidate_batches", lambda candidates: None)

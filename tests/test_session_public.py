@@ -35,6 +35,9 @@ def test_public_record_gives_back_the_plan(selection):
         assert again.selection.rho_charged == plan.selection.rho_charged
         assert again.selection.shape == plan.selection.shape
         assert again.selection.step == plan.selection.step
+        assert again.selection.batches == plan.selection.batches
+        if selection == "em":  # stated, so a later rule for them does not change the session's
+            assert public.selection.batch_size == plan.selection.batches.size == 5
         assert again.used_chunk_sizes() == plan.used_chunk_sizes()
         pairs = plan.layout.pairs[:4]
         two_way = plan.release("two_way")
