@@ -60,7 +60,7 @@ import numpy as np
 from common.sigpipe import ignore_sigpipe
 
 __all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExecutor",
-           "make_executor", "map_summed", "TaskStats", "run_task", "ignore_sigpipe"]
+           "map_summed", "TaskStats", "run_task", "ignore_sigpipe"]
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -332,21 +332,6 @@ class LocalPoolExecutor:
 
     def close(self) -> None:
         self._discard()
-
-
-def make_executor(workers: int | None = None, dask_scheduler: str | None = None,
-                  dask_security=None) -> Executor:
-    """The executor a compute server is started with: a Dask cluster when a scheduler is
-    named; else ``workers`` local processes (0: in-process threads); else the default."""
-    if dask_scheduler:
-        from computeserver.dask_executor import DaskExecutor
-
-        return DaskExecutor(dask_scheduler, security=dask_security)
-    if workers is None:
-        return InProcessExecutor()
-    if workers < 0:
-        raise ValueError("workers: 0 (in-process) or a positive number of processes")
-    return InProcessExecutor() if workers == 0 else LocalPoolExecutor(workers)
 
 
 def map_summed(executor: Executor, circuit: Circuit, groups: Sequence[Sequence[CallTask]],

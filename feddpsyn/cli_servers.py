@@ -65,7 +65,7 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
     from computeserver.app import create_app
-    from computeserver.executor import make_executor
+    from computeserver.executor_choice import make_executor
     from common.serving import configure_logging
 
     configure_logging(log_level.upper())
