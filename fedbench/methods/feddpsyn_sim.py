@@ -16,8 +16,9 @@ Then consistency and GUM, as the demo does.
 ``noise="joint"`` (``feddpsyn-joint``, ``feddpsyn-all-joint``, ``feddpsyn-noisy-greedy-joint``)
 releases with issue 14's one noise that neither server knows instead of two discrete
 Gaussians: per release the shape of ``crypto.joint_noise.choose_shape`` (matched to the
-release's rho at the orders of the session's conversion), both servers' bits from the
-CSPRNG, through the joint circuit's exact integer model
+release's rho at the orders of the session's conversion; where its conditioning mass exceeds
+the servers' share of delta, the release keeps its two Gaussians, :func:`joint_shape`), both
+servers' bits from the CSPRNG, through the joint circuit's exact integer model
 (``crypto.joint_noise.joint_release_plaintext``, tested against the circuit in
 ``tests/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
 matched to the selection's rho over the pairs (every pair's InDif moves by at most 1, so the
