@@ -11,9 +11,10 @@ Differential Privacy" (NeurIPS 2020):
 * Algorithm 3 — ``discrete_gaussian(sigma2)``: P[Y = y] proportional to
   exp(-y^2 / (2 sigma2)), by rejection from a discrete Laplace with scale floor(sigma)+1.
 
-Design concern: **exactness and failing closed.** All arithmetic is on ``Fraction`` and
-Python integers; the only randomness is ``secrets.randbelow`` (the operating system's
-CSPRNG, which raises rather than return weak bytes). Each rejection loop is bounded: with
+Design concern: **exactness and failing closed.** All arithmetic is on Python integers
+(rationals as numerator and denominator in lowest terms; ``Fraction`` at the interface); the
+only randomness is ``secrets.randbelow`` (the operating system's CSPRNG, which raises rather
+than return weak bytes). Each rejection loop is bounded: with
 the bounds used here the probability of reaching one is below 2^-100, and reaching it raises
 ``SamplerExhausted`` instead of returning a sample from a different distribution.
 
@@ -79,19 +80,27 @@ class ExactSampler:
         gamma = _as_fraction(gamma)
         if gamma < 0:
             raise ValueError("gamma must be >= 0")
-        whole = math.floor(gamma)
+        return self._bernoulli_exp_ratio(gamma.numerator, gamma.denominator)
+
+    # The loops below work on a rational's (numerator, denominator) in lowest terms rather than
+    # on Fraction objects: the same draws from the source in the same order, so the same
+    # samples (tests/test_discrete_gaussian.py replays the Fraction form against them), about
+    # 3x faster, which matters for the noise pools' millions of draws (dp.noise_pool).
+    def _bernoulli_exp_ratio(self, num: int, den: int) -> int:
+        whole, rest = divmod(num, den)
         # Bounded by floor(gamma); each round ends the loop with probability 1 - 1/e.
         for _ in range(whole):
-            if not self._bernoulli_exp_unit(Fraction(1)):
+            if not self._bernoulli_exp_unit(1, 1):
                 return 0
-        return self._bernoulli_exp_unit(gamma - whole)
+        return self._bernoulli_exp_unit(rest, den if rest else 1)
 
-    def _bernoulli_exp_unit(self, gamma: Fraction) -> int:
-        # For gamma in [0, 1]: draw A_k ~ Bernoulli(gamma / k) for k = 1, 2, ... until the first
-        # zero; P[first zero at an odd k] = exp(-gamma).
+    def _bernoulli_exp_unit(self, num: int, den: int) -> int:
+        # For gamma = num / den in [0, 1]: draw A_k ~ Bernoulli(gamma / k) for k = 1, 2, ...
+        # until the first zero; P[first zero at an odd k] = exp(-gamma).
         k = 1
         for _ in range(_MAX_ITERATIONS):
-            if not self.bernoulli(gamma / k):
+            g = math.gcd(num, den * k)
+            if not self._randbelow(den * k // g) < num // g:
                 return k % 2
             k += 1
         raise SamplerExhausted("bernoulli_exp did not terminate")
@@ -103,14 +112,17 @@ class ExactSampler:
             raise ValueError("scale must be > 0")
         # CKS20 Algorithm 2 with parameters (s, t) samples P[y] ~ exp(-|y| s / t), so a scale of
         # numerator/denominator means t = numerator, s = denominator.
-        s, t = scale.denominator, scale.numerator
+        return self._discrete_laplace(scale.denominator, scale.numerator)
+
+    def _discrete_laplace(self, s: int, t: int) -> int:
         for _ in range(_MAX_ITERATIONS):
             u = self._randbelow(t)
-            if not self.bernoulli_exp(Fraction(u, t)):
+            g = math.gcd(u, t)
+            if not self._bernoulli_exp_ratio(u // g, t // g):
                 continue
             v = 0
             for _ in range(_MAX_ITERATIONS):
-                if not self.bernoulli_exp(1):
+                if not self._bernoulli_exp_ratio(1, 1):
                     break
                 v += 1
             else:
@@ -128,18 +140,27 @@ class ExactSampler:
         sigma2 = _as_fraction(sigma2)
         if sigma2 <= 0:
             raise ValueError("sigma2 must be > 0")
-        t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1
+        return self._discrete_gaussian(sigma2.numerator, sigma2.denominator)
+
+    def _discrete_gaussian(self, a: int, b: int) -> int:
+        # sigma2 = a / b in lowest terms; t = floor(sigma) + 1, the Laplace's integer scale.
+        t = math.isqrt(a // b) + 1
         for _ in range(_MAX_ITERATIONS):
-            y = self.discrete_laplace(t)
-            gamma = (abs(y) - sigma2 / t) ** 2 / (2 * sigma2)
-            if self.bernoulli_exp(gamma):
+            y = self._discrete_laplace(1, t)
+            # gamma = (|y| - sigma2 / t)^2 / (2 sigma2) = (|y| b t - a)^2 / (2 a b t^2)
+            num, den = (abs(y) * b * t - a) ** 2, 2 * a * b * t * t
+            g = math.gcd(num, den)
+            if self._bernoulli_exp_ratio(num // g, den // g):
                 return y
         raise SamplerExhausted("discrete_gaussian did not terminate")
 
     def discrete_gaussian_vector(self, sigma2: Fraction | int | str, size: int) -> np.ndarray:
         """``size`` independent draws of N_Z(0, sigma2) as an int64 array."""
         sigma2 = _as_fraction(sigma2)
-        return np.array([self.discrete_gaussian(sigma2) for _ in range(size)], dtype=np.int64)
+        if sigma2 <= 0:
+            raise ValueError("sigma2 must be > 0")
+        a, b = sigma2.numerator, sigma2.denominator
+        return np.array([self._discrete_gaussian(a, b) for _ in range(size)], dtype=np.int64)
 
 
 CSPRNG = ExactSampler()
