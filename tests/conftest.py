@@ -1,9 +1,21 @@
-"""Shared fixtures. Paths to the bundled data sets beside the project (../shared/data)."""
+"""Shared fixtures. Paths to the bundled data sets beside the project (../shared/data).
+
+The servers the tests start in-process take their ports from :func:`tests.ports.loopback_port`
+(distinct within a process and between workers, outside the kernel's ephemeral range) in
+place of ``feddpsyn.demo.free_port``, whose two successive draws can coincide (see
+``tests/ports.py``). Set here, before any test module imports the name. Servers started by a
+``feddpsyn`` subprocess still draw their own.
+"""
 
 import os
 from pathlib import Path
 
 import pytest
+
+import feddpsyn.demo
+from tests.ports import loopback_port
+
+feddpsyn.demo.free_port = loopback_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))

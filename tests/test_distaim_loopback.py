@@ -1,7 +1,6 @@
 """Three real DistAIM server processes on 127.0.0.1: admission, AIM in MPC, identical opens."""
 
 import json
-import socket
 import subprocess
 import sys
 from fractions import Fraction
@@ -13,18 +12,15 @@ import pytest
 from distaim.party import session_modulus, write_client_upload
 from distaim.plan import schedule_of
 from distaim.protocol import Layout, client_vector
+from tests.ports import loopback_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_parties(session_dir, timeout=150):
-    ports = [_free_port() for _ in range(3)]
+    ports = [loopback_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
                                "--parties", parties, "--session-dir", str(session_dir),
@@ -123,7 +119,7 @@ def test_a_lost_peer_aborts_the_others_at_once(tmp_path):
     a = rng.integers(0, 4, 20000)
     records = np.stack([a, (a + rng.integers(0, 2, 20000)) % 5, rng.integers(0, 3, 20000)], 1)
     write_client_upload(tmp_path, "k1", "c0", client_vector(records, layout), modulus)
-    ports = [_free_port() for _ in range(3)]
+    ports = [loopback_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
                                "--parties", parties, "--session-dir", str(tmp_path),

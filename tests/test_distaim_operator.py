@@ -3,7 +3,6 @@ servers (uvicorn on 127.0.0.1), refusals leave them consistent, the CLI, and the
 parties' plan-digest check."""
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from distaim.operator import (OperatorError, create_session, delete_session, run
 from distaim.party import EXIT_PLAN_MISMATCH, session_modulus, write_client_upload
 from distaim.plan import SessionRequest, derive_plan, plan_digest
 from distaim.protocol import Layout, client_vector
+from tests.ports import loopback_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = {"name": "t", "columns": [
@@ -31,19 +31,15 @@ SCHEMA = {"name": "t", "columns": [
     {"name": "c", "type": "continuous", "min": 0, "max": 10, "bins": 4}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Servers:
     def __init__(self, root: Path):
-        self.mpc = [f"127.0.0.1:{_free_port()}" for _ in range(3)]
+        self.mpc = [f"127.0.0.1:{loopback_port()}" for _ in range(3)]
         self.urls, self.tokens, self._servers, self._threads = [], [], [], []
         for x in (1, 2, 3):
             app = create_app(root / f"s{x}", x, self.mpc[x - 1])
-            port = _free_port()
+            port = loopback_port()
             server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                                    log_level="warning"))
             thread = threading.Thread(target=server.run, daemon=True)
@@ -222,7 +218,7 @@ def test_parties_refuse_to_run_different_plans(tmp_path):
     """Three MPC parties whose plans differ (server 3 holds another epsilon) stop after
     exchanging digests, before reading any share."""
     modulus = session_modulus()
-    ports = [_free_port() for _ in range(3)]
+    ports = [loopback_port() for _ in range(3)]
     request = SessionRequest.model_validate(
         _request("mm", mpc_parties=[f"127.0.0.1:{p}" for p in ports]))
     procs = []
