@@ -3,7 +3,6 @@ a loopback port, an MPC oracle in the one-party runtime, and the mean +- sd summ
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ if str(ROOT) not in sys.path:
 
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
-from feddpsyn.demo import dataset  # noqa: E402
+from feddpsyn.demo import dataset, free_port  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.table_codec import encode_csv  # noqa: E402
 
@@ -56,13 +55,6 @@ def adult_flaim(bins: int | None) -> tuple[np.ndarray, tuple[int, ...], list[str
 
 def all_pairs(d: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(d) for j in range(i + 1, d)]
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (loopback only)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_oracle(vector, layout, epsilon: float, **options) -> MpcOracle:

@@ -122,10 +122,23 @@ def split_csv(ds: DemoDataset, clients: int, out: Path, seed: int) -> list[Path]
     return paths
 
 
+# Ports free_port has handed out in this process. Linux picks a bind(0) port at random in its
+# ephemeral range, so two successive draws coincide about once in 14,000: the demo's two
+# servers (or DistAIM's six ports) would then collide, and the second could not bind.
+_PORTS_GIVEN: set[int] = set()
+_PORT_TRIES = 64
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before by this process."""
+    for _ in range(_PORT_TRIES):  # bounded: a repeat has probability ~1e-4 a draw
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
+    raise RuntimeError(f"no loopback port not already given out in {_PORT_TRIES} draws")
 
 
 class ServerProcess:
