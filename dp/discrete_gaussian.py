@@ -54,6 +54,14 @@ def _as_fraction(x: Fraction | int | str) -> Fraction:
     return Fraction(x)
 
 
+def _variance_ratio(sigma2: Fraction | int | str) -> tuple[int, int]:
+    """sigma2 > 0 as (numerator, denominator) in lowest terms."""
+    sigma2 = _as_fraction(sigma2)
+    if sigma2 <= 0:
+        raise ValueError("sigma2 must be > 0")
+    return sigma2.numerator, sigma2.denominator
+
+
 class ExactSampler:
     """The samplers over one source of uniform integers.
 
@@ -84,7 +92,7 @@ class ExactSampler:
 
     # The loops below work on a rational's (numerator, denominator) in lowest terms rather than
     # on Fraction objects: the same draws from the source in the same order, so the same
-    # samples (tests/test_discrete_gaussian.py replays the Fraction form against them), about
+    # samples (tests/test_discrete_gaussian_integer_form.py replays the Fraction form), about
     # 3x faster, which matters for the noise pools' millions of draws (dp.noise_pool).
     def _bernoulli_exp_ratio(self, num: int, den: int) -> int:
         whole, rest = divmod(num, den)
@@ -137,10 +145,7 @@ class ExactSampler:
 
     def discrete_gaussian(self, sigma2: Fraction | int | str) -> int:
         """One draw Y with P[Y = y] proportional to exp(-y^2 / (2 sigma2)) (CKS20, Algorithm 3)."""
-        sigma2 = _as_fraction(sigma2)
-        if sigma2 <= 0:
-            raise ValueError("sigma2 must be > 0")
-        return self._discrete_gaussian(sigma2.numerator, sigma2.denominator)
+        return self._discrete_gaussian(*_variance_ratio(sigma2))
 
     def _discrete_gaussian(self, a: int, b: int) -> int:
         # sigma2 = a / b in lowest terms; t = floor(sigma) + 1, the Laplace's integer scale.
@@ -156,10 +161,7 @@ class ExactSampler:
 
     def discrete_gaussian_vector(self, sigma2: Fraction | int | str, size: int) -> np.ndarray:
         """``size`` independent draws of N_Z(0, sigma2) as an int64 array."""
-        sigma2 = _as_fraction(sigma2)
-        if sigma2 <= 0:
-            raise ValueError("sigma2 must be > 0")
-        a, b = sigma2.numerator, sigma2.denominator
+        a, b = _variance_ratio(sigma2)
         return np.array([self._discrete_gaussian(a, b) for _ in range(size)], dtype=np.int64)
 
 

@@ -125,6 +125,7 @@ __all__ = ["ReleaseSpec", "SessionPlan", "NOISE_TAIL_SIGMAS", "indif_chunks",
            "selected_release", "noise_draws", "noise_label", "SCORE_NOISE", "split_share",
            "two_way_rho", "NOISE_MODES", "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL",
            "joint_shape_for", "group_shape_for", "envelope_shape_for", "pair_failure_cap",
+           "conditioning_refusal",
            "run_time_group_shape", "least_variance_within", "score_shape_for",
            "SCORE_LOOKUP_BITS"]
 
@@ -292,6 +293,17 @@ def joint_shape_for(spec: ReleaseSpec, rho_total: Fraction, delta_conversion: fl
                           max_rows, parameters)
 
 
+def conditioning_refusal(shape: JointNoiseShape, marginals: int, failure_cap: float) -> str:
+    """Why a joint shape over ``marginals`` marginals is refused for the mass its accounting
+    excludes (the points only one neighbour can produce: a delta term) above ``failure_cap``;
+    "" when it is within."""
+    failure = marginals * shape.pair().failure(JOINT_TAIL)
+    if failure > failure_cap:
+        return (f"its conditioning mass {failure:.3g} exceeds its share of delta "
+                f"({failure_cap:.3g})")
+    return ""
+
+
 def pair_failure_cap(delta_conversion: float, pairs: int) -> float:
     """The conditioning mass a split release's shape may exclude per marginal: the session
     reserves ``pairs`` times this (every pair kept, whatever the split), JOINT_DELTA_SHARE
@@ -340,10 +352,9 @@ def _shape_by_rule(marginals: int, rho: Fraction, sigma2: Fraction, failure_cap:
         # Gaussians' (and its conditioning mass is large): nothing to gain.
         return None, (f"the joint shape's variance {float(shape.variance):.3g} is not below "
                       f"the two-server noise's {float(2 * sigma2):.3g}")
-    failure = marginals * shape.pair().failure(JOINT_TAIL)
-    if failure > failure_cap:
-        return None, (f"its conditioning mass {failure:.3g} exceeds its share of delta "
-                      f"({failure_cap:.3g})")
+    refused = conditioning_refusal(shape, marginals, failure_cap)
+    if refused:
+        return None, refused
     try:
         check_room(shape, max_rows, parameters.count_bits)
     except ValueError as exc:
@@ -466,11 +477,9 @@ def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conver
         return None, (f"no sum of at most {SCORE_MAX_UNIFORMS} uniforms with variance below "
                       f"the two-server scores' {float(2 * sigma2):.3g} matches the selection's "
                       "budget")
-    failure = pairs * best.pair().failure(JOINT_TAIL)
-    cap = JOINT_DELTA_SHARE * delta_conversion
-    if failure > cap:
-        return None, (f"its conditioning mass {failure:.3g} exceeds its share of delta "
-                      f"({cap:.3g})")
+    refused = conditioning_refusal(best, pairs, JOINT_DELTA_SHARE * delta_conversion)
+    if refused:
+        return None, refused
     return best, ""
 
 

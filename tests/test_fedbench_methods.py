@@ -230,7 +230,8 @@ def test_a_one_pair_joint_release_whose_edge_outweighs_delta_keeps_two_gaussians
     result = sim.feddpsyn_noisy_greedy_joint(records, owner, schema, 1.0, 1e-5, seed=0)
     assert result.notes["selected_pairs"] == [(1, 2)]
     [why] = result.notes["two_server_fallbacks"]
-    assert why.startswith("two_way_0: the matching joint shape (2 x 4-bit) excludes mass 0.0039")
+    assert why.startswith("two_way_0: the matching joint shape (2 x 4-bit): "
+                           "its conditioning mass 0.0039")
     assert [m for _, _, m in result.notes["joint_shapes"]] == [4]  # the 1-ways only
     assert result.notes["session_delta"] <= 1e-5
     assert result.rho_spent == result.rho_budget

@@ -61,7 +61,7 @@ from params.layout import MarginalLayout
 from params.schema import Schema
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
 from params.session_plan import (JOINT_DELTA_SHARE, JOINT_TAIL, ReleaseSpec, SessionPlan,
-                                 split_share, two_way_rho)
+                                 conditioning_refusal, split_share, two_way_rho)
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
@@ -87,11 +87,10 @@ def joint_shape(plan: SessionPlan, spec: ReleaseSpec) -> tuple[JointNoiseShape |
 
 def _capped(shape: JointNoiseShape, marginals: int,
             plan: SessionPlan) -> tuple[JointNoiseShape | None, str]:
-    failure = marginals * shape.pair().failure(JOINT_TAIL)
-    cap = JOINT_DELTA_SHARE * plan.delta_conversion
-    if failure > cap:
-        return None, (f"the matching joint shape ({shape.uniforms} x {shape.bits}-bit) "
-                      f"excludes mass {failure:.3g}, above its share of delta ({cap:.3g})")
+    refused = conditioning_refusal(shape, marginals,
+                                   JOINT_DELTA_SHARE * plan.delta_conversion)
+    if refused:
+        return None, f"the matching joint shape ({shape.uniforms} x {shape.bits}-bit): {refused}"
     check_room(shape, plan.max_rows, plan.parameters.count_bits)
     return shape, ""
 
@@ -119,8 +118,8 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
     servers), "joint" (module docstring) or "plan" (what the plan decided per release: its
     joint shape, else the two servers' Gaussians); each joint release's (shape, marginals) is
     appended to ``joint_parts`` for the session's check, and each release that "joint" left
-    with its Gaussians (:func:`joint_shape`'s refusal) to ``fallbacks`` as (spec, why): its
-    rho is then zCDP in that check."""
+    with its Gaussians (:func:`joint_shape`'s refusal) to ``fallbacks`` as (name, rho,
+    why): that rho is then zCDP in the check."""
     if noise not in ("two-server", "joint", "plan"):
         raise ValueError("noise is 'two-server', 'joint' or 'plan'")
     k = plan.parameters.count_bits
@@ -140,7 +139,7 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
         elif noise == "joint":
             shape, why = joint_shape(plan, spec)
             if shape is None and fallbacks is not None:
-                fallbacks.append((spec, why))
+                fallbacks.append((spec.name, spec.rho, why))
         if shape is not None:
             if joint_parts is not None:
                 joint_parts.append((shape, release_marginals(spec.rho, spec.sigma2)))
@@ -204,14 +203,14 @@ def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts
     noisy scores and PrivSyn's greedy rule (noisy-greedy: two independent discrete
     Gaussians, or with ``noise="joint"`` one joint noise per score, both servers' bits from
     the CSPRNG; its (shape, pairs) is appended to ``joint_parts``, or, when
-    :func:`score_shape` refuses, (selection, why) to ``fallbacks`` and the scores keep their
-    two Gaussians)."""
+    :func:`score_shape` refuses, ("scores", the selection's rho, why) to ``fallbacks`` and
+    the scores keep their two Gaussians)."""
     pairs, scores = pair_scores(plan, union_counts, one_way, max_rows)
     if selection.mode == "em":
         return em_picks(selection, pairs, scores)
     shape, why = score_shape(plan, selection) if noise == "joint" else (None, "")
     if why and fallbacks is not None:
-        fallbacks.append((selection, why))
+        fallbacks.append(("scores", selection.rho_charged, why))
     if shape is not None:
         if joint_parts is not None:
             joint_parts.append((shape, len(pairs)))
@@ -288,7 +287,7 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
              "selection": selection_mode}
     unspent = ""
     joint_parts: list = []
-    fallbacks: list = []  # (release or selection, why) that "joint" left with two Gaussians
+    fallbacks: list = []  # (name, rho, why) of what "joint" left with two Gaussians
     rho_zcdp = Fraction(0)  # what the joint check composes as zCDP: the em rounds
     if selection_mode == "none":
         noisy, upload = simulate_release(plan, counts, noise=noise, joint_parts=joint_parts,
@@ -341,10 +340,8 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
         notes.update(selected_pairs=chosen,
                      selection_report=selection.report(plan.pair_cells()))
     if fallbacks:  # their two Gaussians are zCDP, composed as such
-        rho_zcdp += sum((getattr(item, "rho_charged", item.rho) for item, _ in fallbacks),
-                        start=Fraction(0))
-        notes["two_server_fallbacks"] = [
-            f"{getattr(item, 'name', 'scores')}: {why}" for item, why in fallbacks]
+        rho_zcdp += sum((rho for _, rho, _ in fallbacks), start=Fraction(0))
+        notes["two_server_fallbacks"] = [f"{name}: {why}" for name, _, why in fallbacks]
     if noise == "joint":
         session_delta = joint_session_delta(joint_parts, rho_zcdp, epsilon)
         if session_delta > delta:
