@@ -2,8 +2,8 @@
 
 The servers the tests start in-process take their ports from :func:`tests.ports.loopback_port`
 (distinct within a process and between workers, outside the kernel's ephemeral range) in
-place of ``feddpsyn.demo.free_port``, whose two successive draws can coincide (see
-``tests/ports.py``). Set here, before any test module imports the name. Servers started by a
+place of ``feddpsyn.demo.free_port``, whose bind(0) draws share the kernel's range with the
+other worker and with outgoing connections (see ``tests/ports.py``). Set here, before any test module imports the name. Servers started by a
 ``feddpsyn`` subprocess still draw their own.
 """
 

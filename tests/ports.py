@@ -3,13 +3,12 @@ process, and never one that the kernel could hand to anything else.
 
 ``feddpsyn.demo.free_port`` binds port 0, reads the port and closes the socket. Linux picks
 such a port at random among the odd ports of ``ip_local_port_range`` (14,116 of them on a
-default range), so two successive calls return the same port about once in 14,000 (measured
-on this machine: 73 in 1,000,000 pairs of successive calls, 14,104 distinct ports). When
-``start_servers`` draws the key server's and the compute server's ports that way and they
-coincide, the compute server cannot bind and the test fails; a suite run makes about twenty
-such calls and some forty pairs of DistAIM ports (each pair 7e-5), so about 4e-3 of runs
-would fail this way (estimated). The other test worker, and every outgoing connection, takes
-ports from the same range between a draw and the server's bind.
+default range), so two successive bind(0) draws return the same port about once in 14,000
+(measured on this machine: 73 in 1,000,000 pairs, 14,104 distinct ports). ``free_port``
+now draws again rather than hand out a port twice in one process, but the other test worker,
+and every outgoing connection, still takes ports from the same range between a draw and the
+server's bind (before that redraw, ``start_servers``' two ports and DistAIM's port triples
+collided in about 4e-3 of suite runs, estimated).
 
 Here a port comes from just below the kernel's ephemeral range (which neither bind(0) nor an
 outgoing connection ever uses), from the residue class of this xdist worker (two workers

@@ -17,8 +17,6 @@ from tests.ports import loopback_port
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-
 def _run_parties(session_dir, timeout=150):
     ports = [loopback_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)

@@ -36,6 +36,7 @@ from dp.discrete_gaussian import CSPRNG
 from fedbench.methods.base import MethodResult, budget_rho
 from params.schema import Schema
 from synthesis.aim import PlainOracle, aim
+from synthesis.pgm import DEFAULT_MAX_MODEL_MB
 
 MAX_ROUNDS = 60
 MAX_MODEL_MB = 0.25
@@ -64,6 +65,4 @@ def central_aim_4mb(records: np.ndarray, owner: np.ndarray, schema: Schema, epsi
     """``central-aim-4mb``: central AIM with a 4 MB model, the size ``synthesis.pgm`` fits
     (``DEFAULT_MAX_MODEL_MB``): the like-for-like central baseline of the ``-pgm`` methods,
     whose estimate is a graphical model of that size."""
-    from synthesis.pgm import DEFAULT_MAX_MODEL_MB
-
     return central_aim(records, owner, schema, epsilon, delta, seed, DEFAULT_MAX_MODEL_MB)

@@ -171,7 +171,7 @@ def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodRe
     """The servers' em session (``feddpsyn``'s rounds where the servers accept them, else the
     most they accept: :func:`served_rounds`), every noise as the plan decides."""
     return served_session(records, owner, schema, epsilon, delta, seed, "em",
-                   served_rounds(schema, len(records), epsilon, delta))
+                          served_rounds(schema, len(records), epsilon, delta))
 
 
 def feddpsyn_served_em_pgm(records, owner, schema, epsilon, delta, seed) -> MethodResult:
