@@ -1,0 +1,465 @@
+"""Write docs/results.md from the measurements kept in bench/results.
+
+Every JSON file under bench/results becomes a table (files of one kind share a table), and
+every utility run (a folder with ``results.csv``, written by ``feddpsyn bench utility``)
+becomes a table of its mean 2-way error per method and epsilon. Each table says what it
+measures, the command that produced it where the file records one (else the bench script
+that writes such files) and the commit and date where the file records them. Nothing is
+measured here and nothing is typed in by hand: the page is a function of the files, with
+files, keys and rows in sorted order, so the same files always give the same page.
+
+    .venv/bin/python bench/results_page.py            # rewrite docs/results.md
+    .venv/bin/python bench/results_page.py --check    # exit 1 if the committed page is stale
+
+Standard library only, so tests/test_docs.py can run the check in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PAGE = ROOT / "docs" / "results.md"
+REGENERATE = ".venv/bin/python bench/results_page.py"
+UTILITY_TITLE = "Utility runs (`feddpsyn bench utility`)"
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def num(x, digits: int = 4) -> str:
+    """A number with `digits` significant digits; '-' for a missing value."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** digits:  # whole numbers in full, never in exponent form
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def fixed(x, places: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{places}f}"
+
+
+def pm(mean, sd, digits: int = 3) -> str:
+    if mean is None:
+        return "-"
+    if sd is None:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+
+
+def mean_sd(values) -> str:
+    """Mean ± population sd of a list of numbers; '-' when there is none."""
+    if not values:
+        return "-"
+    sd = statistics.pstdev(values) if len(values) > 1 else None
+    return pm(statistics.fmean(values), sd)
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def rel(path: Path) -> str:
+    """A path relative to the repository, as text."""
+    return path.relative_to(ROOT).as_posix()
+
+
+def link(path: Path) -> str:
+    """A markdown link from docs/ to a file of the repository."""
+    return f"[`{rel(path)}`](../{rel(path)})"
+
+
+def provenance(*, command: str | None = None, script: str | None = None,
+               commit: str | None = None, started: str | None = None) -> list[str]:
+    lines = []
+    if command:
+        lines.append(f"Command (as recorded): `{command}`")
+    elif script:
+        lines.append(f"Command: not recorded in the file; written by `{script}`.")
+    recorded = []
+    if commit:
+        recorded.append(f"commit `{commit}`")
+    if started:
+        recorded.append(f"started {started}")
+    lines.append("Recorded: " + (", ".join(recorded) if recorded else
+                                 "no commit, machine or date in the file") + ".")
+    return [line + "  " if i < len(lines) - 1 else line for i, line in enumerate(lines)]
+
+
+# ----------------------------------------------------------------------------- JSON kinds
+
+def is_online(d: dict) -> bool:
+    return "measured" in d and "model" in d
+
+
+def is_demo_ratio(d: dict) -> bool:
+    return {"one_way", "two_way", "three_way", "draws"} <= d.keys()
+
+
+def is_flaim(d: dict) -> bool:
+    return "flaim_table_1" in d
+
+
+def is_joint_noise(d: dict) -> bool:
+    return "releases" in d and "sessions" in d
+
+
+def is_joint_scores(d: dict) -> bool:
+    return str(d.get("bench", "")).endswith("bench_joint_scores.py")
+
+
+def render_online(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## Adult's online phase through both servers", ""]
+    for path, d in files:
+        m, model = d["measured"], d["model"]
+        rounds = m.get("rounds_s", [])
+        out += [
+            f"File: {link(path)}. Adult, 4 clients, em selection, both servers on loopback with "
+            "the in-process executor; the phases are read from the compute server's log. The "
+            "second table is a model calibrated on this run (seconds per bootstrap, list "
+            "scheduling), not a measurement.", "",
+            *provenance(command=d.get("command"), script="bench/bench_adult_online.py"), ""]
+        restarted = m.get("rounds_after_restart") or []
+        if restarted:
+            out += ["Rounds timed from a restart of the servers: "
+                    + ", ".join(str(r) for r in restarted) + ".", ""]
+        p3 = sum(rounds)
+        out += table(["phase", "minutes", "detail"], [
+            ["P2 (dependency scores)", fixed(m["p2_s"] / 60),
+             f"{num(model.get('p2_bootstraps'))} bootstraps, "
+             f"{fixed(model['seconds_per_bootstrap_p2'] * 1000)} ms a bootstrap a core"],
+            ["P3 (selection rounds)", fixed(p3 / 60),
+             f"{len(rounds)} rounds, {fixed(min(rounds), 0)}-{fixed(max(rounds), 0)} s each"
+             if rounds else ""],
+            ["2-way release", fixed(m["release_2way_s"] / 60), ""],
+            ["online phase", fixed(m["online_s"] / 60), "end to end"],
+        ])
+        out.append("")
+        by_cores = model.get("by_cores", {})
+        rows = []
+        for cores in sorted(by_cores, key=int):
+            c = by_cores[cores]
+            rows.append([cores, fixed(c["p2_min"]), fixed(c["p3_one_call_min"]),
+                         fixed(c["p3_batched_min"]), fixed(c["online_one_call_min"]),
+                         fixed(c["online_batched_min"])])
+        batches = model.get("batches")
+        out += [f"Model, minutes (P3 by candidate batches: {batches[0]} batches of at most "
+                f"{batches[1]}):" if batches else "Model, minutes:", ""]
+        out += table(["cores", "P2", "P3 one call a round", "P3 batched",
+                      "online, one call", "online, batched"], rows)
+        out.append("")
+    return out
+
+
+def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## The default demo's federated / central error ratio", "",
+           "Many fresh sessions of the demo's plan (the servers' plan and em model in clear), "
+           "each against a fresh central reference for its own pairs: mean average L1 error "
+           "per marginal order, and the ratio with its standard error.", ""]
+    rows = []
+    for path, d in files:
+        for order, name in (("one_way", "1-way"), ("two_way", "2-way"), ("three_way", "3-way")):
+            r = d[order]
+            rows.append([f"`{path.name}`", str(d.get("method")), name, num(r["federated"]),
+                         num(r["central"]), f"{r['ratio']:.3f} ± {r['ratio_se']:.3f}"])
+    out += table(["file", "synthesis", "marginals", "federated", "central",
+                  "ratio ± se"], rows)
+    out.append("")
+    for path, d in files:
+        out += [f"{link(path)}: {d.get('dataset')}, selection {d.get('selection')}, "
+                f"{d.get('rounds')} rounds, eps {d.get('epsilon')}, {d.get('draws')} draws, "
+                f"{fixed(d.get('seconds'), 0)} s.  ",
+                *provenance(command=d.get("command"),
+                            script="bench/bench_demo_central_ratio.py --json OUT"), ""]
+    return out
+
+
+def render_flaim(files: list[tuple[Path, dict]]) -> list[str]:
+    first = files[0][1]
+    s = first["setting"]
+    out = ["## DistAIM in FLAIM's setting", "",
+           f"{s['dataset']}, {s['clients']} clients ({s['partition']} split), "
+           f"{s['workload']}, participation {s['participation']}, T = {s['rounds']}, "
+           f"eps {s['epsilon']}, delta {s['delta']}. Central AIM runs on the union with the "
+           "same T and rho in the same run. Error: " + first["metric"] + ". Mean ± sd over "
+           "repeats. `oracle plain` runs the algorithm with the data in the clear; `mpc` runs "
+           "the servers' MPC program in a one-party runtime.", ""]
+    rows = []
+    for path, d in files:
+        st = d["setting"]
+        schedule = st.get("schedule", "")
+        if st.get("enrolment_one_ways"):
+            schedule += " + enrolment 1-ways"
+        rows.append([f"`{path.name}`", str(d["bins"]), str(d["oracle"]), schedule,
+                     str(d["repeats"]), pm(d["distaim"], d["distaim_sd"]),
+                     pm(d["central_aim"], d["central_aim_sd"]), f"{d['ratio']:.2f}",
+                     pm(d.get("distaim_p1"), d.get("distaim_p1_sd")),
+                     pm(d.get("central_aim_subset"), d.get("central_aim_subset_sd")),
+                     mean_sd(d.get("subset_floor")),
+                     fixed(statistics.fmean(d["clients_joined_by_last_round"]), 0)
+                     if d.get("clients_joined_by_last_round") else "-",
+                     fixed(d["upload_bytes_per_client"]["http"] / 1e6, 2)])
+    published = first["flaim_table_1"]
+    rows.append(["FLAIM Table 1 (published)", "", "", "", "", f"{published['distaim']}",
+                 f"{published['central_aim']}", f"{published['ratio']}", "-", "-", "-", "-", "-"])
+    out += table(["file", "bins", "oracle", "schedule", "repeats", "DistAIM p = 0.1",
+                  "central AIM", "ratio", "DistAIM p = 1", "curator on admitted clients",
+                  "admitted clients' exact marginals", "clients admitted (mean)",
+                  "upload MB a client (HTTP)"], rows)
+    out += ["", "The curator is central AIM (same T and rho) on exactly the clients the "
+            "participation admitted, scored against the union; the admitted clients' exact "
+            "marginals (no noise, no model) show how far the data DistAIM may read is from the "
+            "union."]
+    out += ["", "Commands, as recorded (some wrote to a scratch path and were copied here):", ""]
+    for path, d in files:
+        out.append(f"* {link(path)}: `{d.get('command', 'not recorded')}`")
+    out.append("")
+    return out
+
+
+def render_joint_noise(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## One joint noise against the two-noise release", ""]
+    for path, d in files:
+        out += [f"File: {link(path)}. Per release of each session's plan (noise auto), the "
+                "joint release against the two-noise release of the same cells, alternating "
+                "in one run; only same-run ratios count. Where `scaled` is yes, some chunks "
+                "were measured and the rest scaled by chunk count.", "",
+                *provenance(command=d.get("run"), script="bench/bench_joint_noise.py",
+                            commit=d.get("commit"), started=d.get("started")), ""]
+        rows = []
+        for r in d["releases"]:
+            j, t = r["variants"]["joint"], r["variants"]["two-noise"]
+            groups = f", {len(r['groups'])} groups" if r.get("groups") else ""
+            rows.append([r["session"], r["release"] + groups, num(r["released_cells"]),
+                         f"{r['chunks_measured']} / {r['chunks_touched']}",
+                         num(r["scaled"]),
+                         f"{num(j['online_s'], 3)} vs {num(t['online_s'], 2)}",
+                         f"{num(j['offline_s'], 3)} vs {num(t['offline_s'], 2)}",
+                         fixed(j["ks_cs_bytes"] / 1e6, 2),
+                         f"{num(j['variance_per_count'])} vs {num(t['variance_per_count'])}"])
+        out += table(["session", "release", "cells", "chunks measured / touched", "scaled",
+                      "online s, joint vs two-noise", "offline s, joint vs two-noise",
+                      "KS to CS MB", "variance per count, joint vs two-noise"], rows)
+        out += ["", "Sessions:", ""]
+        rows = [[s["session"], s["dataset"], str(s["selection"]),
+                 str(s["rounds"]) if s.get("rounds") is not None else "-",
+                 str(s["epsilon"]), repr(s["delta_total"]), str(s["count_bits"]),
+                 ", ".join(f"{u} x {b}-bit" for u, b in s["joint_shapes"])]
+                for s in d["sessions"]]
+        out += table(["session", "dataset", "selection", "rounds", "eps", "delta_total",
+                      "count bits", "joint shapes (1-way, 2-way envelope)"], rows)
+        for session in d["sessions"]:
+            sweep = session.get("split_sweep")
+            if not sweep:
+                continue
+            out += ["", f"{session['session']}: the split 2-way release for m kept pairs (the "
+                    "largest InDif first; plan only), mean variance per count against the even "
+                    "two-server release:", ""]
+            out += table(["m", "cells", "chunks", "noise", "groups", "variance",
+                          "even two-server variance", "ratio"],
+                         [[str(r["m"]), num(r["cells"]), str(r["chunks"]), r["noise"],
+                           str(r["groups"]), num(r["variance"]),
+                           num(r["even_two_server_variance"]), f"{r['variance_ratio']:.2f}"]
+                          for r in sweep])
+        look = d.get("lookup")
+        if look:
+            out += ["", "The additive form (a + b) mod 2^w that the XOR replaced, timed alone "
+                    f"({look['bits']}-bit, {look['uniforms']} uniforms): "
+                    f"{num(look['run_s_per_uniform'], 3)} s a uniform, evaluation keys "
+                    f"{fixed(look['evaluation_keys_mb'])} MB, exact: {num(look['exact'])}."]
+        out.append("")
+    return out
+
+
+def render_joint_scores(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## Noisy-greedy's joint scores against the two-server adder", ""]
+    for path, d in files:
+        command = "python " + " ".join([d["bench"], *d.get("argv", [])])
+        out += [f"File: {link(path)}. The score module at the servers' plans: evaluation keys, "
+                "key generation and seconds a score call (median over the calls after the "
+                "first), every call decrypted and checked against its plaintext model; "
+                f"{d.get('repeats')} repeats of {d.get('calls_per_repeat')} calls, peak "
+                f"{fixed(d.get('peak_rss_mb'), 0)} MB.", "",
+                *provenance(command=command, commit=d.get("commit"), started=d.get("started")),
+                ""]
+        rows = []
+        for s in d["sessions"]:
+            two, joint = s["summary"]["two-server"], s["summary"]["joint"]
+            ratio = s["summary"]["ratio_joint_over_two_server"]
+            rows.append([s["dataset"], str(s["epsilon"]),
+                         f"{s['joint_uniforms']} x {s['joint_bits']}-bit",
+                         f"{num(s['joint_score_variance'])} vs "
+                         f"{num(s['two_server_score_variance'])}",
+                         f"{joint['lookup_bits']} vs {two['lookup_bits']}",
+                         f"{fixed(joint['evaluation_key_mb'])} vs "
+                         f"{fixed(two['evaluation_key_mb'])}",
+                         f"{fixed(joint['keygen_s'])} vs {fixed(two['keygen_s'])}",
+                         f"{num(joint['call_s'], 2)} vs {num(two['call_s'], 2)} "
+                         f"(x{ratio['call_s']:.2f})",
+                         f"{num(joint['first_call_s'], 2)} vs {num(two['first_call_s'], 2)}"])
+        out += table(["dataset", "eps", "joint shape", "score variance, joint vs two-server",
+                      "lookup bits", "evaluation keys MB", "keygen s", "call s",
+                      "first call s"], rows)
+        out.append("")
+    return out
+
+
+def render_other(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## Other result files", "",
+           "Files of no kind this page knows; their top-level numbers and strings:", ""]
+    for path, d in files:
+        out += [f"### `{rel(path)}`", ""]
+        rows = [[f"`{k}`", f"`{v}`" if isinstance(v, str) else num(v)]
+                for k, v in sorted(d.items()) if not isinstance(v, (dict, list))]
+        out += table(["key", "value"], rows) if rows else ["(no top-level scalars)"]
+        out.append("")
+    return out
+
+
+KINDS = [  # (test, renderer), in the page's order; the first test that matches wins
+    (is_online, render_online),
+    (is_demo_ratio, render_demo_ratio),
+    (is_joint_noise, render_joint_noise),
+    (is_joint_scores, render_joint_scores),
+    (is_flaim, render_flaim),
+]
+
+
+# ----------------------------------------------------------------------------- utility runs
+
+def nearest(name: str, folder: Path) -> Path | None:
+    """The file `name` in `folder` or the closest folder above it within bench/results."""
+    for candidate in [folder, *folder.parents]:
+        if (candidate / name).is_file():
+            return candidate / name
+        if candidate == RESULTS:
+            break
+    return None
+
+
+def eps_key(value: str) -> float:
+    return float(value)
+
+
+def render_utility(csv_path: Path) -> list[str]:
+    folder = csv_path.parent
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    cells: dict[tuple, dict[str, dict[str, list[float]]]] = {}
+    for row in rows:
+        setting = (row["partition"], row.get("beta", ""), int(row["clients"]))
+        cells.setdefault(setting, {}).setdefault(row["method"], {}).setdefault(
+            row["eps"], []).append(float(row["two_way"]))
+    out = [f"### `{rel(folder)}`", ""]
+    readme, summary = nearest("README.md", folder), folder / "summary.md"
+    source = [f"Data: {link(csv_path)}"]
+    if summary.is_file():
+        source.append(f"every metric: {link(summary)}")
+    if readme:
+        source.append(f"command and context: {link(readme)}")
+    plots = sorted(folder.glob("*.png"))
+    if plots:
+        source.append("plots: " + ", ".join(f"[{p.name}](../{rel(p)})" for p in plots))
+    out += ["; ".join(source) + ".  ",
+            "Command: `feddpsyn bench utility ...` (`fedbench/runner.py`); the exact command "
+            "is not in the CSV" + (", see the README above." if readme else "."), ""]
+    for setting in sorted(cells):
+        partition, beta, clients = setting
+        methods = cells[setting]
+        epsilons = sorted({e for m in methods.values() for e in m}, key=eps_key)
+        label = f"{partition}{' ' + beta if beta else ''}, {clients} clients"
+        out += [f"Mean 2-way L1 error ± sd (repeats), {label}:", ""]
+        body = []
+        for method in sorted(methods):
+            row = [method]
+            for e in epsilons:
+                values = methods[method].get(e)
+                if not values:
+                    row.append("-")
+                    continue
+                sd = statistics.pstdev(values) if len(values) > 1 else None
+                row.append(f"{pm(statistics.fmean(values), sd, 4)} ({len(values)})")
+            body.append(row)
+        out += table(["method", *(f"eps {e}" for e in epsilons)], body)
+        out.append("")
+    return out
+
+
+# ----------------------------------------------------------------------------- the page
+
+def render() -> str:
+    out = ["# Results", "",
+           "<!-- Generated by bench/results_page.py from bench/results; do not edit by hand. -->",
+           "",
+           "Every measurement kept in `bench/results`, one table per kind of file. Regenerate "
+           f"with `{REGENERATE}`; `--check` says whether this page is current. What each bench "
+           "script measures: [benchmarks.md](benchmarks.md). Figures from earlier runs that "
+           "were never kept as files (the demo's wall time, the scale-out runs, the cost "
+           "sweeps) are notes, not results: [measurements-history.md](measurements-history.md).",
+           ""]
+    groups: dict[int, list[tuple[Path, dict]]] = {}
+    for path in sorted(RESULTS.rglob("*.json")):
+        d = json.loads(path.read_text())
+        kind = next((i for i, (test, _) in enumerate(KINDS) if test(d)), len(KINDS))
+        groups.setdefault(kind, []).append((path, d))
+    sections = [(KINDS[kind][1] if kind < len(KINDS) else render_other)(groups[kind])
+                for kind in sorted(groups)]
+    titles = [section[0].removeprefix("## ") for section in sections]
+    titles.append(UTILITY_TITLE)
+    out += ["## Contents", "", *(f"* [{t}](#{anchor(t)})" for t in titles), ""]
+    for section in sections:
+        out += section
+    out += [f"## {UTILITY_TITLE}", "",
+            "Each folder is one run of the utility benchmark: every method on the same "
+            "partitions and seeds (noise from the OS, never seeded). The error is the mean L1 "
+            "over all 2-way marginals of the synthetic table against the training union, "
+            "mean ± population sd over repeats (the repeat count in brackets).", ""]
+    for csv_path in sorted(RESULTS.rglob("results.csv"),
+                           key=lambda p: p.parent.relative_to(RESULTS).parts):
+        out += render_utility(csv_path)
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def anchor(title: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if docs/results.md differs from what would be generated")
+    args = parser.parse_args(argv)
+    page = render()
+    if args.check:
+        current = PAGE.read_text() if PAGE.is_file() else ""
+        if current != page:
+            print(f"{rel(PAGE)} is out of date: run {REGENERATE}", file=sys.stderr)
+            return 1
+        print(f"{rel(PAGE)} is current")
+        return 0
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(page)
+    print(f"wrote {rel(PAGE)} ({page.count(chr(10))} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
