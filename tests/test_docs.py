@@ -1,0 +1,104 @@
+"""The documentation stays true to the tree: docs/results.md is what bench/results gives, the
+README stays a short page, and every relative link in README.md and docs/*.md reaches a file
+(and, into a markdown page, a heading) that exists. Fast: no server, no circuit."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README_MAX_LINES = 150
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"#{1,6}\s+(.*?)\s*$")
+FENCE = re.compile(r"^(```|~~~)")
+
+
+def _results_page():
+    spec = importlib.util.spec_from_file_location("results_page",
+                                                  ROOT / "bench" / "results_page.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) for the lines outside fenced code blocks."""
+    lines, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced:
+            lines.append((number, line))
+    return lines
+
+
+def _headings(page: Path) -> list[str]:
+    return [m.group(1) for _, line in _outside_fences(page.read_text())
+            if (m := HEADING.match(line))]
+
+
+def _slug(title: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    return "".join(c for c in title.lower() if c.isalnum() or c in " -_").replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a markdown page's headings (a repeated heading gets -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for title in _headings(page):
+        slug = _slug(title)
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def test_results_page_is_generated_from_bench_results():
+    module = _results_page()
+    page = ROOT / "docs" / "results.md"
+    assert page.is_file(), "docs/results.md is missing: run .venv/bin/python bench/results_page.py"
+    assert page.read_text() == module.render(), (
+        "docs/results.md differs from bench/results: run .venv/bin/python bench/results_page.py")
+
+
+def test_results_page_check_flag_agrees(capsys):
+    assert _results_page().main(["--check"]) == 0
+
+
+def test_readme_is_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move detail to docs/")
+
+
+def test_every_relative_link_exists():
+    broken = []
+    for page in _pages():
+        for number, line in _outside_fences(page.read_text()):
+            for target in LINK.findall(re.sub(r"`[^`]*`", "``", line)):
+                if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                    continue
+                path_part, _, anchor = target.partition("#")
+                where = f"{page.relative_to(ROOT)}:{number}: {target}"
+                resolved = (page.parent / path_part).resolve() if path_part else page
+                if not resolved.exists():
+                    broken.append(f"{where} (no such file)")
+                elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                    broken.append(f"{where} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_anchor_rule_is_the_results_pages():
+    # docs/results.md's table of contents uses bench/results_page.py's rule: the same as here.
+    module = _results_page()
+    titles = ["Private selection: `--selection em`", "Utility runs (`feddpsyn bench utility`)",
+              *_headings(ROOT / "docs" / "results.md")]
+    for title in titles:
+        assert module.anchor(title) == _slug(title)
+    assert _slug(titles[0]) == "private-selection---selection-em"
