@@ -75,7 +75,8 @@ from fedbench.methods.feddpsyn_served import served_plan, served_selection  # no
 from keyserver.coins import release_chunks  # noqa: E402
 from params.operator_bound import stated_max_rows  # noqa: E402
 from params.schema import Schema  # noqa: E402
-from params.session_plan import ReleaseSpec, SessionPlan  # noqa: E402
+from params.release_spec import ReleaseSpec  # noqa: E402
+from params.session_plan import SessionPlan  # noqa: E402
 from params.table_codec import encode_csv  # noqa: E402
 from synthesis.marginals import NoisyMarginal  # noqa: E402
 

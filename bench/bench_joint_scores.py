@@ -4,7 +4,7 @@ noisy-greedy noises each pair's encrypted InDif inside the session's score modul
 (``crypto.noisy_scores``): either the compute server's discrete Gaussian as a clear operand
 (``noise``, the two-server scores: 2-bit carry lookups) or one joint noise from both servers'
 XOR-shared bits (``joint``: the uniforms' columns summed, one lookup a digit, up to
-``params.session_plan.SCORE_LOOKUP_BITS`` wide). Wider lookups enlarge the whole module's
+``params.noise_rules.SCORE_LOOKUP_BITS`` wide). Wider lookups enlarge the whole module's
 evaluation keys and slow each bootstrap; this bench measures by how much.
 
 Sessions: the plan the servers build (``fedbench.methods.feddpsyn_served.served_plan``:
@@ -40,7 +40,7 @@ two-server of one run count.
 Run: echo 19 > /proc/self/autogroup; .venv/bin/python bench/bench_joint_scores.py
 --json bench/results/joint_scores.json  [--repeats 3 --calls 3 | --quick]
 
-Measured (2026-11-24 02:28, 2 cores, quiet but for this run; 3 repeats x 3 calls, every call
+Measured (2 cores, quiet but for this run; 3 repeats x 3 calls, every call
 exact; ``bench/results/joint_scores.json``). Compressed evaluation keys of the whole score
 module: 130.6 MB two-server, 130.8 MB joint with 5-bit lookups (Fed-Heart-Disease 10 x 7
 uniforms, Adult eps 0.5 12 x 8 and eps 1 14 x 7: x1.00, keygen 5.4-5.7 s both, x1.00-1.06),

@@ -93,9 +93,9 @@ class SessionCreate(StrictModel):
     selection: SelectionRequest = Field(default_factory=SelectionRequest)
     noise: Literal["auto", "joint", "two-server"] = Field(
         default="auto", description="auto: one joint noise neither server knows on every "
-                                    "release that fits (params.session_plan's rule), two-server "
-                                    "elsewhere; joint: every release or refuse; two-server: "
-                                    "each server its own discrete Gaussian")
+                                    "release that fits (the rule of params.noise_rules), "
+                                    "two-server elsewhere; joint: every release or refuse; "
+                                    "two-server: each server its own discrete Gaussian")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -2,8 +2,8 @@
 
 Design concerns:
 
-* **Joint scores** (where the plan gives them one joint noise, issue 14;
-  ``params.session_plan.score_shape_for``): this server fetches the key server's encrypted
+* **Joint scores** (where the plan gives them one joint noise;
+  ``params.noise_rules.score_shape_for``): this server fetches the key server's encrypted
   bits a (one set per pair, the same bytes on every request), draws its own bits b per pair
   from ``secrets`` (``crypto.joint_noise.draw_bits``, fail closed), and runs
   ``crypto.noisy_scores``'s ``joint``: Enc(InDif + sum_j w_j (a_j xor b_j)), the noise
@@ -38,7 +38,8 @@ from computeserver.store import SessionStore
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.joint_noise import draw_bits
 from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
-from params.session_plan import SCORE_NOISE, SessionPlan
+from params.release_spec import SCORE_NOISE
+from params.session_plan import SessionPlan
 
 __all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL"]
 

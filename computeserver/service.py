@@ -41,7 +41,8 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.joint_noise import draw_bits, joint_operands
 from crypto.masking import expand_masks, seed_commitment
 from dp.noise_pool import draw_pool, pool_noise
-from params.session_plan import ReleaseSpec, SessionPlan
+from params.release_spec import ReleaseSpec
+from params.session_plan import SessionPlan
 
 log = logging.getLogger("feddpsyn.computeserver")
 

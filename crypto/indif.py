@@ -61,7 +61,7 @@ __all__ = ["compile_indif_chunk", "digits_of", "digit_count", "indif_offset",
 # ``compile_indif_chunk``, machine-independent; 143, 239, 423 and 787 bootstraps; with one
 # k+1-bit ciphertext a cell it was 13.8, 22.3, 41.1, 87.3). The per-cell cost falls with the
 # chunk size up to 32 cells (the planes' digit conversion is paid once a chunk) while padding
-# grows, so pairs are cut into chunks of mixed sizes (``params.session_plan.indif_chunks``);
+# grows, so pairs are cut into chunks of mixed sizes (``params.selection_plan.indif_chunks``);
 # at 64 cells the planes need 8 bits and dearer parameters.
 CHUNK_COMPLEXITY = {8: 10.82, 16: 16.39, 32: 28.52, 64: 81.33}
 ADD_COMPLEXITY = 1.3

@@ -1,7 +1,7 @@
 """One noise for both servers' views: Primitive 1's release with a noise neither server knows.
 
-Design note (issue 14)
-----------------------
+Design note
+-----------
 **Construction.** Per released cell the noise is Z = sum_j w_j (a_j xor b_j) - sum_j w_j / 2
 over K bit positions with public weights w_j (:class:`dp.joint_noise_accounting.JointNoiseShape`).
 The key server (KS) draws a_j offline, before any data, from ``secrets`` and encrypts them;
@@ -45,12 +45,12 @@ bits, the plan's cap: 256 cells x 148 bits ran in 1.6 GB). Per released cell aga
 two-noise release of the same cells: online x44-58, offline x90-445 (x2.2-2.6 for
 noisy-greedy's split release, whose fallback's Gaussians are drawn too), per-count variance
 x0.50-0.62 (Fed-Heart-Disease's 1-way: 2046 against 2 sigma^2 = 3944). Coins would need
-K = n ~ 4 sigma^2: 7,892 bits per 1-way count, x2574 of P1's run (measured at 9d9d079, where
-the bench still compared shapes), against 120 bits for 24 XOR-shared 5-bit uniforms at 1.04
+K = n ~ 4 sigma^2: 7,892 bits per 1-way count, x2574 of P1's run (measured with coins
+and uniforms side by side), against 120 bits for 24 XOR-shared 5-bit uniforms at 1.04
 sigma^2. Compile and keys are free (no evaluation keys; the circuit's shape is fixed per
 session).
 
-**When it fits.** The servers' rule is ``params.session_plan``'s (``joint_shape_for``):
+**When it fits.** The servers' rule is ``params.noise_rules.joint_shape_for``:
 each release takes the shape of :func:`choose_shape` (the fewest bits among the smallest
 matching coins and the matching uniforms within 10% of the coins' variance; its M-fold
 conditioned Renyi curve below a * rho_R at the orders of the session's conversion, the

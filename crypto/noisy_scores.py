@@ -15,8 +15,8 @@ One concrete module, one key set, three functions:
   t = x_j + c_j + carry is in 0..3 (a leveled sum); the carry is one 2-bit lookup
   (t >= 2) and the digit is leveled, t - 2 carry: one bootstrap per digit. The output is the
   ``out_bits`` digits of InDif + z + 2^B, which is never negative and never wraps.
-* ``joint(x, a, b)`` (instead of ``noise``, where the plan gives the scores one joint noise;
-  issue 14): adds Z + span/2 = sum_j w_j (a_j xor b_j) to the score's digits x, a the key
+* ``joint(x, a, b)`` (instead of ``noise``, where the plan gives the scores one joint
+  noise): adds Z + span/2 = sum_j w_j (a_j xor b_j) to the score's digits x, a the key
   server's encrypted bits and b the compute server's clear bits for the K = u w bits of a
   :class:`dp.joint_noise_accounting.JointNoiseShape` (u uniforms of w bits, weights
   2^(j mod w)). Construction: the XOR-shared coins of Dwork, Kenthapadi, McSherry, Mironov
@@ -27,11 +27,11 @@ One concrete module, one key set, three functions:
   carry_(j+1) = floor(t_j / 2) (one lookup), digit t_j - 2 carry_(j+1) (leveled): out_bits - 1
   lookups a score, as ``noise``. The lookup's input is at most 2u + 1
   (:meth:`NoisyScoreShape.column_maxima` computes each column's bound exactly), so the plan
-  caps u (``params.session_plan.SCORE_LOOKUP_BITS``): a wide lookup would enlarge the whole
+  caps u (``params.noise_rules.SCORE_LOOKUP_BITS``): a wide lookup would enlarge the whole
   module's keys. Measured on the tiny test module (k = 6, 6-cell chunks, 6-bit scores):
   compressed evaluation keys 96 MB with ``noise``, 99 / 124 / 237 MB with ``joint`` at
   2 x 3 / 6 x 3 / 30 x 2 uniforms (3-, 4-, 6-bit lookups), keygen 9-14 s; at Adult's
-  widths see ``params.session_plan.SCORE_LOOKUP_BITS``.
+  widths see ``params.noise_rules.SCORE_LOOKUP_BITS``.
   The output is the out_bits = bitlength(2^n - 1 + span) digits of InDif + Z + span/2: it is
   never negative (the uncentred sum is) and never wraps (both terms are bounded: no tail, no
   fail-closed case). The centring is public and exact: :class:`JointNoiseShape` admits only

@@ -8,7 +8,7 @@ module, wired so that an output of one is a valid input of another:
   chunk of one pair's cells (``crypto.indif``: base-4 digits of M encrypted, of c in clear),
   as exactly ``score_bits`` binary digits. Several sizes, because a chunk's digit
   conversion costs the same whatever its padding: a pair is cut into the chunks of least
-  total cost (``params.session_plan``); only the sizes a session's pairs use are compiled;
+  total cost (``params.selection_plan``); only the sizes a session's pairs use are compiled;
 * ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
   sum of its chunks' scores; two 2-bit lookups per digit);
 * ``select(score_0, ..., score_{S-1}, active, r_ks, priority, xor_twice, xor_shift)``:

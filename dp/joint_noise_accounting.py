@@ -117,7 +117,7 @@ def orders_for(rho: Fraction | float, delta: float) -> tuple[float, ...]:
 
 
 def release_marginals(rho: Fraction, sigma2: Fraction) -> int:
-    """M of a planned release: its sigma2 = M / (2 rho) (``params.session_plan``)."""
+    """M of a planned release: its sigma2 = M / (2 rho) (``params.release_spec``)."""
     m = 2 * Fraction(rho) * Fraction(sigma2)
     if m.denominator != 1 or m < 1:
         raise ValueError("sigma2 is not M / (2 rho) for an integer M")

@@ -1,8 +1,8 @@
 """The key server's part of the noisy-greedy selection (PrivSyn's rule on FedDPSyn's P2).
 
 Protocol (``params.selection_plan``, mode ``noisy-greedy``; ``crypto.noisy_scores``). Where
-the plan gives the scores **one joint noise** (``params.session_plan.score_shape_for``;
-issue 14), each pair's noise is Z = sum_j w_j (a_j xor b_j) - span/2, a this server's bits
+the plan gives the scores **one joint noise** (``params.noise_rules.score_shape_for``),
+each pair's noise is Z = sum_j w_j (a_j xor b_j) - span/2, a this server's bits
 and b the compute server's:
 
 0. offline, before any data, this server draws a per pair from ``secrets`` (``draw_bits``,
@@ -75,7 +75,8 @@ from keyserver.coins import StoredOnce
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
 from keyserver.store import SessionStore
-from params.session_plan import SCORE_NOISE, SessionPlan
+from params.release_spec import SCORE_NOISE
+from params.session_plan import SessionPlan
 
 NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy (

@@ -20,7 +20,7 @@ Modes (``--selection``):
   protected by the other server's noise alone, so the charge is rho = pairs / (2 sigma2) for
   one noise, as for the releases. With the servers' default noise the scores carry instead
   one joint noise each that neither server knows (:attr:`SelectionPlan.score_joint`,
-  chosen by ``params.session_plan.score_shape_for``; ``crypto.noisy_scores``'s ``joint``),
+  chosen by ``params.noise_rules.score_shape_for``; ``crypto.noisy_scores``'s ``joint``),
   matched to the same rho; the key server then adds nothing. How many pairs: as many as the
   greedy rule keeps (0 to all).
 * ``none``: every 2-way marginal (or the given pairs), as the core pipeline.
@@ -54,6 +54,8 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import numpy as np
+
 from common import wire
 from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
@@ -62,10 +64,11 @@ from crypto.private_selection import batch_names
 from crypto.selection import (BatchLayout, SelectionShape, SelectionStep, batch_layout,
                               batched_pbs_estimate, choose_shape, pbs_estimate, plan_step,
                               thresholds)
+from params.layout import MarginalLayout
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
 __all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for",
-           "candidate_batches", "RowBound", "row_bound", "row_bound_spread",
+           "indif_chunks", "candidate_batches", "RowBound", "row_bound", "row_bound_spread",
            "max_rows_with_room", "ROW_BOUND_SHARE"]
 
 # The share of the requested delta that the row-bound check may fail with.
@@ -103,13 +106,29 @@ def chunk_sizes_for(cells: int, sizes: tuple[int, ...]) -> list[int]:
     return sorted(best[cells][1], reverse=True)
 
 
+def indif_chunks(layout: MarginalLayout,
+                 sizes: tuple[int, ...]) -> list[tuple[int, np.ndarray, int]]:
+    """Primitive 2's inputs: (candidate index, cell positions, chunk size) per chunk, each
+    pair's cells cut by :func:`chunk_sizes_for` (a chunk may be short: callers pad it to its
+    size with |C - K| = 0 cells). Public and deterministic: both servers derive the same
+    chunks from the layout and the parameter set's sizes."""
+    out = []
+    for index, slot in enumerate(layout.two_way):
+        cells = np.arange(slot.offset, slot.offset + slot.size)
+        start = 0
+        for size in chunk_sizes_for(slot.size, sizes):
+            out.append((index, cells[start:start + size], size))
+            start += size
+    return out
+
+
 def candidate_batches(candidates: int) -> BatchLayout | None:
     """How an em round's P3 runs (``crypto.selection``, "Candidate batches"): in batches of at
     most ceil(sqrt(S) / 2) candidates (at least 2) whenever that makes two batches or more
     (S >= 3), else as one ``select`` call.
 
-    Why batches: one call a round runs on one worker, so P3 did not shorten with workers
-    (Adult: 15 rounds of ~2.5 min whatever the cluster). A batched round is three steps of
+    Why batches: one call a round runs on one worker, so as one call P3 does not shorten
+    with workers (Adult: 15 rounds of ~2.5 min whatever the cluster). A batched round is three steps of
     one task a batch (a batch's maximum, its pick, its mask) and two combines that run alone
     (the maximum of the B maxima, the batch of least priority). With a worker per batch a
     round lasts about n candidates' batch work plus B batches' combine work: at Adult's
@@ -165,7 +184,7 @@ class SelectionPlan:
     # em: P3 by candidate batches (:func:`candidate_batches`), or None for one call a round
     batches: BatchLayout | None = None
     # noisy-greedy: one joint noise per score neither server knows (``crypto.noisy_scores``'s
-    # ``joint``; the rule is ``params.session_plan.score_shape_for``), or None: two servers'
+    # ``joint``; the rule is ``params.noise_rules.score_shape_for``), or None: two servers'
     # Gaussians of noise_sigma2 each.
     score_joint: JointNoiseShape | None = None
     # noisy-greedy with joint scores: their conditioning mass over the pairs (a delta term).

@@ -16,7 +16,7 @@ from bench.bench_joint_noise import (CLIENTS, COUNT_BOUND, JointVariant,  # noqa
                                      summarise)
 from crypto.aggregation import compile_aggregation  # noqa: E402
 from crypto.joint_noise import JointNoiseShape, compile_joint_release  # noqa: E402
-from params.session_plan import ReleaseSpec  # noqa: E402
+from params.release_spec import ReleaseSpec  # noqa: E402
 
 K_BITS, CELLS = 12, 8
 SHAPES = [JointNoiseShape(4, 2), JointNoiseShape(6, 1)]

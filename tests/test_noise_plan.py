@@ -1,5 +1,6 @@
-"""The session plan's choice of noise per release (params.session_plan, issue 14): the rule,
-the delta it reserves, the public record, and the end-to-end check that fails closed."""
+"""The session plan's choice of noise per release (``params.noise_rules``, ``params.session_plan``):
+the rule, the delta it reserves, the public record, and the end-to-end check that fails
+closed."""
 
 from dataclasses import replace
 from fractions import Fraction
@@ -10,8 +11,9 @@ from dp.binomial_accounting import session_delta_of
 from dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
 from dp.privsyn_allocation import allocation_weight
 from params.schema import Schema
-from params.session_plan import (JOINT_MAX_BITS_PER_CALL, JOINT_TAIL, SessionPlan,
-                                 pair_failure_cap, release_count)
+from params.noise_rules import JOINT_MAX_BITS_PER_CALL, JOINT_TAIL, pair_failure_cap
+from params.release_spec import release_count
+from params.session_plan import SessionPlan
 
 SCHEMA = Schema.from_dict({"name": "plan", "columns": [
     {"name": f"c{i}", "type": "categorical", "i2s": list("abcdef")} for i in range(5)]})
@@ -204,7 +206,7 @@ def test_auto_gives_the_even_two_server_release_where_the_orders_do_not_confirm_
     checked = SessionPlan.check_joint
 
     def refuse_split(plan):
-        if any(plan._is_split(r) for r in plan.releases):
+        if any(r.split_pending for r in plan.releases):
             raise ValueError("the joint noise's exact curve gives delta above")
         checked(plan)
 

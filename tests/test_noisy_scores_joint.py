@@ -1,4 +1,4 @@
-"""noisy-greedy's scores with one joint noise (``crypto.noisy_scores``'s ``joint``; issue 14):
+"""noisy-greedy's scores with one joint noise (``crypto.noisy_scores``'s ``joint``):
 the circuit decrypts to its plaintext model for random bits of both servers and at the
 extremes (the largest score with every xor 1), the multi-bit carries included; the plan's
 rule gives the scores a joint shape that matches the selection's rho, round-trips through
@@ -16,9 +16,10 @@ from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_j
                                  joint_score_plaintext)
 from crypto.private_selection import indif_name
 from dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
+from params.noise_rules import JOINT_TAIL, SCORE_LOOKUP_BITS, score_shape_for
+from params.release_spec import SCORE_NOISE
 from params.schema import Schema
-from params.session_plan import (JOINT_TAIL, SCORE_LOOKUP_BITS, SCORE_NOISE, SessionPlan,
-                                 score_shape_for)
+from params.session_plan import SessionPlan
 
 K, CELLS, N = 6, 6, 6
 # Six 2-bit uniforms: columns of up to 6 bits plus a digit, carries up to 5 (4-bit lookups).

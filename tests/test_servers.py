@@ -205,7 +205,7 @@ def test_ledger_refuses_a_second_decryption_and_unregistered_releases(servers, r
 
 def test_budget_overspend_is_refused_and_concurrent_charges_never_overspend(tmp_path):
     from keyserver.service import KeyServer, ServiceError
-    from params.session_plan import ReleaseSpec
+    from params.release_spec import ReleaseSpec
 
     service = KeyServer(tmp_path / "ks")
     request = wire.SessionCreate(schema=SCHEMA, clients=["a"], parameter_set="test-small",

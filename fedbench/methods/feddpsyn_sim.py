@@ -14,7 +14,7 @@ bit-identical to it). ``feddpsyn-noisy-greedy`` and ``feddpsyn-all`` are the oth
 Then consistency and GUM, as the demo does.
 
 ``noise="joint"`` (``feddpsyn-joint``, ``feddpsyn-all-joint``, ``feddpsyn-noisy-greedy-joint``)
-releases with issue 14's one noise that neither server knows instead of two discrete
+releases with the one noise that neither server knows instead of two discrete
 Gaussians: per release the shape of ``crypto.joint_noise.choose_shape`` (matched to the
 release's rho at the orders of the session's conversion; where its conditioning mass exceeds
 the servers' share of delta, the release keeps its two Gaussians, :func:`joint_shape`), both
@@ -23,7 +23,7 @@ servers' bits from the CSPRNG, through the joint circuit's exact integer model
 ``tests/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
 matched to the selection's rho over the pairs (every pair's InDif moves by at most 1, so the
 scores are a release of ``pairs`` sensitivity-1 queries). The servers run the joint noise
-on em's and fixed releases (``params.session_plan``'s rule, ``noise="auto"``) and on
+on em's and fixed releases (the rule of ``params.noise_rules``, ``noise="auto"``) and on
 noisy-greedy's 2-way release split by PrivSyn's allocation: ``feddpsyn-noisy-greedy-joint-
 privsyn`` takes that release's shapes, or its even two-server fallback, from the servers'
 own function (:func:`servers_split`); noisy-greedy's scores and the other releases' shapes
@@ -59,9 +59,10 @@ from dp.privsyn_allocation import allocation_groups, greedy_select_allocated
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
+from params.noise_rules import JOINT_DELTA_SHARE, JOINT_TAIL, conditioning_refusal
+from params.release_spec import ReleaseSpec, split_share, two_way_rho
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
-from params.session_plan import (JOINT_DELTA_SHARE, JOINT_TAIL, ReleaseSpec, SessionPlan,
-                                 conditioning_refusal, split_share, two_way_rho)
+from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
@@ -76,7 +77,7 @@ def p1_release_model(masked: list[np.ndarray], mask_sum: np.ndarray, noise_cs: n
 
 def joint_shape(plan: SessionPlan, spec: ReleaseSpec) -> tuple[JointNoiseShape | None, str]:
     """The joint noise a release would carry in place of its two Gaussians, or None and why
-    it keeps them: as the servers' rule (``params.session_plan``), a shape whose conditioning
+    it keeps them: as the servers' rule (``params.noise_rules``), a shape whose conditioning
     mass over the release's marginals exceeds JOINT_DELTA_SHARE of the conversion's delta is
     refused (a tiny release, one pair at a large rho, matches the curve with two 4-bit
     uniforms whose edge alone weighs 1/256)."""

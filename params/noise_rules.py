@@ -1,0 +1,276 @@
+"""The rules that give a release, a split release's groups and noisy-greedy's scores their
+joint noise, or keep them two-server.
+
+Claim: every shape returned here matches its budget at the orders of the session's
+conversion (its conditioned Renyi curve, M-fold, below a rho there), leaves room in the
+count width for its hard bound, and excludes at most its share of delta in conditioning
+mass; a release or score noise the rule refuses stays two-server. The argument is
+``docs/privacy-plan.md``, sections "The joint release", "Noisy-greedy's joint scores" and
+"The split 2-way release". The shapes depend on the public plan only (budgets, widths,
+``max_rows``), so both servers find the same ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from crypto.joint_noise import check_room, choose_shape
+from crypto.noisy_scores import NoisyScoreShape
+from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
+from dp.joint_noise_accounting import (JointNoiseShape, orders_for, release_marginals,
+                                       release_matches)
+from dp.privsyn_allocation import allocation_weight
+from params.layout import MarginalLayout
+from params.parameter_sets import ParameterSet
+
+if TYPE_CHECKING:
+    from params.release_spec import ReleaseSpec
+
+__all__ = ["JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP", "JOINT_DELTA_SHARE",
+           "SCORE_LOOKUP_BITS", "SCORE_MAX_UNIFORMS", "fewest_matching", "joint_shape_for",
+           "conditioning_refusal", "pair_failure_cap", "group_shape_for", "envelope_shape_for",
+           "least_variance_within", "run_time_group_shape", "score_shape_for"]
+
+# The conditioning tail of a uniforms-shaped joint noise, per count: the largest losses up to
+# this mass are excluded and charged to delta (``dp.binomial_accounting``).
+JOINT_TAIL = 1e-12
+# One P1 call holds chunk_cells x K encrypted bits of the key server's; concrete expands them
+# at run time (~40 KB each: 148 x 256 bits took 1.6 GB, measured), so a call is capped here.
+JOINT_MAX_BITS_PER_CALL = 1 << 16
+# Where no coin count fits the caps, uniforms are searched up to this multiple of sigma2 (the
+# matching coins' variance is 1.03-1.12 sigma2, DESIGN.md; the uniforms' slack over them 1.1).
+JOINT_VARIANCE_CAP = Fraction(5, 4)
+# A joint release's conditioning mass may take at most this share of the conversion's delta.
+JOINT_DELTA_SHARE = 0.01
+# noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
+# is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
+# caps the uniforms at 30). Measured at the servers' plans (``bench/bench_joint_scores.py``,
+# results in ``bench/results/joint_scores.json``; Adult, 17 lookups a score): compressed
+# evaluation keys 130.6 MB with the two-server ``noise``, 130.8 MB with 5-bit lookups (12 x 8
+# and 14 x 7 uniforms), 307.1 MB with 6-bit (16 x 6); a score's call 0.37 / 0.54 / 1.03 s
+# once the keys are in use, small next to P2.
+SCORE_LOOKUP_BITS = 6
+SCORE_MAX_UNIFORMS = 30  # what SCORE_LOOKUP_BITS allows (above)
+
+
+def fewest_matching(most: int, matches) -> int:
+    """The fewest even number of uniforms in (0, most] that ``matches`` (a predicate on the
+    count), given that ``most`` matches: bisection, since a sum of more uniforms of one width
+    only lowers the conditioned divergence."""
+    lo, hi = 0, most  # invariant: hi matches, lo does not (0: none)
+    while hi - lo > 2:  # bounded: the gap halves each pass
+        mid = (lo + hi) // 4 * 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if matches(mid) else (mid, hi)
+    return hi
+
+
+@functools.lru_cache(maxsize=256)
+def _matching_shape(marginals: int, rho: Fraction, rho_total: Fraction,
+                    delta_conversion: float, max_bits: int, max_span: int,
+                    max_variance: Fraction) -> JointNoiseShape:
+    # Cached: the plan's fixed-point iteration and restarts ask for the same shapes.
+    return choose_shape(marginals, rho, rho_total, delta_conversion, JOINT_TAIL,
+                        max_bits=max_bits, max_span=max_span, max_variance=max_variance)
+
+
+def joint_shape_for(spec: ReleaseSpec, rho_total: Fraction, delta_conversion: float,
+                    max_rows: int, parameters: ParameterSet) -> tuple[JointNoiseShape | None, str]:
+    """The joint shape a release takes under the rule (``docs/privacy-plan.md``, "The joint
+    release"), or None with the reason it stays two-server."""
+    return _shape_by_rule(release_marginals(spec.rho, spec.sigma2), spec.rho, spec.sigma2,
+                          JOINT_DELTA_SHARE * delta_conversion, rho_total, delta_conversion,
+                          max_rows, parameters)
+
+
+def conditioning_refusal(shape: JointNoiseShape, marginals: int, failure_cap: float) -> str:
+    """Why a joint shape over ``marginals`` marginals is refused for the mass its accounting
+    excludes (the points only one neighbour can produce: a delta term) above ``failure_cap``;
+    "" when it is within."""
+    failure = marginals * shape.pair().failure(JOINT_TAIL)
+    if failure > failure_cap:
+        return (f"its conditioning mass {failure:.3g} exceeds its share of delta "
+                f"({failure_cap:.3g})")
+    return ""
+
+
+def pair_failure_cap(delta_conversion: float, pairs: int) -> float:
+    """The conditioning mass a split release's shape may exclude per marginal: the session
+    reserves ``pairs`` times this (every pair kept, whatever the split), JOINT_DELTA_SHARE
+    of the conversion's delta in all."""
+    return JOINT_DELTA_SHARE * delta_conversion / pairs
+
+
+def group_shape_for(rho_per_marginal: Fraction, rho_total: Fraction, delta_conversion: float,
+                    max_rows: int, parameters: ParameterSet, failure_cap: float,
+                    require_gain: bool = True, max_bits: int | None = None,
+                    max_span: int | None = None) -> tuple[JointNoiseShape | None, str]:
+    """The rule for one group of a split release: the joint shape matching a budget of
+    ``rho_per_marginal`` per marginal (its M-fold curve is then below a M rho_per_marginal
+    at the conversion's orders, whatever M), its Gaussian reference sigma2 =
+    1 / (2 rho_per_marginal), and a conditioning mass of at most ``failure_cap`` per
+    marginal (:func:`pair_failure_cap`). ``require_gain``: refuse a shape whose variance is
+    not below 2 sigma2 (a run-time group is judged with its whole release instead:
+    :func:`params.run_time.split_release`). ``max_bits`` and ``max_span`` narrow the search
+    (a run-time group searches within the envelope)."""
+    rho = Fraction(rho_per_marginal)
+    return _shape_by_rule(1, rho, 1 / (2 * rho), failure_cap, rho_total, delta_conversion,
+                          max_rows, parameters, require_gain, max_bits, max_span)
+
+
+def _shape_by_rule(marginals: int, rho: Fraction, sigma2: Fraction, failure_cap: float,
+                   rho_total: Fraction, delta_conversion: float, max_rows: int,
+                   parameters: ParameterSet, require_gain: bool = True,
+                   bits_cap: int | None = None,
+                   span_cap: int | None = None) -> tuple[JointNoiseShape | None, str]:
+    # The search is capped by the rule itself (a shape beyond these would be refused), which
+    # also keeps it fast where the budget is tiny and a matching noise huge.
+    max_bits = JOINT_MAX_BITS_PER_CALL // parameters.chunk_cells
+    max_span = 2 * ((1 << (parameters.count_bits - 1)) - 1 - max_rows)
+    max_bits = max_bits if bits_cap is None else min(max_bits, bits_cap)
+    max_span = max_span if span_cap is None else min(max_span, span_cap)
+    if max_span < 2:
+        return None, f"max_rows {max_rows} leaves no room in {parameters.count_bits}-bit counts"
+    try:
+        shape = _matching_shape(marginals, rho, rho_total, delta_conversion,
+                                max_bits, max_span, JOINT_VARIANCE_CAP * sigma2)
+    except ValueError as exc:
+        return None, (f"no joint shape within {max_bits} encrypted bits per count and span "
+                      f"{max_span} matches its budget ({exc})")
+    if require_gain and shape.variance >= 2 * sigma2:
+        # At large eps a matching shape is so small that its variance is not below the two
+        # Gaussians' (and its conditioning mass is large): nothing to gain.
+        return None, (f"the joint shape's variance {float(shape.variance):.3g} is not below "
+                      f"the two-server noise's {float(2 * sigma2):.3g}")
+    refused = conditioning_refusal(shape, marginals, failure_cap)
+    if refused:
+        return None, refused
+    try:
+        check_room(shape, max_rows, parameters.count_bits)
+    except ValueError as exc:
+        return None, str(exc)
+    if parameters.chunk_cells * shape.ciphertexts > JOINT_MAX_BITS_PER_CALL:
+        return None, (f"{parameters.chunk_cells} cells x {shape.ciphertexts} encrypted bits "
+                      f"per call exceed {JOINT_MAX_BITS_PER_CALL}")
+    return shape, ""
+
+
+def envelope_shape_for(layout: MarginalLayout, rho: Fraction, rho_total: Fraction,
+                       delta_conversion: float, max_rows: int,
+                       parameters: ParameterSet) -> tuple[JointNoiseShape | None, str]:
+    """The widest joint shape a split 2-way release of ``rho`` may need: the group rule
+    (:func:`group_shape_for`) at the smallest per-marginal budget any selection gives, the
+    smallest pair's when every pair is kept, rho w_min / W. The circuit's width, the key
+    server's bits and the plausibility floor are sized for it; a run-time group that
+    would not fit it falls back (:func:`params.run_time.resolve`)."""
+    weights = [allocation_weight(slot.size) for slot in layout.two_way]
+    smallest = Fraction(rho) * min(weights) / sum(weights, start=Fraction(0))
+    return group_shape_for(smallest, rho_total, delta_conversion, max_rows, parameters,
+                           pair_failure_cap(delta_conversion, len(layout.two_way)))
+
+
+def least_variance_within(envelope: JointNoiseShape, columns: int, top_weight: int,
+                          rho_per_marginal: Fraction, orders) -> JointNoiseShape:
+    """The matching shape of least variance among those the envelope's circuit can carry
+    (at most ``columns`` bits, span at most the envelope's, weights at most ``top_weight``):
+    per width, the fewest uniforms that match (bisection: a sum of more uniforms only lowers
+    the conditioned divergence); the envelope itself if nothing smaller matches."""
+    best = envelope
+    if not release_matches(envelope, 1, rho_per_marginal, orders, JOINT_TAIL):
+        raise ValueError("the envelope does not match this budget")
+    for bits in range(1, top_weight.bit_length() + 1):  # bounded: one pass per width
+        most = min(columns // bits, envelope.span // ((1 << bits) - 1)) // 2 * 2
+        if most < 2 or not release_matches(JointNoiseShape(most, bits), 1, rho_per_marginal,
+                                           orders, JOINT_TAIL):
+            continue
+        shape = JointNoiseShape(fewest_matching(most, lambda n: release_matches(
+            JointNoiseShape(n, bits), 1, rho_per_marginal, orders, JOINT_TAIL)), bits)
+        if shape.variance < best.variance:
+            best = shape
+    return best
+
+
+@functools.lru_cache(maxsize=1024)
+def run_time_group_shape(rho_per_marginal: Fraction, rho_total: Fraction,
+                         delta_conversion: float, max_rows: int, parameters: ParameterSet,
+                         failure_cap: float, envelope: JointNoiseShape, columns: int,
+                         top_weight: int) -> tuple[JointNoiseShape | None, str]:
+    """A run-time group's shape (``docs/privacy-plan.md``, "The split 2-way release"), or
+    None with the reason: the rule's own shape (:func:`group_shape_for`, no gain required:
+    the release is judged whole) if the envelope's circuit carries it (at most ``columns``
+    bits, weights at most ``top_weight``, span at most the envelope's), else the
+    least-variance matching shape within it (:func:`least_variance_within`). Whatever the
+    route, the shape is **verified** here, not assumed: its conditioned curve below a
+    rho_per_marginal at every order of the conversion (at JOINT_TAIL, the tail it is charged
+    with), its conditioning mass at most ``failure_cap``, its room in the count width.
+    Cached: both servers resolve the release on every chunk request."""
+    orders = orders_for(rho_total, delta_conversion)
+    shape, why = group_shape_for(rho_per_marginal, rho_total, delta_conversion, max_rows,
+                                 parameters, failure_cap, require_gain=False)
+    if shape is None or not (shape.ciphertexts <= columns and shape.span <= envelope.span
+                             and max(shape.weights()) <= top_weight):
+        try:
+            shape = least_variance_within(envelope, columns, top_weight, rho_per_marginal,
+                                          orders)
+        except ValueError as exc:
+            return None, why or str(exc)
+    if not release_matches(shape, 1, rho_per_marginal, orders, JOINT_TAIL):
+        return None, "its shape does not match its budget at the conversion's orders"
+    if shape.pair().failure(JOINT_TAIL) > failure_cap:
+        return None, why or "its conditioning mass exceeds its share of delta"
+    try:
+        check_room(shape, max_rows, parameters.count_bits)
+    except ValueError as exc:
+        return None, str(exc)
+    return shape, ""
+
+
+@functools.lru_cache(maxsize=256)
+def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conversion: float,
+                    score_bits: int) -> tuple[JointNoiseShape | None, str]:
+    """noisy-greedy's score noise under the rule of ``docs/privacy-plan.md`` ("Noisy-greedy's
+    joint scores"): the joint shape of least variance whose ``pairs``-fold conditioned curve
+    is below a rho at every order of the conversion (each score has sensitivity 1; the
+    two-server plan's sigma2 is pairs / (2 rho)), among sums of at most 30 uniforms (their
+    carry chain's lookups within SCORE_LOOKUP_BITS); it is refused (None, with the reason:
+    the scores stay two-server) when its variance is not below the two-server scores'
+    2 sigma2 or its conditioning mass exceeds JOINT_DELTA_SHARE of the conversion's delta.
+    Per width only the fewest matching uniforms can be the answer (more uniforms only lower
+    the conditioned divergence, and raise the variance), found by bisection; widths are
+    tried upwards until even two uniforms exceed the best variance. Cached: both servers and
+    every rebuild of the plan ask for the same shape."""
+    rho = Fraction(rho)
+    sigma2 = Fraction(pairs) / (2 * rho)
+    orders = orders_for(rho_total, delta_conversion)
+
+    def fits(shape: JointNoiseShape) -> bool:
+        return NoisyScoreShape(2, (8,), score_bits, 1, shape).lookup_bits <= SCORE_LOOKUP_BITS
+
+    def matches(uniforms: int, bits: int) -> bool:
+        return release_matches(JointNoiseShape(uniforms, bits), pairs, rho, orders, JOINT_TAIL)
+
+    best = None
+    for bits in range(1, MAX_SHAPE_BITS + 1):  # bounded: one pass per width
+        limit = 2 * sigma2 if best is None else best.variance
+        if JointNoiseShape(2, bits).variance >= limit:
+            break
+        most = 2
+        while (most + 2 <= SCORE_MAX_UNIFORMS and fits(JointNoiseShape(most + 2, bits))
+               and JointNoiseShape(most + 2, bits).variance < limit):  # bounded by the cap
+            most += 2
+        if not matches(most, bits):
+            continue
+        shape = JointNoiseShape(fewest_matching(most, lambda n: matches(n, bits)), bits)
+        if best is None or shape.variance < best.variance:
+            best = shape
+    if best is None:
+        return None, (f"no sum of at most {SCORE_MAX_UNIFORMS} uniforms with variance below "
+                      f"the two-server scores' {float(2 * sigma2):.3g} matches the selection's "
+                      "budget")
+    refused = conditioning_refusal(best, pairs, JOINT_DELTA_SHARE * delta_conversion)
+    if refused:
+        return None, refused
+    return best, ""
