@@ -21,7 +21,7 @@ shares the cores during P2. Chunks and adds then cost their bootstrap counts tim
 the per-task overhead ``--overhead-ms`` (bench_scaleout.py measures it: 19 ms was the dearest,
 a Dask task on loopback); P2 on n cores is list-scheduled longest first, then the add levels
 in waves (``bench_scaleout.longest_first`` / ``add_levels``). P3 one call a round stays at its
-measured round time whatever n; P3 by candidate batches (``crypto.selection.batch_layout``)
+measured round time whatever n; P3 by candidate batches (``crypto.selection_batches.batch_layout``)
 costs its steps' bootstrap counts times s' = (a measured round x 2 cores / the call's
 bootstraps), step after step, each in ceil(tasks / n) waves.
 
@@ -148,7 +148,8 @@ def time_file(text: str) -> dict:
 
 def projection(measured: dict, overhead_s: float, batch: int) -> dict:
     """The model of the module docstring, per core count."""
-    from crypto.selection import batch_layout, batched_pbs_estimate, pbs_estimate
+    from crypto.selection_batches import batch_layout
+    from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
     from crypto.indif import chunk_bootstraps
 
     plan = adult_plan()

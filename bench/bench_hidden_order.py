@@ -2,7 +2,8 @@
 
 The baseline is the previous circuit (first acceptance in the compute server's clear order,
 whose view was not private), loaded from the project's git history at ``--baseline-rev``; the
-new circuit is the accepted candidate of least key-server priority (``crypto.selection``).
+new circuit is the accepted candidate of least key-server priority
+(``crypto.tfhe_permute_and_flip``).
 Both are compiled at the same widths (a session plan's: Fed-Heart-Disease's demo by
 default) and run on the same encrypted inputs, alternating, so the machine's noise hits both.
 
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.baseline import module_at  # noqa: E402
-from crypto import selection as current  # noqa: E402
+from crypto import tfhe_permute_and_flip as current  # noqa: E402
+from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
 
@@ -79,8 +81,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     digits = rng.integers(0, 2, (1, s, base.score_bits))
     active = np.ones(s, dtype=np.int64)
-    r_ks, r_cs = current.random_share(new_shape), current.random_share(new_shape)
-    priority = current.random_priorities(new_shape)
+    r_ks, r_cs = random_share(new_shape), random_share(new_shape)
+    priority = random_priorities(new_shape)
     inputs = {
         "baseline": circuits["baseline"].encrypt(*old.clear_arguments(digits, active, r_ks, r_cs)),
         "hidden": circuits["hidden"].encrypt(*current.clear_arguments(digits, active, r_ks, r_cs,

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_scaleout import adult_plan  # noqa: E402
 from crypto.private_selection import (PrivateSelectionShape,  # noqa: E402
                                       compile_private_selection)
-from crypto.selection import thresholds  # noqa: E402
+from crypto.tfhe_permute_and_flip import thresholds  # noqa: E402
 
 
 def key_work(p: dict) -> float:

@@ -32,7 +32,7 @@ pair form is modelled the same way (its critical path is the largest pair).
 P3 in the model: Adult's 15 rounds over 105 candidates at its session widths, by candidate
 batches (the session plan's layout, ``params.selection_plan.candidate_batches``, or
 ``--adult-batch`` candidates at most) and as one call. A function call costs its bootstrap
-count (``crypto.selection.batched_pbs_estimate``, exact against concrete's count in the
+count (``crypto.selection_cost.batched_pbs_estimate``, exact against concrete's count in the
 tests) times the measured seconds per bootstrap of the batched functions on one worker; per
 round the five steps run one after another, each in ceil(tasks / n) waves of its dearest
 task plus o. The one call a round does not shorten with workers. The whole online phase is P2 plus the rounds, next to FedDPSyn's 13.7 min on
@@ -120,7 +120,8 @@ class Recording:
 
 def build(candidates: int, batch: int, directory: Path):
     from crypto.private_selection import PrivateSelectionShape, compile_private_selection
-    from crypto.selection import batch_layout, choose_shape, thresholds
+    from crypto.selection_batches import batch_layout
+    from crypto.tfhe_permute_and_flip import choose_shape, thresholds
 
     selection = choose_shape(candidates, 10, 0.5)
     layout = batch_layout(candidates, batch)
@@ -184,7 +185,8 @@ def select_round(module, selection, layout, candidates: list[bytes]) -> tuple:
     from dataclasses import replace
 
     from crypto.private_selection import batch_names
-    from crypto.selection import batch_randomness, clear_arguments, random_share
+    from crypto.selection_randomness import batch_randomness, random_share
+    from crypto.tfhe_permute_and_flip import clear_arguments
 
     s, n = selection.candidates, layout.size
     r_ks, priority = batch_randomness(selection, layout)
@@ -497,7 +499,8 @@ def main() -> None:
         p2_minutes[cores] = (chunk_step + add_step + max(load, dask_register)) / 60
 
     # P3 (module docstring): seconds per bootstrap measured on one worker, one thread.
-    from crypto.selection import batch_layout, batched_pbs_estimate, pbs_estimate
+    from crypto.selection_batches import batch_layout
+    from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
 
     batched_spb = (float(np.median(p3_batched_inside["1 worker"]))
                    / batched_bootstraps(module, layout))

@@ -7,9 +7,10 @@ Run: .venv/bin/python bench/bench_selection.py [--candidates 16] [--rows 48842]
      [--pairs 105] [--rounds 15] [--rho-select 0.00125]
 
 Widths follow the service's plan: score digits for InDif <= 2 * rows, the PF epsilon of one
-round from rho_select / rounds with the numerical loss included (crypto.selection.plan_step),
-n_b and kappa'_j from choose_shape. The selection phase of a session is sum over rounds of
-(remaining candidates) x (seconds per candidate); P2 per chunk is bench/bench_p2_digits.py.
+round from rho_select / rounds with the numerical loss included
+(crypto.tfhe_permute_and_flip.plan_step), n_b and kappa'_j from choose_shape. The selection
+phase of a session is sum over rounds of (remaining candidates) x (seconds per candidate); P2
+per chunk is bench/bench_p2_digits.py.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from concrete import fhe  # noqa: E402
 
-from crypto.selection import (choose_shape, clear_arguments, compile_selection,  # noqa: E402
-                              pbs_estimate, plan_step, random_priorities, random_share,
-                              select_plaintext,
-                              thresholds)
+from crypto.selection_cost import pbs_estimate  # noqa: E402
+from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
+from crypto.tfhe_permute_and_flip import (choose_shape, clear_arguments,  # noqa: E402
+                                          compile_selection, plan_step, select_plaintext,
+                                          thresholds)
 
 
 def main() -> None:

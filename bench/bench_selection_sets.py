@@ -26,9 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crypto.selection import (SelectionShape, acceptance_weights,  # noqa: E402
-                              clear_arguments, compile_selection, random_priorities,
-                              random_share, thresholds)
+from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
+from crypto.tfhe_permute_and_flip import (SelectionShape, acceptance_weights,  # noqa: E402
+                                          clear_arguments, compile_selection, thresholds)
 from dp.accounting import eps_delta_to_rho  # noqa: E402
 from dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, dataset  # noqa: E402

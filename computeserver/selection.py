@@ -7,10 +7,10 @@ Design concerns:
   expands from the clients' seeds; K: expected counts from the published 1-ways); chunk
   scores are added under encryption; P3 runs on the digits. Only one-hot outputs are sent.
 * **Its share of the coins and the order, used once.** Each round draws a fresh uniform order
-  and fresh R^CS bits from ``secrets``; the key server's encrypted priorities per position
-  hide which candidates were tried first (``crypto.selection``: the output is the accepted
-  candidate of least priority, so this server's order tells it nothing about the rejections);
-  the outputs, put back in candidate order, are stored
+  and fresh R^CS bits from ``secrets``; the key server's encrypted priorities per position hide
+  which candidates were tried first (``crypto.tfhe_permute_and_flip``: the output is the
+  accepted candidate of least priority, so this server's order tells it nothing about the
+  rejections); the outputs, put back in candidate order, are stored
   durably before they are sent, so a retry re-sends the same ciphertexts (which the key server
   recognises) instead of drawing the round again.
 * **Bounded and resumable.** Candidates and every round's outputs are files; a restarted job
@@ -43,7 +43,8 @@ from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.indif import digits_of, indif_offset
 from crypto.masking import expand_masks
 from crypto.private_selection import batch_names, indif_name
-from crypto.selection import BatchLayout, random_share, secure_order
+from crypto.selection_batches import BatchLayout
+from crypto.selection_randomness import random_share, secure_order
 from dp.pair_selection import expected_counts_for_pairs
 from params.session_plan import SessionPlan
 
@@ -61,7 +62,7 @@ CREATE TABLE IF NOT EXISTS selection_picks (
 def batched_select(executor: Executor, circuit: Circuit, layout: BatchLayout,
                    candidates: list[bytes], active: np.ndarray, shares: list[bytes],
                    r_cs: np.ndarray, progress=None) -> list[bytes]:
-    """One P3 round by candidate batches (``crypto.selection``, "Candidate batches"): the
+    """One P3 round by candidate batches (``crypto.selection_batches``): the
     outputs of the real positions, in position order.
 
     ``candidates``: the S encrypted scores in this server's order (position i holds

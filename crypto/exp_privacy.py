@@ -73,9 +73,9 @@ def exact(p: ExpParams, e_prev: float = 0.0) -> float:
 
 def bernoulli_product_eta(p: ExpParams, e_prev: float = 0.0) -> float:
     """The exact worst case for the weights our encrypted selection samples
-    (``crypto.selection``): W(A) = prod over set bits j of c_j / 2^kappa'_j, the product taken
-    exactly (no rounding of intermediate products to kappa bits), against the ideal
-    exp(-eps A / 2^lambda); eps e_prev + max over every A in [0, 2^n_b) of the log-ratio,
+    (``crypto.tfhe_permute_and_flip``): W(A) = prod over set bits j of c_j / 2^kappa'_j, the
+    product taken exactly (no rounding of intermediate products to kappa bits), against the
+    ideal exp(-eps A / 2^lambda); eps e_prev + max over every A in [0, 2^n_b) of the log-ratio,
     rounded up by 1e-12 so float error never understates it."""
     rates = [p.eps * 2.0 ** (j - p.lam) for j in range(p.nb)]
     return p.eps * e_prev + product_eta(rounding_constants(p), p.kappa_prime, rates)
@@ -95,7 +95,7 @@ def product_eta(constants, kappa_prime, rates) -> float:
 
 def numerics_row(p: ExpParams, e_prev: float = 0.0) -> dict:
     """One row of ``feddpsyn numerics --json``: the selection step is (eps + 4 e')-DP
-    (``crypto.selection`` proves that shape for permute-and-flip too). ``exact`` is
+    (``crypto.tfhe_permute_and_flip`` proves that shape for permute-and-flip too). ``exact`` is
     SubRoutine 1's integer arithmetic as the paper specifies it; ``exact_bernoulli`` is what
     our circuit samples with the same constants (the product evaluated exactly)."""
     b, x = bound(p, e_prev), exact(p, e_prev)

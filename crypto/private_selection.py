@@ -12,14 +12,15 @@ module, wired so that an output of one is a valid input of another:
 * ``add(x, y)``: a ripple-carry sum of two digit vectors (a pair wider than one chunk is the
   sum of its chunks' scores; two 2-bit lookups per digit);
 * ``select(score_0, ..., score_{S-1}, active, r_ks, priority, xor_twice, xor_shift)``:
-  Primitive 3 (``crypto.selection``), one argument per candidate so that the compute server
-  can pass them in its secret random order, one output per position so it can put them back;
-  ``r_ks`` and ``priority`` are the key server's encrypted shares of the coins and the order;
-* with candidate batches (``PrivateSelectionShape.batches``, ``crypto.selection``'s
-  "Candidate batches"): ``maximum_<n>`` and ``maximum_<B>`` (a batch's scores' maximum, the
-  batches' maxima's), ``pick_<n>`` (a batch's acceptances and least accepted priority),
-  ``least_<B>`` (the batch of least priority) and ``mask_<n>`` (a batch's outputs), wired so
-  that a score, a maximum, a pick's one-hot and summary and a choice each flow on encrypted;
+  Primitive 3 (``crypto.tfhe_permute_and_flip``), one argument per candidate so that the
+  compute server can pass them in its secret random order, one output per position so it can
+  put them back; ``r_ks`` and ``priority`` are the key server's encrypted shares of the coins
+  and the order;
+* with candidate batches (``PrivateSelectionShape.batches``, ``crypto.selection_batches``):
+  ``maximum_<n>`` and ``maximum_<B>`` (a batch's scores' maximum, the batches' maxima's),
+  ``pick_<n>`` (a batch's acceptances and least accepted priority), ``least_<B>`` (the batch of
+  least priority) and ``mask_<n>`` (a batch's outputs), wired so that a score, a maximum, a
+  pick's one-hot and summary and a choice each flow on encrypted;
   ``select`` is compiled too unless ``single`` is off (a large S compiles slowly and its
   round does not shorten with workers).
 
@@ -42,8 +43,9 @@ from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
 from crypto.indif import _indif_bits_function, indif_inputset
-from crypto.selection import (BatchLayout, SelectionShape, batch_least_core, batch_mask_core,
-                              batch_maximum_core, batch_pick_core, clear_arguments, select_core)
+from crypto.selection_batches import (BatchLayout, batch_least_core, batch_mask_core,
+                                      batch_maximum_core, batch_pick_core)
+from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, select_core
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
            "score_functions", "score_inputsets", "indif_name", "indif_definitions",
@@ -58,7 +60,7 @@ class PrivateSelectionShape:
     count_bits: int      # P2's k
     chunk_sizes: tuple[int, ...]  # one ``indif_<s>`` function per size
     selection: SelectionShape  # its score_bits is every score's digit count
-    # P3 by candidate batches (``crypto.selection``, "Candidate batches"), or None
+    # P3 by candidate batches (``crypto.selection_batches``), or None
     batches: BatchLayout | None = None
     single: bool = True  # compile the one-call ``select`` (always, without batches)
 
@@ -74,7 +76,7 @@ class PrivateSelectionShape:
 
 
 def batch_names(layout: BatchLayout) -> dict[str, str]:
-    """The module functions of a batched round, by stage (``crypto.selection``):
+    """The module functions of a batched round, by stage (``crypto.selection_batches``):
     ``maximum`` and ``pick`` run once per batch, ``combine_maximum`` and ``least`` once,
     ``mask`` once per batch."""
     return {"maximum": f"maximum_{layout.size}", "combine_maximum": f"maximum_{layout.count}",
@@ -271,7 +273,7 @@ def indif_definitions(indifs: dict) -> dict:
 def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_error: float):
     """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``, and
     ``module.select`` and/or the batched round's functions, ``batch_names``) for the selection
-    thresholds ``c`` (``crypto.selection.thresholds``)."""
+    thresholds ``c`` (``crypto.tfhe_permute_and_flip.thresholds``)."""
     ensure_tag_stack()
     indifs, add, select, select_statuses = _functions(shape, c)
     indif_defs = indif_definitions(indifs)

@@ -11,7 +11,7 @@ selection needs (expected counts) and PrivSyn's greedy rule.
   no pair lowers it. (PrivSyn splits rho by cells^(2/3); we split evenly, as our release
   does.)
 
-The encrypted rounds' exact integer model is ``crypto.selection.em_rounds_model``.
+The encrypted rounds' exact integer model is ``crypto.tfhe_permute_and_flip.em_rounds_model``.
 """
 
 from __future__ import annotations

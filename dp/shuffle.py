@@ -2,9 +2,9 @@
 
 Permute-and-flip visits its candidates in this order (``dp.permute_and_flip``), the compute
 server places the encrypted candidates in it and the key server's priorities are one
-(``crypto.selection``). Design concern: **uniform or nothing.** Fisher-Yates is uniform only
-if every swap index is; a source of raw bits gives one by rejection, and a source that keeps
-failing the bound raises instead of returning a biased order.
+(``crypto.tfhe_permute_and_flip``). Design concern: **uniform or nothing.** Fisher-Yates is
+uniform only if every swap index is; a source of raw bits gives one by rejection, and a source
+that keeps failing the bound raises instead of returning a biased order.
 
 >>> import random
 >>> sorted(uniform_order(5, random.Random(0).randrange))

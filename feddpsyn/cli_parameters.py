@@ -119,7 +119,7 @@ def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated eps
                                for r in rows]))
         return
     typer.echo("exact: SubRoutine 1's integer arithmetic; ours: the exact product of Bernoulli "
-               "trials the encrypted selection samples (crypto/selection.py)")
+               "trials the encrypted selection samples (crypto/tfhe_permute_and_flip.py)")
     typer.echo(f"{'eps':>8} {'bound e_prime':>14} {'exact e_prime':>14} {'eps+4*exact':>12} "
                f"{'ours e_prime':>13} {'eps+4*ours':>11}")
     for r in rows:

@@ -151,10 +151,10 @@ class SelectionKeys(ScoreModuleKeys):
         return keys, server_zip, evaluation_keys
 
     def encrypt_randomness(self, r_ks: np.ndarray, priority: np.ndarray) -> list[bytes]:
-        """This server's encrypted shares of one round: the trials' bits R^KS and the
-        positions' priorities (``crypto.selection``), as the ``select`` arguments they are,
-        or with candidate batches as each batch's ``pick`` arguments, (R^KS, priorities) per
-        batch in batch order (``crypto.selection.batch_randomness``'s arrays)."""
+        """This server's encrypted shares of one round: the trials' bits R^KS and the positions'
+        priorities (``crypto.tfhe_permute_and_flip``), as the ``select`` arguments they are, or
+        with candidate batches as each batch's ``pick`` arguments, (R^KS, priorities) per batch
+        in batch order (``crypto.selection_randomness.batch_randomness``'s arrays)."""
         r_ks = np.asarray(r_ks, dtype=np.int64)
         priority = np.asarray(priority, dtype=np.int64)
         layout = self.shape.batches

@@ -11,12 +11,12 @@ Design concerns:
 * **Its share of the coins and of the order.** Each round's R^KS bits and its positions'
   priorities (a uniform permutation) come from ``secrets``, are encrypted and stored (a retry
   gets the same ciphertexts); this server never sees the compute server's order or its share,
-  nor any score. The chosen candidate is the accepted one of least priority, so neither
-  server alone knows the order in which candidates were tried (``crypto.selection``). With
-  candidate batches (``params.selection_plan.candidate_batches``) the same shares are cut
-  into the batches' positions, the padding's drawn like the rest (priority 0: padding is
-  inactive, never compared), and the S outputs it decrypts are the batched round's last
-  function's, one encoding as the one call's.
+  nor any score. The chosen candidate is the accepted one of least priority, so neither server
+  alone knows the order in which candidates were tried (``crypto.tfhe_permute_and_flip``). With
+  candidate batches (``params.selection_plan.candidate_batches``) the same shares are cut into
+  the batches' positions, the padding's drawn like the rest (priority 0: padding is inactive,
+  never compared), and the S outputs it decrypts are the batched round's last function's, one
+  encoding as the one call's.
 * **Inputs are fresh encryptions of sums it already holds.** P2's inputs are
   M = (sum of the clients' masked vectors) mod 2^k per 2-way cell: uniformly distributed
   given the masks, which the compute server holds and this server never sees.
@@ -37,7 +37,8 @@ from common import wire
 from common.serving import ServiceError, write_private
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
-from crypto.selection import batch_randomness, random_priorities, random_share, thresholds
+from crypto.selection_randomness import batch_randomness, random_priorities, random_share
+from crypto.tfhe_permute_and_flip import thresholds
 from keyserver.keys import SelectionKeys
 from keyserver.ledger import PrivacyLedger
 from keyserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys

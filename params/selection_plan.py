@@ -4,13 +4,13 @@ Modes (``--selection``):
 
 * ``em`` (default): FedDPSyn's private selection under encryption. Primitive 2 computes every
   pair's InDif against public expected counts from the released noisy 1-ways; Primitive 3
-  (``crypto.selection``) picks ``rounds`` pairs one at a time, without replacement, by
-  permute-and-flip with fixed-point weights. Each round is (eps + 4 eta)-DP and is charged
-  rho = (eps + 4 eta)^2 / 2, the numerical loss included (``crypto.selection.plan_step``).
-  From 3 candidates on, a round runs by candidate batches (:func:`candidate_batches`), so
-  that it shortens with workers; its output is exactly the one call's. The public record
-  states the batch size (``batch_size``), so both servers keep a session's batches when the
-  rule changes (:func:`recorded_batches`).
+  (``crypto.tfhe_permute_and_flip``) picks ``rounds`` pairs one at a time, without replacement,
+  by permute-and-flip with fixed-point weights. Each round is (eps + 4 eta)-DP and is charged
+  rho = (eps + 4 eta)^2 / 2, the numerical loss included
+  (``crypto.tfhe_permute_and_flip.plan_step``). From 3 candidates on, a round runs by candidate
+  batches (:func:`candidate_batches`), so that it shortens with workers; its output is exactly
+  the one call's. The public record states the batch size (``batch_size``), so both servers keep
+  a session's batches when the rule changes (:func:`recorded_batches`).
 * ``noisy-greedy``: PrivSyn's own rule. Every InDif gets discrete Gaussian noise (L2
   sensitivity sqrt(pairs): one record moves each pair's score by at most 1) and the pairs are
   chosen greedily in clear (``dp.pair_selection``). Through the servers
@@ -61,9 +61,10 @@ from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
 from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
 from dp.joint_noise_accounting import JointNoiseShape
 from crypto.private_selection import batch_names
-from crypto.selection import (BatchLayout, SelectionShape, SelectionStep, batch_layout,
-                              batched_pbs_estimate, choose_shape, pbs_estimate, plan_step,
-                              thresholds)
+from crypto.selection_batches import BatchLayout, batch_layout
+from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
+from crypto.tfhe_permute_and_flip import (SelectionShape, SelectionStep, choose_shape, plan_step,
+                                          thresholds)
 from params.layout import MarginalLayout
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
@@ -123,22 +124,23 @@ def indif_chunks(layout: MarginalLayout,
 
 
 def candidate_batches(candidates: int) -> BatchLayout | None:
-    """How an em round's P3 runs (``crypto.selection``, "Candidate batches"): in batches of at
-    most ceil(sqrt(S) / 2) candidates (at least 2) whenever that makes two batches or more
+    """How an em round's P3 runs (``crypto.selection_batches``): in batches of at most
+    ceil(sqrt(S) / 2) candidates (at least 2) whenever that makes two batches or more
     (S >= 3), else as one ``select`` call.
 
     Why batches: one call a round runs on one worker, so as one call P3 does not shorten
-    with workers (Adult: 15 rounds of ~2.5 min whatever the cluster). A batched round is three steps of
-    one task a batch (a batch's maximum, its pick, its mask) and two combines that run alone
-    (the maximum of the B maxima, the batch of least priority). With a worker per batch a
-    round lasts about n candidates' batch work plus B batches' combine work: at Adult's
-    widths ~230 bootstraps a candidate against ~58 a batch
-    (``crypto.selection.batched_pbs_estimate``), least near n = sqrt(58 S / 230) ~
+    with workers (Adult: 15 rounds of ~2.5 min whatever the cluster). A batched round is
+    three steps of one task a batch (a batch's maximum, its pick, its mask) and two combines
+    that run alone (the maximum of the B maxima, the batch of least priority). With a worker
+    per batch a round lasts about n candidates' batch work plus B batches' combine work: at
+    Adult's widths ~230 bootstraps a candidate against ~58 a batch
+    (``crypto.selection_cost.batched_pbs_estimate``), least near n = sqrt(58 S / 230) ~
     sqrt(S) / 2 (Adult: 18 batches of 6, 2,397 bootstraps on the critical path against
     23,637 in the one call; all calls of the round 25,398, +7%, which is what one worker
     loses). The layout is a function of the public candidate count alone: both servers
     derive it from the public record (as they derive P2's chunk cut), and neither server's
-    view depends on it (``crypto.selection``: the batched round's output is the one call's).
+    view depends on it (``crypto.selection_batches``: the batched round's output is the one
+    call's).
 
     >>> candidate_batches(105), candidate_batches(3), candidate_batches(2)
     (BatchLayout(candidates=105, size=6), BatchLayout(candidates=3, size=2), None)
@@ -311,7 +313,7 @@ class SelectionPlan:
         """em: one round's bootstraps, every call it makes: the one ``select``, or a batched
         round's B batch maxima, their combine, B picks, the least and B masks
         (``crypto.private_selection.batch_names``). ``per_function``: the compiled module's
-        counts by function name; default the structural bound (``crypto.selection``)."""
+        counts by function name; default the structural bound (``crypto.selection_cost``)."""
         if self.batches is None:
             return pbs_estimate(self.shape) if per_function is None else per_function["select"]
         if per_function is None:

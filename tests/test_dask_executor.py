@@ -26,8 +26,9 @@ from computeserver.selection import batched_select
 from crypto.indif import digits_of, indif_exact, indif_offset
 from crypto.private_selection import (PrivateSelectionShape, batch_names,
                                       compile_private_selection, indif_name)
-from crypto.selection import (BatchLayout, SelectionShape, batch_randomness, clear_arguments,
-                              random_priorities, random_share, thresholds)
+from crypto.selection_batches import BatchLayout
+from crypto.selection_randomness import batch_randomness, random_priorities, random_share
+from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, thresholds
 
 # The smallest module with every function the compute server sends to workers: P2 on chunks
 # of 2 and 4 cells at k = 4, add, and P3 over three candidates, as one call and in two

@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.selection import em_rounds_model, thresholds
+from crypto.tfhe_permute_and_flip import em_rounds_model, thresholds
 from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
 from params.selection_plan import SelectionPlan
 

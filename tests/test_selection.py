@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from crypto.selection import (SelectionShape, acceptance_weights, choose_shape, clear_arguments,
-                              compile_selection, pbs_estimate, plan_step, random_priorities,
-                              random_share, select_plaintext, step_eta, threshold_bits,
-                              thresholds)
+from crypto.selection_cost import pbs_estimate
+from crypto.selection_randomness import random_priorities, random_share
+from crypto.tfhe_permute_and_flip import (SelectionShape, acceptance_weights, choose_shape,
+                                          clear_arguments, compile_selection, plan_step,
+                                          select_plaintext, step_eta, threshold_bits, thresholds)
 from dp.permute_and_flip import pf_probabilities_exact
 
 BATCH = 40

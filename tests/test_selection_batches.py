@@ -1,4 +1,4 @@
-"""Primitive 3 by candidate batches (``crypto.selection``, "Candidate batches"): the batched
+"""Primitive 3 by candidate batches (``crypto.selection_batches``): the batched
 round decrypts to the same one-hot as the single ``select`` call on the same ciphertexts and
 randomness, and to the integer model; each stage's intermediates decrypt to their model.
 
@@ -15,9 +15,11 @@ from concrete import fhe
 
 from crypto.private_selection import (PrivateSelectionShape, batch_names,
                                       compile_private_selection)
-from crypto.selection import (BatchLayout, SelectionShape, batch_layout, batch_randomness,
-                              batched_pbs_estimate, batched_select_plaintext, clear_arguments,
-                              random_share, select_plaintext, thresholds)
+from crypto.selection_batches import BatchLayout, batch_layout, batched_select_plaintext
+from crypto.selection_cost import batched_pbs_estimate
+from crypto.selection_randomness import batch_randomness, random_share
+from crypto.tfhe_permute_and_flip import (SelectionShape, clear_arguments, select_plaintext,
+                                          thresholds)
 
 SELECTION = SelectionShape(candidates=5, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 3))
 LAYOUT = BatchLayout(candidates=5, size=3)

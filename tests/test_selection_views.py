@@ -1,7 +1,7 @@
 """Each server's *view* of an encrypted selection round, enumerated exactly on tiny instances.
 
 A privacy claim is about a view: everything a server sees plus everything it chose. For a
-round of Primitive 3 (``crypto.selection``):
+round of Primitive 3 (``crypto.tfhe_permute_and_flip``):
 
 * the compute server's view is (its order tau, its trial bits R^CS, the chosen candidate);
 * the key server's view is (its priorities pi_KS, its trial bits R^KS, the chosen candidate).
@@ -14,12 +14,13 @@ score vectors (each score moves by at most 1, InDif's sensitivity) the test asse
 claimed per-round guarantee, (eps + 4 eta)-DP with delta = 0, as a bound on the log-ratio of
 the two views' probabilities at every point, as OpenDP tests a sampler's privacy.
 
-The first version of the circuit let the compute server choose the order in clear and output
-the first acceptance in that order; the same enumeration of that view finds outcomes with
-probability 0 on one table and a positive probability on its neighbour (unbounded loss), which
-:func:`test_view_of_a_known_order_is_not_private` shows, so these tests would have caught it.
+A circuit that let the compute server choose the order in clear and output the first
+acceptance in that order would not be private: the same enumeration of that view finds
+outcomes with probability 0 on one table and a positive probability on its neighbour
+(unbounded loss), as :func:`test_view_of_a_known_order_is_not_private` shows, so these tests
+catch that construction.
 
-The round by candidate batches (``crypto.selection``, "Candidate batches") is enumerated the
+The round by candidate batches (``crypto.selection_batches``) is enumerated the
 same way: it chooses what the one call chooses at every point, the padding's bits included
 (:func:`test_batched_round_gives_each_server_the_one_calls_view`), so both views are the
 one call's and every bound here covers it. Its extra intermediates are ciphertexts.
@@ -34,8 +35,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.selection import (BatchLayout, SelectionShape, batched_select_plaintext,
-                              select_plaintext, step_eta, thresholds)
+from crypto.selection_batches import BatchLayout, batched_select_plaintext
+from crypto.tfhe_permute_and_flip import SelectionShape, select_plaintext, step_eta, thresholds
 
 # 3 candidates, 2-digit scores, 2 bits of A, 1 + 2 random bits per candidate: every value of
 # both servers' bits (2^9 each) and every order and priority permutation (3! each).
@@ -57,7 +58,7 @@ ZERO = np.zeros((SHAPE.candidates, SHAPE.random_bits), dtype=np.int64)
 R_VALUES = [_bits(w) for w in range(2 ** BITS)]
 
 
-# The batched form (``crypto.selection``, "Candidate batches"): two batches of two positions,
+# The batched form (``crypto.selection_batches``): two batches of two positions,
 # the fourth position padding (inactive, priority 0, trial bits drawn like the others').
 LAYOUT = BatchLayout(candidates=SHAPE.candidates, size=2)
 PADDING = LAYOUT.positions - SHAPE.candidates

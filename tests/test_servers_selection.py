@@ -23,8 +23,9 @@ from computeserver.executor import Circuit, InProcessExecutor
 from computeserver.selection import batched_select
 from crypto.blobs import unpack_blobs
 from crypto.private_selection import batch_names
-from crypto.selection import (BatchLayout, batch_randomness, random_share, select_plaintext,
-                              thresholds)
+from crypto.selection_batches import BatchLayout
+from crypto.selection_randomness import batch_randomness, random_share
+from crypto.tfhe_permute_and_flip import select_plaintext, thresholds
 from dp.pair_selection import expected_counts_for_pairs
 from params.parameter_sets import DEFAULT_SELECTION_SET
 from params.session_plan import SessionPlan

@@ -23,7 +23,7 @@ import params.selection_plan
 from common import wire
 from common.credentials import CLIENT_TOKENS_SQL
 from common.serving import Database, ServiceError
-from crypto.selection import BatchLayout
+from crypto.selection_batches import BatchLayout
 from keyserver.keys import SessionKeys
 from keyserver.service import KeyServer
 from keyserver.sessions import (SESSIONS_SQL, SessionRegistry, build_plan, confirm_published,

@@ -49,7 +49,7 @@ from crypto.aggregation import (aggregate_plaintext, decode_release, publish_cou
 from crypto.joint_noise import (check_room, choose_shape, draw_bits, joint_noise_plaintext,
                                 joint_offset, joint_release_plaintext, signed_weights)
 from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
-from crypto.selection import em_rounds_model, thresholds
+from crypto.tfhe_permute_and_flip import em_rounds_model, thresholds
 from dp.accounting import gaussian_sigma2
 from dp.discrete_gaussian import discrete_gaussian_vector
 from dp.binomial_accounting import session_delta_of

@@ -1,9 +1,19 @@
-"""Primitive 3 (FedDPSyn, Section 4 and Appendix C): private selection of one attribute pair
-under TFHE, by permute-and-flip with TFHE-EXP's fixed-point weights.
+"""FedDPSyn's Primitive 3 (TFHE-EM, Section 4 and Appendix C) as permute-and-flip in a hidden
+order: private selection of one attribute pair under TFHE, with SubRoutine 1's (TFHE-EXP)
+fixed-point weights sampled as Bernoulli trials.
 
 Input: every candidate pair's encrypted InDif score as binary digits (Primitive 2,
 ``crypto.indif`` with ``output="bits"``). Output: an encrypted one-hot vector; the key server
-decrypts it and learns the chosen index, nothing else.
+decrypts it and learns the chosen index, nothing else. The paper's Primitive 3 samples the
+exponential mechanism; permute-and-flip (McKenna and Sheldon, NeurIPS 2020;
+``dp.permute_and_flip`` is its exact plaintext sampler) takes its place, with the same
+(eps + 4 e') shape of guarantee (Theorem C.1), shown below.
+
+**Guarantee.** One selection at PF epsilon eps is (eps + 4 eta)-DP, eta the exact worst-case
+deviation of the fixed-point weights (:func:`step_eta`); :func:`plan_step` charges
+rho = (eps + 4 eta)^2 / 2. Each server's view is its own data-independent randomness plus one
+PF sample. ``tests/test_selection.py`` checks the circuit against :func:`select_plaintext`
+and the claim on neighbouring scores; ``tests/test_selection_views.py`` enumerates both views.
 
 The arithmetic, per selection (S candidates, scores quantised to q = floor(InDif / 2^t)):
 
@@ -36,15 +46,14 @@ The arithmetic, per selection (S candidates, scores quantised to q = floor(InDif
 **Whose randomness, and each server's view.** Both servers learn the chosen pair, so neither
 may know the coins or the order: a server that knows the order learns from the output that
 every candidate ahead of it rejected, and the best candidate never rejects, so some
-(order, output) pairs have probability 0 on one table and not on a neighbour (the first
-version of this circuit had that defect: the compute server chose the order in clear).
-Every R_rj is R^KS_rj XOR R^CS_rj: the key server encrypts fresh uniform bits R^KS, the
-compute server XORs its own clear bits in (a leveled operation). A server's view is its own
-randomness (R^CS and tau, or R^KS and pi_KS), ciphertexts (computationally hidden) and the
-output. Given its own randomness, the trials' bits R are uniform and the priorities a uniform
-permutation, so the output is distributed exactly as permute-and-flip with weights W: the
-view is (its own data-independent randomness, a PF sample), and the bound below holds for
-it. ``tests/test_selection_views.py`` enumerates both views exactly on tiny instances.
+(order, output) pairs would have probability 0 on one table and not on a neighbour. Every
+R_rj is R^KS_rj XOR R^CS_rj: the key server encrypts fresh uniform bits R^KS, the compute
+server XORs its own clear bits in (a leveled operation). A server's view is its own
+randomness (R^CS and tau, or R^KS and pi_KS; ``crypto.selection_randomness``), ciphertexts
+(computationally hidden) and the output. Given its own randomness, the trials' bits R are
+uniform and the priorities a uniform permutation, so the output is distributed exactly as
+permute-and-flip with weights W: the view is (its own data-independent randomness, a PF
+sample), and the bound below holds for it.
 
 **Privacy** (our derivation, in the style of McKenna and Sheldon's proof). With acceptance
 probabilities p_r = h(A_r), PF outputs r with probability p_r * integral_0^1
@@ -55,41 +64,12 @@ h(A) = exp(-gamma A + delta(A)) with |delta| <= eta, delta(0) = 0:
 P_r(D) / P_r(D') <= exp(gamma (A'_r - A_r) + 2 eta) * exp(gamma (A_s - A'_s) + 2 eta)
 <= exp(2 gamma + 4 eta). With gamma = eps / 2 the step is (eps + 4 eta)-DP, eta the exact
 worst case over every A (``crypto.exp_privacy.bernoulli_product_eta``): Theorem C.1's
-"eps + 4e'" shape, now shown for permute-and-flip. Clamping A is 1-Lipschitz and keeps the
+"eps + 4e'" shape, shown here for permute-and-flip. Clamping A is 1-Lipschitz and keeps the
 bound. Quantising InDif (sensitivity 1, add/remove) by floor(. / 2^t) keeps sensitivity 1.
 
-**Candidate batches** (so that a round scales with cores; ``crypto.private_selection`` compiles
-these as functions of the same module, ``computeserver.selection.batched_select`` schedules
-them). The S positions are cut into B batches of n (:class:`BatchLayout`; the last
-``B n - S`` positions are padding, inactive in clear, any candidate's ciphertext), and the
-round is five steps of calls, every intermediate encrypted:
-
-1. per batch, the maximum of its scores (:func:`batch_maximum_core`, the digit loop of step 1
-   above over n candidates), a digit vector;
-2. the maximum of the B maxima (the same function over B inputs): max over batches of the
-   batch maxima is the global maximum, so A_r below is A_r of the single call;
-3. per batch (:func:`batch_pick_core`), steps 2-4 above on its positions against that
-   maximum: acceptances from the same trials on the same R, the batch's accepted position of
-   least priority as a one-hot (all 0 when none accepted), and a summary: whether any
-   position accepted and, per priority bit, whether the least accepted priority has a 0
-   there (the OR the step-4 loop computes anyway);
-4. over the B summaries (:func:`batch_least_core`), step 4's loop with "accepted" = "the
-   batch accepted something" and the batch's least priority as its priority: the batch
-   holding the least accepted priority of all, one-hot over batches;
-5. per batch (:func:`batch_mask_core`), its one-hot AND its batch's choice.
-
-The least accepted priority over all positions is the least of the batches' least accepted
-priorities, and priorities are distinct, so the output is exactly the single call's
-one-hot (:func:`batched_select_plaintext` models every step; ``tests/test_selection_batches.py``
-decrypts each step against it and the output against the single call and
-:func:`select_plaintext`). **The views are unchanged:** the key server encrypts the same
-shares (R^KS and priorities, now per batch, the padding's chosen data-independently) and
-decrypts only the S final outputs, which all come from one output of one function (one
-encoding, as the single call's), in candidate order; the batch maxima, summaries and
-choices stay encrypted at the compute server, which holds no secret key, and its clear
-inputs (order, R^CS, active flags, the public layout) are those of the single call. So each
-server's view is the single call's view plus ciphertexts that are computationally hidden, and
-the enumeration of ``tests/test_selection_views.py`` covers both forms.
+The same round runs by candidate batches (``crypto.selection_batches``) with the same output
+and views; ``crypto.private_selection`` compiles either form in one key set with Primitive 2,
+and ``crypto.selection_cost`` counts its bootstraps.
 
 >>> shape = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=3, kappa_prime=(4, 4, 4))
 >>> thresholds(shape, Fraction(1)), shape.priority_bits
@@ -100,7 +80,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
@@ -108,14 +88,15 @@ import numpy as np
 from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack, lookup, table
-from dp.shuffle import randbelow_from_bits, uniform_order
+from crypto.exp_privacy import product_eta
+from crypto.selection_randomness import random_priorities, random_share, secure_order
 
-__all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta", "thresholds",
-           "threshold_bits", "clear_arguments", "acceptance_weights", "select_plaintext",
-           "em_rounds_model", "compile_selection", "random_share", "random_priorities",
-           "secure_order", "pbs_estimate", "BatchLayout", "batch_layout", "BatchedSelection",
-           "batched_select_plaintext", "batched_pbs_estimate", "batch_maximum_core",
-           "batch_pick_core", "batch_least_core", "batch_mask_core", "batch_randomness"]
+__all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta",
+           "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights",
+           "select_plaintext", "select_core", "compile_selection", "em_rounds_model",
+           # the pieces the batched round (``crypto.selection_batches``) is built from
+           "quantised_scores", "priority_values", "accepted_plaintext", "encrypted_maximum",
+           "encrypted_acceptances", "least_priority", "or_elements", "AND_TABLE"]
 
 
 @dataclass(frozen=True)
@@ -135,7 +116,7 @@ class SelectionShape:
     batch: int = 1  # independent selections per run (the tests' frequency checks use many)
     # Random bits each comparison lookup consumes (the lookup is trial_bits + 1 wide). 3 saves
     # 17% of the bootstraps but its 4-bit lookups need N = 2048: complexity only -3% (lean
-    # set, Fed-Heart widths, concrete 2.11's optimiser), so 2 stays.
+    # set, Fed-Heart widths, concrete 2.11's optimiser), so 2.
     trial_bits: int = 2
 
     def __post_init__(self) -> None:
@@ -194,8 +175,6 @@ def acceptance_weights(shape: SelectionShape, c: list[int]) -> list[Fraction]:
 
 def step_eta(shape: SelectionShape, epsilon: Fraction) -> float:
     """eta: the exact worst-case |ln W(A) + gamma A| of this shape's weights at ``epsilon``."""
-    from crypto.exp_privacy import product_eta
-
     gamma = float(epsilon) / 2
     return product_eta(thresholds(shape, epsilon), shape.kappa_prime,
                        [gamma * 2 ** j for j in range(shape.nb)])
@@ -289,29 +268,32 @@ def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
                      priority: np.ndarray) -> np.ndarray:
     """The circuit's exact integer model: the one-hot output, in the input (position) order.
     ``priority``: each position's priority (a permutation of 0..S-1, or its bits (S, w))."""
-    q = _quantised(digits, active, shape)
-    accept = _accepted_plaintext(q.max() - q, active, r_ks, r_cs, shape, c)
-    priority = _priority_values(priority)
+    q = quantised_scores(digits, active, shape)
+    accept = accepted_plaintext(q.max() - q, active, r_ks, r_cs, shape, c)
+    priority = priority_values(priority)
     out = np.zeros(len(q), dtype=np.int64)
     # the accepted position of least priority (rejected ones rank after every accepted one)
     out[np.argmin(np.where(accept, priority, len(q) + priority))] = 1
     return out
 
 
-def _quantised(digits, active, shape: SelectionShape) -> np.ndarray:
+def quantised_scores(digits, active, shape: SelectionShape) -> np.ndarray:
+    """q = floor(InDif / 2^t) of one selection's digit vectors (S, n); 0 where inactive."""
     digits = np.asarray(digits, dtype=np.int64)  # (S, n): one selection
     return sum(digits[:, j] << (j - shape.drop_bits)
                for j in range(shape.drop_bits, shape.score_bits)) * np.asarray(active)
 
 
-def _priority_values(priority) -> np.ndarray:
+def priority_values(priority) -> np.ndarray:
+    """Each position's priority as a value, from values or from their bits (S, w), least
+    significant first."""
     priority = np.asarray(priority, dtype=np.int64)
     if priority.ndim == 2:
         priority = sum(priority[:, i] << i for i in range(priority.shape[1]))
     return priority
 
 
-def _accepted_plaintext(a, active, r_ks, r_cs, shape: SelectionShape, c: list[int]):
+def accepted_plaintext(a, active, r_ks, r_cs, shape: SelectionShape, c: list[int]):
     """Each candidate's acceptance given A = max - q: active, and every trial of a set bit of
     the clamped A passes (R = R_KS XOR R_CS <= c_j - 1)."""
     r = np.asarray(r_ks, dtype=np.int64) ^ np.asarray(r_cs, dtype=np.int64)
@@ -334,9 +316,8 @@ def clear_arguments(digits, active, r_ks, r_cs, priority) -> tuple:
             2 * r_cs, r_cs)
 
 
-
 _NONZERO = table(lambda s: int(s > 0), 2)          # OR of up to 3 bits, from their sum
-_AND = table(lambda i: int(i == 3), 2)             # x + 2y
+AND_TABLE = table(lambda i: int(i == 3), 2)         # x + 2y
 _KEEP_ALIVE = table(lambda i: (i & 1) & int(((i >> 1) & 1) or not (i >> 2) & 1), 3)
 _DIFF = table(lambda i: ((i & 1) - ((i >> 1) & 1) - (i >> 2)) % 2, 3)   # m + 2b + 4borrow
 _BORROW = table(lambda i: int((i & 1) - ((i >> 1) & 1) - (i >> 2) < 0), 3)
@@ -351,7 +332,6 @@ def _le_table(d_bits: list[int]) -> fhe.LookupTable:
 
 
 _FAIL = table(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
-
 
 
 def _or_columns(columns: list) -> object:
@@ -369,7 +349,7 @@ def _or_columns(columns: list) -> object:
     return columns[0]
 
 
-def _or_elements(matrix, length: int):
+def or_elements(matrix, length: int):
     """OR over the last axis of an encrypted 0/1 (batch, length) matrix."""
     return _or_columns([matrix[:, i] for i in range(length)])
 
@@ -394,32 +374,32 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
     s, n, t = shape.candidates, shape.score_bits, shape.drop_bits
     q = [columns[j] * active for j in range(t, n)]  # inactive candidates score 0
     # 1. the maximum, most significant digit first
-    top = _maximum(q, active, s, shape.batch)
-    accept = _accept(shape, c, q, top, active, r_ks, xor_twice, xor_shift)
+    top = encrypted_maximum(q, active, s, shape.batch)
+    accept = encrypted_acceptances(shape, c, q, top, active, r_ks, xor_twice, xor_shift)
     # 4. the accepted position of least priority, most significant priority bit first.
     # Every output is a _KEEP_ALIVE lookup, so all share one encoding and the compute server
     # may put them back in candidate order before decryption.
     lows = [1 - priority[:, :, j] for j in range(shape.priority_bits)]  # 1 where the bit is 0
-    alive, _ = _least(accept, lows, s, shape.batch)
+    alive, _ = least_priority(accept, lows, s, shape.batch)
     return tuple(alive[:, i] for i in range(s))  # one (batch,) output per position
 
 
-def _maximum(q: list, active, s: int, batch: int) -> list:
+def encrypted_maximum(q: list, active, s: int, batch: int) -> list:
     """Digits of max_r q_r, most significant first: ``alive_r`` marks the candidates whose
     prefix equals the maximum's so far; each digit of the maximum, (batch, 1), broadcasts
     over the S candidates."""
     width = len(q)
     alive, top = None, [None] * width
     for j in reversed(range(width)):
-        hits = q[j] if alive is None else lookup(_AND, alive + 2 * q[j])
-        top[j] = _or_elements(hits, s).reshape((batch, 1))  # broadcast over S
+        hits = q[j] if alive is None else lookup(AND_TABLE, alive + 2 * q[j])
+        top[j] = or_elements(hits, s).reshape((batch, 1))  # broadcast over S
         alive = (lookup(_KEEP_ALIVE, active + 2 * q[j] + 4 * top[j]) if alive is None
                  else lookup(_KEEP_ALIVE, alive + 2 * q[j] + 4 * top[j]))
     return top
 
 
-def _accept(shape: SelectionShape, c: list[int], q: list, top: list, active, r_ks, xor_twice,
-            xor_shift):
+def encrypted_acceptances(shape: SelectionShape, c: list[int], q: list, top: list, active, r_ks,
+                          xor_twice, xor_shift):
     """Each candidate's acceptance, (batch, candidates): A = max - q by a ripple borrow, then
     one Bernoulli trial per bit of A."""
     d_bits = threshold_bits(shape, c).tolist()
@@ -451,7 +431,7 @@ def _accept(shape: SelectionShape, c: list[int], q: list, top: list, active, r_k
     return 1 - _or_columns(fails)
 
 
-def _least(alive, lows: list, s: int, batch: int) -> tuple:
+def least_priority(alive, lows: list, s: int, batch: int) -> tuple:
     """The alive position of least priority, most significant priority bit first: a position
     stays alive while its prefix is 0 wherever some alive position's prefix is 0. ``lows[j]``:
     1 where bit j of a position's priority is 0, (batch, s). Returns the final alive, one-hot
@@ -459,136 +439,10 @@ def _least(alive, lows: list, s: int, batch: int) -> tuple:
     (batch, 1): the least priority's bit j is its complement."""
     any_low = [None] * len(lows)
     for j in reversed(range(len(lows))):
-        hits = lookup(_AND, alive + 2 * lows[j])
-        any_low[j] = _or_elements(hits, s).reshape((batch, 1))
+        hits = lookup(AND_TABLE, alive + 2 * lows[j])
+        any_low[j] = or_elements(hits, s).reshape((batch, 1))
         alive = lookup(_KEEP_ALIVE, alive + 2 * lows[j] + 4 * any_low[j])
     return alive, any_low
-
-
-# ---------------------------------------------------------------- candidate batches
-@dataclass(frozen=True)
-class BatchLayout:
-    """One round's positions cut into ``count`` batches of ``size`` (module docstring,
-    "Candidate batches"): positions b*size .. (b+1)*size - 1 form batch b; the
-    ``positions - candidates`` last positions are padding, always inactive."""
-
-    candidates: int
-    size: int
-
-    def __post_init__(self) -> None:
-        if self.size < 2 or self.count < 2:
-            raise ValueError("candidate batches: two or more batches of two or more positions")
-
-    @property
-    def count(self) -> int:
-        return -(-self.candidates // self.size)
-
-    @property
-    def positions(self) -> int:
-        return self.count * self.size
-
-    def batch(self, b: int) -> slice:
-        return slice(b * self.size, (b + 1) * self.size)
-
-
-def batch_layout(candidates: int, target: int) -> BatchLayout | None:
-    """Batches of at most ``target`` candidates, as even as one size allows (padding below one
-    batch); None when one batch would hold them all (the single ``select`` call).
-
-    >>> batch_layout(105, 8), batch_layout(6, 8)
-    (BatchLayout(candidates=105, size=8), None)
-    """
-    count = -(-candidates // max(2, target))
-    if count < 2:
-        return None
-    return BatchLayout(candidates, -(-candidates // count))
-
-
-def _score_columns(scores: list, width: int) -> list:
-    """Digit j of every score vector, as one (1, len(scores)) row per digit."""
-    return [fhe.array([[score[j] for score in scores]]) for j in range(width)]
-
-
-def batch_maximum_core(shape: SelectionShape, scores: list, active):
-    """Stage 1 (and its combine): the maximum of ``scores`` (digit vectors; inactive ones
-    count as 0), as a digit vector of the same width, so a maximum can enter this function
-    again."""
-    q = [column * active for column in _score_columns(scores, shape.score_bits)]
-    top = _maximum(q, active, len(scores), 1)
-    return fhe.array([digit[0, 0] for digit in top])
-
-
-def batch_pick_core(shape: SelectionShape, c: list[int], scores: list, top, active, r_ks,
-                    priority, xor_twice, xor_shift) -> tuple:
-    """Stage 2: the batch's acceptances against the global maximum ``top`` and its accepted
-    position of least priority. Returns (one-hot over the batch's positions, all 0 when none
-    accepted, (1, size); summary: [some position accepted, then per priority bit j whether
-    the least accepted priority has a 0 there])."""
-    size = len(scores)
-    q = [column * active for column in _score_columns(scores, shape.score_bits)]
-    accept = _accept(shape, c, q, [top[j] for j in range(shape.score_bits)], active, r_ks,
-                     xor_twice, xor_shift)
-    lows = [1 - priority[:, :, j] for j in range(shape.priority_bits)]
-    alive, any_low = _least(accept, lows, size, 1)
-    accepted = _or_elements(accept, size)
-    return alive, fhe.array([accepted[0]] + [low[0, 0] for low in any_low])
-
-
-def batch_least_core(shape: SelectionShape, summaries: list) -> tuple:
-    """Combine of stage 2: the batch holding the least accepted priority, one output per
-    batch (exactly one is 1). A batch's least priority has bit j = 0 iff its summary says so;
-    a batch without an accepted position never stays alive."""
-    count = len(summaries)
-    alive = fhe.array([[summary[0] for summary in summaries]])
-    lows = [fhe.array([[summary[1 + j] for summary in summaries]])
-            for j in range(shape.priority_bits)]
-    alive, _ = _least(alive, lows, count, 1)
-    return tuple(alive[:, b] for b in range(count))
-
-
-def batch_mask_core(hot, chosen, size: int) -> tuple:
-    """A batch's one-hot kept where its batch was chosen, one output per position: every
-    output is the same lookup, so all share one encoding and the compute server may put them
-    back in candidate order before the key server decrypts them."""
-    return tuple(lookup(_AND, hot[:, i] + 2 * chosen) for i in range(size))
-
-
-@dataclass(frozen=True)
-class BatchedSelection:
-    """Every intermediate of a batched round, in clear (:func:`batched_select_plaintext`)."""
-
-    maxima: list[int]         # per batch, its scores' maximum (stage 1)
-    top: int                  # the maximum of the maxima
-    hots: list[np.ndarray]    # per batch, its one-hot (all 0 when nothing was accepted)
-    least: list[int | None]   # per batch, its least accepted priority (None: none accepted)
-    chosen: int               # the batch of least accepted priority
-    outputs: np.ndarray       # the one-hot over every position
-
-
-def batched_select_plaintext(digits, active, r_ks, r_cs, shape: SelectionShape, c: list[int],
-                             priority, layout: BatchLayout) -> BatchedSelection:
-    """The batched functions' exact integer model over ``layout.positions`` positions (padding
-    included, inactive); its ``outputs`` equal :func:`select_plaintext`'s on the real
-    positions (``tests/test_selection_batches.py``)."""
-    q = _quantised(digits, active, shape)
-    maxima = [int(q[layout.batch(b)].max()) for b in range(layout.count)]
-    top = max(maxima)
-    accept = _accepted_plaintext(top - q, active, r_ks, r_cs, shape, c)
-    priority = _priority_values(priority)
-    hots, least = [], []
-    for b in range(layout.count):
-        part = layout.batch(b)
-        hot = np.zeros(layout.size, dtype=np.int64)
-        if accept[part].any():
-            ranked = np.where(accept[part], priority[part], np.iinfo(np.int64).max)
-            hot[int(np.argmin(ranked))] = 1
-            least.append(int(ranked.min()))
-        else:
-            least.append(None)
-        hots.append(hot)
-    chosen = min((value, b) for b, value in enumerate(least) if value is not None)[1]
-    outputs = np.concatenate([hot * int(b == chosen) for b, hot in enumerate(hots)])
-    return BatchedSelection(maxima, top, hots, least, chosen, outputs)
 
 
 def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fhe.Circuit:
@@ -614,99 +468,6 @@ def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fh
                                       compress_evaluation_keys=True,
                                       compress_input_ciphertexts=True)
     return compiler.compile(inputset, configuration)
-
-
-def random_share(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray:
-    """One server's share of the trials' random bits, (batch, S, sum kappa'), from a
-    cryptographic source (``secrets`` by default)."""
-    count = shape.batch * shape.candidates * shape.random_bits
-    word = randbits(count)
-    bits = np.array([(word >> i) & 1 for i in range(count)], dtype=np.int64)
-    return bits.reshape(shape.batch, shape.candidates, shape.random_bits)
-
-
-def random_priorities(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray:
-    """The key server's share of the hidden order: per selection a uniform permutation of
-    0..S-1 (one priority per position), as bits, (batch, S, priority_bits), least
-    significant first."""
-    out = np.zeros((shape.batch, shape.candidates, shape.priority_bits), dtype=np.int64)
-    for b in range(shape.batch):
-        ranks = np.array(secure_order(shape.candidates, randbits), dtype=np.int64)
-        for i in range(shape.priority_bits):
-            out[b, :, i] = (ranks >> i) & 1
-    return out
-
-
-def batch_randomness(shape: SelectionShape, layout: BatchLayout,
-                     randbits=secrets.randbits) -> tuple[np.ndarray, np.ndarray]:
-    """The key server's shares for a batched round, over every position of ``layout``: trial
-    bits (1, positions, sum kappa') and priorities (1, positions, priority_bits), a uniform
-    permutation of 0..S-1 on the real positions and 0 on the padding (never accepted, so
-    never compared)."""
-    r_ks = random_share(replace(shape, candidates=layout.positions, batch=1), randbits)
-    priority = np.zeros((1, layout.positions, shape.priority_bits), dtype=np.int64)
-    priority[:, :shape.candidates] = random_priorities(replace(shape, batch=1), randbits)
-    return r_ks, priority
-
-
-def secure_order(n: int, randbits=secrets.randbits) -> list[int]:
-    """A uniformly random order of range(n) from a source of random bits; fails closed."""
-    return uniform_order(n, randbelow_from_bits(randbits))
-
-
-def _or_tree_lookups(count: int) -> int:
-    """Lookups of :func:`_or_columns` over ``count`` columns."""
-    total = 0
-    while count > 1:
-        total += count // 3 + (1 if count % 3 > 1 else 0)
-        count = -(-count // 3)
-    return total
-
-
-def _maximum_lookups(s: int, width: int, last_alive: bool = True) -> int:
-    """OR trees, ANDs, keep-alives; the keep-alive after the last digit is never used
-    (concrete drops it; :func:`pbs_estimate` keeps it, an upper bound as it always was)."""
-    return width * _or_tree_lookups(s) + (width - 1) * s + (width - int(not last_alive)) * s
-
-
-def _acceptance_lookups(shape: SelectionShape) -> int:
-    """Per candidate: A's digits and borrows, the saturation OR, the trials, the accept OR."""
-    width = shape.quantised_bits
-    difference = width + (width - 1)
-    saturated = _or_tree_lookups(width - shape.nb) if width > shape.nb else 0
-    trials = sum(-(-kp // shape.trial_bits) for kp in shape.kappa_prime) + shape.nb
-    return difference + saturated + trials + _or_tree_lookups(shape.nb + 1)
-
-
-def _least_lookups(s: int, priority_bits: int) -> int:
-    return priority_bits * (2 * s + _or_tree_lookups(s))
-
-
-def pbs_estimate(shape: SelectionShape) -> int:
-    """Bootstraps of one selection, counted from the circuit's structure (an upper bound on
-    concrete's count: ``tests/test_selection.py`` compares it with the compile statistics).
-    The session's fhe_delta uses the compiled count itself; this count is for plans made
-    before anything is compiled (``feddpsyn params``, the demo's estimate)."""
-    s = shape.candidates
-    return (_maximum_lookups(s, shape.quantised_bits) + s * _acceptance_lookups(shape)
-            + _least_lookups(s, shape.priority_bits))
-
-
-def batched_pbs_estimate(shape: SelectionShape, layout: BatchLayout) -> dict[str, int]:
-    """Bootstraps of each batched function call (structural upper bounds, as
-    :func:`pbs_estimate`), keyed by stage: ``maximum`` (a batch), ``combine_maximum`` (the
-    batches' maxima), ``pick`` (a batch), ``least`` (the batches' summaries), ``mask``
-    (a batch); ``round``: one selection, every call."""
-    n, count, width = layout.size, layout.count, shape.quantised_bits
-    parts = {"maximum": _maximum_lookups(n, width, last_alive=False),
-             "combine_maximum": _maximum_lookups(count, width, last_alive=False),
-             "pick": (n * _acceptance_lookups(shape) + _least_lookups(n, shape.priority_bits)
-                      + _or_tree_lookups(n)),
-             "least": _least_lookups(count, shape.priority_bits),
-             "mask": n}
-    parts["round"] = (count * (parts["maximum"] + parts["pick"] + parts["mask"])
-                      + parts["combine_maximum"] + parts["least"])
-    return parts
 
 
 def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], rounds: int,
