@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fedbench.methods.feddpsyn_served import served_session  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, central_reference, dataset  # noqa: E402
+from params.modes import SelectionMode  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.table_codec import encode_csv  # noqa: E402
 from synthesis.evaluate import workload_error  # noqa: E402
@@ -56,7 +57,7 @@ def main() -> None:
     schema = Schema.load(ds.schema)
     records = encode_csv(ds.csv, schema).records
     owner = records[:, schema.names.index(ds.natural_column)]
-    rounds = DEMO_ROUNDS.get(args.dataset) if args.selection == "em" else None
+    rounds = DEMO_ROUNDS.get(args.dataset) if args.selection == SelectionMode.EM else None
     started = time.perf_counter()
     fed, cen = [], []
     for draw in range(args.draws):

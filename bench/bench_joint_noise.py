@@ -73,6 +73,7 @@ from dp.accounting import gaussian_sigma2  # noqa: E402
 from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 from fedbench.methods.feddpsyn_served import served_plan, served_selection  # noqa: E402
 from keyserver.coins import release_chunks  # noqa: E402
+from params.modes import NoiseMode  # noqa: E402
 from params.operator_bound import stated_max_rows  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.release_spec import ReleaseSpec  # noqa: E402
@@ -96,7 +97,7 @@ def plan_for(schema: Schema, rows: int, selection: str, rounds: int | None,
              noise: str) -> SessionPlan:
     """The plan the servers build for a table of ``rows`` rows, ``max_rows`` stated as the
     demo states it (``params.operator_bound``); noise "auto" is ``feddpsyn_served``'s."""
-    if noise == "auto":
+    if noise == NoiseMode.AUTO:
         return served_plan(schema, rows, EPSILON, DELTA, selection, rounds)
     max_rows = stated_max_rows(schema, rows, EPSILON, DELTA, selection, rounds, noise)
     return SessionPlan.build(schema, None, EPSILON, DELTA, None, "default", max_rows,

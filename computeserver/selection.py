@@ -46,6 +46,7 @@ from crypto.private_selection import batch_names, indif_name
 from crypto.selection_batches import BatchLayout
 from crypto.selection_randomness import random_share, secure_order
 from dp.pair_selection import expected_counts_for_pairs
+from params.modes import SelectionMode
 from params.session_plan import SessionPlan
 
 __all__ = ["SelectionRole", "SELECTION_SQL", "batched_select"]
@@ -232,7 +233,7 @@ class SelectionRole:
     def run(self, session_id: str, plan: SessionPlan,
             seeds: dict[str, bytes]) -> list[tuple[int, int]]:
         """Every selection round not yet recorded (module docstring)."""
-        if plan.selection.mode == "noisy-greedy":
+        if plan.selection.mode == SelectionMode.NOISY_GREEDY:
             return self.noisy_greedy.run(session_id, plan, seeds)
         rounds = plan.selection.rounds
         picks = self.picks(session_id)

@@ -54,6 +54,7 @@ def demo(dataset: Optional[str] = typer.Option(
                           "server its own Gaussian)")) -> None:
     """Run the whole protocol on a bundled data set or your own table, all on loopback."""
     from feddpsyn.demo import user_table
+    from params.modes import NoiseMode, SelectionMode
 
     if (csv_path is None) != (schema is None):
         fail("--csv and --schema go together")
@@ -61,7 +62,7 @@ def demo(dataset: Optional[str] = typer.Option(
         fail("give either --dataset or --csv/--schema, not both")
     if owner_column is not None and csv_path is None:
         fail("--owner-column splits your own table: give --csv and --schema too")
-    if noise not in ("auto", "joint", "two-server"):
+    if noise not in tuple(NoiseMode):
         fail(f"--noise is auto, joint or two-server, not {noise!r}")
     if owner_column is not None and clients is not None:
         fail("--owner-column decides the owners; leave out --clients")
@@ -92,7 +93,7 @@ def demo(dataset: Optional[str] = typer.Option(
         key = dataset if table is None else None
         if selection is None:
             selection = DEMO_SELECTION.get(key, "none")
-        if rounds is None and selection == "em":
+        if rounds is None and selection == SelectionMode.EM:
             rounds = DEMO_ROUNDS.get(key)
         try:
             report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
@@ -114,6 +115,8 @@ def _print_report(report: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from params.modes import NoiseMode, SelectionMode
+
     console = Console()
     table = Table(title=f"feddpsyn demo: {report['dataset']}, {report['clients']} owners, "
                         f"eps={report['epsilon_budget']}")
@@ -129,11 +132,11 @@ def _print_report(report: dict, out: Path) -> None:
         # Plain text: a column or path name with "[...]" is not rich markup.
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    if report.get("selected_pairs") and report["selection"]["mode"] == "noisy-greedy":
+    if report.get("selected_pairs") and report["selection"]["mode"] == SelectionMode.NOISY_GREEDY:
         sel = report["selection"]
         noise = sel["score_noise"]
         how = (f"one joint noise of {noise['uniforms']} uniforms of {noise['bits']} bits"
-               if noise["kind"] == "joint" else "two servers' Gaussians")
+               if noise["kind"] == NoiseMode.JOINT else "two servers' Gaussians")
         say(f"selected pairs (noisy-greedy, rho {sel['rho_charged']:.5g}, scores with {how}, "
             f"variance {noise['per_score_variance']:.4g}):\n"
             + _pairs_text(report["selected_pairs"]))

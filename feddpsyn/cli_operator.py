@@ -34,7 +34,9 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
 def _split(selection: str, one_way: float | None, selection_share: float) -> dict | None:
     if one_way is None:
         return None  # the mode's default split
-    if selection == "none":
+    from params.modes import SelectionMode
+
+    if selection == SelectionMode.NONE:
         return {"one_way": one_way, "two_way": 1 - one_way}
     return {"one_way": one_way, "selection": selection_share,
             "two_way": 1 - one_way - selection_share}

@@ -24,6 +24,7 @@ def params_command(schema: Optional[Path] = typer.Option(
                    as_json: bool = typer.Option(False, "--json")) -> None:
     """The named selection parameter sets and what each costs for one session: the widths
     derived from the budget, epsilon per round with its numerical part, rho, fhe_delta."""
+    from params.modes import SelectionMode
     from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS
     from params.schema import Schema, SchemaError
     from params.session_plan import SessionPlan
@@ -64,7 +65,7 @@ def params_command(schema: Optional[Path] = typer.Option(
                    f"e^-{ps['clamp_exponent']}, p_error 2^{math.log2(ps['p_error']):g}, "
                    f"P2 chunks of {ps['chunk_sizes']} cells "
                    f"(this schema uses {r['chunk_sizes_used']})")
-        if r["mode"] == "em":
+        if r["mode"] == SelectionMode.EM:
             typer.echo(f"  {r['rounds']} rounds: n_b {r['nb']}, kappa' {r['kappa_prime']}; "
                        f"eps/round {r['step_epsilon']:.6f} + numerical "
                        f"{r['step_epsilon_total'] - r['step_epsilon']:.2e} = "

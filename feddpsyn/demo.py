@@ -27,6 +27,7 @@ from common import wire
 from common.credentials import new_token
 from common.serving import write_private
 from dp.joint_noise_accounting import JointNoiseShape
+from params.modes import SelectionMode
 from params.schema import Schema
 from params.operator_bound import stated_max_rows
 from params.selection_plan import DEFAULT_SPLITS
@@ -267,7 +268,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
             cells = plan.pair_cells()
             bootstraps = plan.selection.bootstraps_by_phase(cells)
             estimate = sum(SECONDS_PER_BOOTSTRAP[k] * n for k, n in bootstraps.items())
-            rounds_text = (f"{plan.selection.rounds} rounds" if plan.selection.mode == "em"
+            rounds_text = (f"{plan.selection.rounds} rounds" if plan.selection.mode == SelectionMode.EM
                            else "noisy scores and greedy choice")
             say(f"[demo] private selection ({plan.selection.mode}): {rounds_text} over "
                 f"{len(plan.layout.two_way)} pairs, {plan.selection.bootstraps(cells):,} "
@@ -390,9 +391,9 @@ def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, ep
 
 def _selection_summary(selection: wire.SelectionAccounting) -> dict:
     """The selection's spent budget for the report, the numerical extra loss included."""
-    if selection.mode == "none":
+    if selection.mode == SelectionMode.NONE:
         return {"mode": "none"}
-    if selection.mode == "noisy-greedy":
+    if selection.mode == SelectionMode.NOISY_GREEDY:
         # The scores' noise: one joint noise (its shape and exact variance) or each server's
         # discrete Gaussian (2 sigma2 in the greedy rule's scores).
         joint = selection.joint

@@ -15,6 +15,7 @@ from fractions import Fraction
 
 from common import wire
 from dp.accounting import rho_to_eps
+from params.modes import SelectionMode
 
 __all__ = ["LedgerRow", "ledger_rows", "format_ledger"]
 
@@ -51,11 +52,13 @@ def _planned(public: wire.SessionPublic, charged: set[str]) -> list[tuple[str, F
     pending = []
     steps = [(r.name, Fraction(r.rho)) for r in public.releases]
     selection = public.selection
-    if selection is not None and selection.mode == "em" and selection.rho_round is not None:
+    if (selection is not None and selection.mode == SelectionMode.EM
+            and selection.rho_round is not None):
         rounds = [(f"select-{i}", Fraction(selection.rho_round))
                   for i in range(selection.rounds)]
         steps = steps[:1] + rounds + steps[1:]
-    elif selection is not None and selection.mode == "noisy-greedy" and selection.rho:
+    elif (selection is not None and selection.mode == SelectionMode.NOISY_GREEDY
+          and selection.rho):
         steps = steps[:1] + [("selection", Fraction(selection.rho))] + steps[1:]
     for name, rho in steps:
         if name not in charged:

@@ -75,6 +75,7 @@ from keyserver.coins import StoredOnce
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
 from keyserver.store import SessionStore
+from params.modes import SelectionMode
 from params.release_spec import SCORE_NOISE
 from params.session_plan import SessionPlan
 
@@ -192,7 +193,7 @@ class NoisyGreedyRole:
         plan = self._store.plan(session_id)
         if plan.selection is None:
             raise ServiceError(404, "this session has no private selection")
-        if plan.selection.mode != "noisy-greedy":
+        if plan.selection.mode != SelectionMode.NOISY_GREEDY:
             raise ServiceError(404, "this session's selection is not noisy-greedy")
         rho = plan.selection.rho_charged
         digest = hashlib.sha256(body).hexdigest()

@@ -43,6 +43,7 @@ from keyserver.keys import SelectionKeys
 from keyserver.ledger import PrivacyLedger
 from keyserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys
 from keyserver.store import SessionStore
+from params.modes import SelectionMode
 from params.session_plan import SessionPlan
 
 SELECTION_SQL = """
@@ -92,7 +93,7 @@ class SelectionRole:
         """Compile and key the selection module; its bootstraps per function call."""
         if plan.selection is None:
             return None
-        if plan.selection.mode == "noisy-greedy":
+        if plan.selection.mode == SelectionMode.NOISY_GREEDY:
             return self.noisy_greedy.create(plan, directory)
         keys, server_zip, evaluation_keys = SelectionKeys.create(
             module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
@@ -107,7 +108,7 @@ class SelectionRole:
                 return self._keys[session_id]
         plan = self.selection_plan(session_id)
         directory = self._store.session_dir(session_id)
-        if plan.selection.mode == "noisy-greedy":
+        if plan.selection.mode == SelectionMode.NOISY_GREEDY:
             keys = NoisyScoreKeys.load(directory,
                                        plan.selection.noisy_shape(plan.used_chunk_sizes()))
         else:
@@ -128,7 +129,7 @@ class SelectionRole:
         chosen = public.selection
         if chosen is None:
             return wire.NoSelectionAccounting(mode="none")
-        if chosen.mode == "noisy-greedy":
+        if chosen.mode == SelectionMode.NOISY_GREEDY:
             return self.noisy_greedy.accounting(session_id, public)
         return wire.EmSelectionAccounting(
             **chosen.model_dump(), selected_pairs=self.selected_pairs(session_id),
@@ -205,7 +206,7 @@ class SelectionRole:
         chosen = self._store.public(session_id).selection
         if chosen is None:
             return None
-        if chosen.mode == "noisy-greedy":
+        if chosen.mode == SelectionMode.NOISY_GREEDY:
             return self.noisy_greedy.pairs(session_id)
         decided = self.decided(session_id)
         if len(decided) < chosen.rounds:

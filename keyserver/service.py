@@ -34,6 +34,7 @@ from keyserver.sessions import (SESSIONS_SQL, PlanMismatch, SessionRegistry, bui
                                 confirm_published)
 from keyserver.uploads import UPLOADS_SQL, MaskedUploads
 from params.schema import Schema, SchemaError
+from params.modes import NoiseMode, SelectionMode
 from params.session_plan import SessionPlan
 
 log = logging.getLogger("feddpsyn.keyserver")
@@ -173,7 +174,7 @@ class KeyServer:
         else:
             state = "computing"
         detail = ""
-        if (public.selection is not None and public.selection.mode == "noisy-greedy"
+        if (public.selection is not None and public.selection.mode == SelectionMode.NOISY_GREEDY
                 and state == "computing" and "one_way" in done):
             detail = ("noisy-greedy selection decided"
                       if self.selection.noisy_greedy.pairs(session_id) is not None
@@ -246,7 +247,7 @@ class KeyServer:
                             "pairs, one joint shape per pair size (its group's budget); each "
                             "count carries exactly its group's shape given either server's "
                             "bits"}
-            elif kinds[r.name] == "joint":
+            elif kinds[r.name] == NoiseMode.JOINT:
                 releases[r.name] = {
                     "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
                     "uniforms": r.joint.uniforms, "bits": r.joint.bits,

@@ -10,6 +10,7 @@ the demo does.
 
 from __future__ import annotations
 
+from params.modes import SelectionMode
 from params.schema import Schema
 from params.selection_plan import max_rows_with_room
 from params.session_plan import SessionPlan
@@ -22,7 +23,7 @@ def stated_max_rows(schema: Schema, rows: int, epsilon: float, delta: float, sel
     """``max_rows`` for a union of ``rows`` records: rows + 10% + 10, and with a selection at
     least the row-bound check's room at the plan's 1-way noise."""
     max_rows = int(rows * 1.1) + 10
-    if selection == "none":
+    if selection == SelectionMode.NONE:
         return max_rows
     draft = SessionPlan.build(schema, None, epsilon, delta, None, parameter_set, max_rows,
                               selection=selection, rounds=rounds, noise=noise)

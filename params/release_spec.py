@@ -20,6 +20,7 @@ from dp.accounting import gaussian_sigma2
 from dp.joint_noise_accounting import JointNoiseShape, release_marginals
 from dp.noise_pool import NoiseDraw
 from params.layout import MarginalLayout
+from params.modes import NoiseMode, SelectionMode
 from params.noise_rules import JOINT_TAIL
 
 __all__ = ["ReleaseSpec", "NOISE_TAIL_SIGMAS", "SCORE_NOISE", "release_count", "split_share",
@@ -68,8 +69,8 @@ class ReleaseSpec:
     parts: tuple[ReleaseSpec, ...] = ()
 
     @property
-    def noise_kind(self) -> str:
-        return "two-server" if self.joint is None else "joint"
+    def noise_kind(self) -> NoiseMode:
+        return NoiseMode.TWO_SERVER if self.joint is None else NoiseMode.JOINT
 
     @property
     def split_pending(self) -> bool:
@@ -135,16 +136,16 @@ def selected_release(release: ReleaseSpec, keys: tuple[str, ...]) -> ReleaseSpec
     return ReleaseSpec(release.name, keys, release.rho, gaussian_sigma2(release.rho, len(keys)))
 
 
-def noise_label(spec: ReleaseSpec, selection_mode: str | None) -> str:
+def noise_label(spec: ReleaseSpec, selection_mode: SelectionMode | None) -> str:
     """The pool label of a (resolved) release's noise: noisy-greedy's 2-way release has one
     draw per possible number of pairs (``dp.noise_pool``)."""
-    if selection_mode == "noisy-greedy" and spec.name == "two_way":
+    if selection_mode == SelectionMode.NOISY_GREEDY and spec.name == "two_way":
         return f"two_way@{len(spec.marginal_keys)}"
     return spec.name
 
 
 def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
-                selection_mode: str | None,
+                selection_mode: SelectionMode | None,
                 score_sigma2: Fraction | None = None) -> list[NoiseDraw]:
     """Every noise vector a server may add in this session, known from the public plan alone:
     a fixed release's cells; a selected release's every pair cell (per possible number of
@@ -163,13 +164,13 @@ def noise_draws(layout: MarginalLayout, releases: tuple[ReleaseSpec, ...],
             keys = set(spec.marginal_keys)
             cells = layout.cells_of([m for m in layout.marginals if m.key in keys])
             draws.append(NoiseDraw(spec.name, spec.sigma2, cells, total))
-        elif selection_mode == "noisy-greedy":
+        elif selection_mode == SelectionMode.NOISY_GREEDY:
             for m in range(1, len(layout.two_way) + 1):
                 draws.append(NoiseDraw(f"{spec.name}@{m}", gaussian_sigma2(spec.rho, m),
                                        pair_cells, total))
         else:
             draws.append(NoiseDraw(spec.name, spec.sigma2, pair_cells, total))
-    if selection_mode == "noisy-greedy" and score_sigma2 is not None:
+    if selection_mode == SelectionMode.NOISY_GREEDY and score_sigma2 is not None:
         pairs = len(layout.two_way)
         draws.append(NoiseDraw(SCORE_NOISE, score_sigma2, np.arange(pairs), pairs))
     return draws

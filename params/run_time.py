@@ -20,6 +20,7 @@ import numpy as np
 from dp.accounting import gaussian_sigma2
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.privsyn_allocation import allocation_groups
+from params.modes import SelectionMode
 from params.noise_rules import pair_failure_cap, run_time_group_shape
 from params.release_spec import ReleaseSpec, selected_release
 
@@ -34,10 +35,10 @@ def resolve(plan: SessionPlan, release: ReleaseSpec,
     """The release with its marginals: the selected pairs for a selected 2-way release."""
     if release.marginal_keys or plan.selection is None or release.name != "two_way":
         return release
-    if selected is None or (plan.selection.mode == "em"
+    if selected is None or (plan.selection.mode == SelectionMode.EM
                             and len(selected) != plan.selection.rounds):
         raise ValueError("the 2-way release waits for every selection round")
-    if plan.selection.mode == "em":
+    if plan.selection.mode == SelectionMode.EM:
         # Same sensitivity (the rounds), same noise: only the marginals are filled in.
         return replace(release, marginal_keys=plan.keys_of_pairs(selected))
     keys = plan.keys_of_pairs(selected)

@@ -66,20 +66,20 @@ from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
 from crypto.tfhe_permute_and_flip import (SelectionShape, SelectionStep, choose_shape, plan_step,
                                           thresholds)
 from params.layout import MarginalLayout
+from params.modes import NoiseMode, SelectionMode
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
-__all__ = ["SelectionPlan", "SELECTION_MODES", "DEFAULT_SPLITS", "chunk_sizes_for",
+__all__ = ["SelectionPlan", "DEFAULT_SPLITS", "chunk_sizes_for",
            "indif_chunks", "candidate_batches", "RowBound", "row_bound", "row_bound_spread",
            "max_rows_with_room", "ROW_BOUND_SHARE"]
 
 # The share of the requested delta that the row-bound check may fail with.
 ROW_BOUND_SHARE = Fraction(1, 100)
 
-SELECTION_MODES = ("em", "noisy-greedy", "none")
 DEFAULT_SPLITS = {
-    "em": {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
-    "noisy-greedy": {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
-    "none": {"one_way": 0.2, "two_way": 0.8},
+    SelectionMode.EM: {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
+    SelectionMode.NOISY_GREEDY: {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
+    SelectionMode.NONE: {"one_way": 0.2, "two_way": 0.8},
 }
 
 
@@ -168,7 +168,7 @@ def recorded_batches(batch_size: int | None, candidates: int) -> BatchLayout | N
 
 @dataclass(frozen=True)
 class SelectionPlan:
-    mode: str
+    mode: SelectionMode
     rounds: int               # pairs chosen (em); 0 for the other modes
     rho: Fraction             # the selection's whole budget
     indif_bits: int           # P2's k: every |C - K| < 2^(k-1)
@@ -193,13 +193,17 @@ class SelectionPlan:
     joint_failure: float = 0.0
 
     @classmethod
-    def build(cls, mode: str, pairs: int, max_rows: int, rho: Fraction, rounds: int | None,
+    def build(cls, mode: SelectionMode | str, pairs: int, max_rows: int, rho: Fraction,
+              rounds: int | None,
               p_error: float | None = None,
               parameters: SelectionParameterSet | str | None = None) -> SelectionPlan:
         """``parameters``: a named set (``params.parameter_sets.SELECTION_SETS``; default
         ``DEFAULT_SELECTION_SET``); ``p_error`` overrides the set's (tests only)."""
-        if mode not in SELECTION_MODES:
-            raise ValueError(f"selection is one of {SELECTION_MODES}, not {mode!r}")
+        try:
+            mode = SelectionMode(mode)
+        except ValueError:
+            modes = tuple(m.value for m in SelectionMode)
+            raise ValueError(f"selection is one of {modes}, not {mode!r}") from None
         if not isinstance(parameters, SelectionParameterSet):
             parameters = get_selection_set(parameters or DEFAULT_SELECTION_SET)
         if parameters.lam != 1:
@@ -210,11 +214,11 @@ class SelectionPlan:
                       chunk_sizes=parameters.chunk_sizes)
         indif_bits = max(2, (max_rows + 1).bit_length() + 1)
         score_bits = (2 * max_rows).bit_length()
-        if mode == "none":
+        if mode == SelectionMode.NONE:
             return cls(mode, 0, Fraction(0), indif_bits, score_bits, **common)
         if rho <= 0:
             raise ValueError("the selection needs a positive share of the budget")
-        if mode == "noisy-greedy":
+        if mode == SelectionMode.NOISY_GREEDY:
             sigma2 = Fraction(pairs) / (2 * rho)
             return cls(mode, 0, rho, indif_bits, score_bits, noise_sigma2=sigma2, pairs=pairs,
                        noise_bits=noise_offset_bits(sigma2), **common)
@@ -241,12 +245,13 @@ class SelectionPlan:
             chunk_sizes=list(used_chunk_sizes), p_error=self.p_error, bootstraps=bootstraps,
             fhe_delta=self.fhe_delta(pair_cells, bootstraps),
             row_bound_delta=self.row_bound_delta(delta, epsilon), delta_terms=delta_terms)
-        if self.mode == "noisy-greedy":
+        if self.mode == SelectionMode.NOISY_GREEDY:
             return wire.SelectionPublic(
                 rounds=0, rho=str(self.rho_charged), noise_sigma2=str(self.noise_sigma2),
                 noise_bits=self.noise_bits,
                 noise_tail_probability=self.noise_tail_probability(),
-                score_noise="two-server" if self.score_joint is None else "joint",
+                score_noise=(NoiseMode.TWO_SERVER if self.score_joint is None
+                             else NoiseMode.JOINT),
                 joint=None if self.score_joint is None else wire.JointNoisePublic(
                     uniforms=self.score_joint.uniforms, bits=self.score_joint.bits),
                 joint_failure=self.joint_failure, **common)
@@ -267,10 +272,10 @@ class SelectionPlan:
             raw["relative_loss"]), "chunk_sizes": tuple(raw["chunk_sizes"])})
         common = dict(p_error=public.p_error, max_rows=public.max_rows, parameters=parameters,
                       chunk_sizes=parameters.chunk_sizes)
-        if public.mode == "noisy-greedy":
+        if public.mode == SelectionMode.NOISY_GREEDY:
             joint = (None if public.joint is None
                      else JointNoiseShape(public.joint.uniforms, public.joint.bits))
-            return cls(public.mode, 0, Fraction(public.rho), public.indif_bits,
+            return cls(SelectionMode(public.mode), 0, Fraction(public.rho), public.indif_bits,
                        public.score_bits, noise_sigma2=Fraction(public.noise_sigma2),
                        pairs=pairs, noise_bits=public.noise_bits, score_joint=joint,
                        joint_failure=public.joint_failure or 0.0, **common)
@@ -280,16 +285,17 @@ class SelectionPlan:
         if step.rho != Fraction(public.rho_round):
             raise ValueError("the selection's public record is inconsistent: its per-round "
                              "rho does not follow from its epsilon and eta")
-        return cls(public.mode, public.rounds, step.rho * public.rounds, public.indif_bits,
+        return cls(SelectionMode(public.mode), public.rounds, step.rho * public.rounds,
+                   public.indif_bits,
                    public.score_bits, step=step, shape=shape,
                    batches=recorded_batches(public.batch_size, pairs), **common)
 
     @property
     def rho_charged(self) -> Fraction:
         """What the ledger charges for the whole selection (<= rho)."""
-        if self.mode == "em":
+        if self.mode == SelectionMode.EM:
             return self.step.rho * self.rounds
-        return self.rho if self.mode == "noisy-greedy" else Fraction(0)
+        return self.rho if self.mode == SelectionMode.NOISY_GREEDY else Fraction(0)
 
     def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
         """Upper bounds on the session's bootstraps per phase, from the pairs' cell counts:
@@ -297,14 +303,14 @@ class SelectionPlan:
         sum; ``p3``: the em rounds over every compiled candidate (masked ones too), every
         call of a batched round (:meth:`round_bootstraps`);
         ``noise``: noisy-greedy's one noise addition a pair."""
-        if self.mode == "none":
+        if self.mode == SelectionMode.NONE:
             return {"p2": 0, "p3": 0, "noise": 0}
         p2 = 0
         for cells in pair_cells:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
             p2 += sum(chunk_bootstraps(c, self.indif_bits) for c in chunks)
             p2 += (len(chunks) - 1) * (2 * self.score_bits - 1)
-        if self.mode == "noisy-greedy":
+        if self.mode == SelectionMode.NOISY_GREEDY:
             return {"p2": p2, "p3": 0,
                     "noise": len(pair_cells) * self.noisy_shape().noise_bootstraps}
         return {"p2": p2, "p3": self.round_bootstraps() * self.rounds, "noise": 0}
@@ -360,14 +366,14 @@ class SelectionPlan:
                     bootstraps: int | None = None) -> dict[str, float]:
         """The selection's share of delta, each term an event of bounded probability counted
         with the (1 + e^eps) coupling (module docstring), rounded up."""
-        if self.mode == "none":
+        if self.mode == SelectionMode.NONE:
             return {}
         factor = 1 + math.exp(epsilon)
         terms = {"fhe": factor * self.fhe_delta(pair_cells, bootstraps),
                  "row_bound": factor * self.row_bound_delta(delta, epsilon)}
-        if self.mode == "noisy-greedy" and self.score_joint is None:
+        if self.mode == SelectionMode.NOISY_GREEDY and self.score_joint is None:
             terms["noise_tail"] = factor * self.noise_tail_probability()
-        if self.mode == "noisy-greedy" and self.score_joint is not None:
+        if self.mode == SelectionMode.NOISY_GREEDY and self.score_joint is not None:
             # The conditioning rule's excluded mass, charged as it is (no coupling factor),
             # as for the joint releases (``dp.binomial_accounting``).
             terms["joint_scores"] = self.joint_failure
@@ -388,9 +394,9 @@ class SelectionPlan:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
             total += sum(per_function[f"indif_{c}"] for c in chunks)
             total += (len(chunks) - 1) * per_function["add"]
-        if self.mode == "em":
+        if self.mode == SelectionMode.EM:
             total += self.rounds * self.round_bootstraps(per_function)
-        if self.mode == "noisy-greedy":
+        if self.mode == SelectionMode.NOISY_GREEDY:
             total += len(pair_cells) * per_function[self.noisy_shape().noise_function]
         return total
 
@@ -399,17 +405,18 @@ class SelectionPlan:
                "rho_budget": float(self.rho),
                "rho_charged": float(self.rho_charged),
                "fhe_delta": self.fhe_delta(pair_cells), "p_error": self.p_error}
-        if self.mode == "em":
+        if self.mode == SelectionMode.EM:
             out.update(rounds=self.rounds, step_epsilon=float(self.step.epsilon),
                        step_eta=self.step.eta, step_epsilon_total=float(self.step.epsilon_total),
                        numerical_extra_epsilon=4 * self.step.eta * self.rounds,
                        nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime),
                        candidate_batches=(None if self.batches is None else
                                           [self.batches.count, self.batches.size]))
-        if self.mode == "noisy-greedy":
+        if self.mode == SelectionMode.NOISY_GREEDY:
             out.update(noise_sigma2=float(self.noise_sigma2), noise_bits=self.noise_bits,
                        noise_tail_probability=self.noise_tail_probability(),
-                       score_noise="two-server" if self.score_joint is None else "joint",
+                       score_noise=(NoiseMode.TWO_SERVER if self.score_joint is None
+                                    else NoiseMode.JOINT),
                        score_variance=float(self.score_variance))
         return out
 

@@ -33,6 +33,7 @@ from dp.joint_noise_accounting import JointNoiseShape, orders_for
 from dp.noise_pool import NoiseDraw
 from params import plan_record, run_time
 from params.layout import MarginalLayout
+from params.modes import NoiseMode, SelectionMode
 from params.noise_rules import (JOINT_TAIL, envelope_shape_for, joint_shape_for,
                                 pair_failure_cap, score_shape_for)
 from params.parameter_sets import ParameterSet, get_parameter_set
@@ -42,12 +43,8 @@ from params.schema import Schema
 from params.selection_plan import (DEFAULT_SPLITS, RowBound, SelectionPlan, indif_chunks,
                                    row_bound)
 
-__all__ = ["SessionPlan", "NOISE_MODES"]
+__all__ = ["SessionPlan"]
 
-# How a session's releases are noised: "auto" (one joint noise wherever the rules of
-# ``params.noise_rules`` allow, two-server elsewhere), "joint" (every release, or refuse), or
-# "two-server" (each server its own discrete Gaussian).
-NOISE_MODES = ("auto", "joint", "two-server")
 
 @dataclass(frozen=True)
 class SessionPlan:
@@ -72,9 +69,9 @@ class SessionPlan:
     @classmethod
     def build(cls, schema: Schema, pairs: list[tuple[int, int]] | None, epsilon: float,
               delta: float, split: dict[str, float] | None, parameter_set: str,
-              max_rows: int, selection: str = "none",
+              max_rows: int, selection: SelectionMode | str = SelectionMode.NONE,
               rounds: int | None = None, selection_set: str | None = None,
-              noise: str = "two-server") -> SessionPlan:
+              noise: NoiseMode | str = NoiseMode.TWO_SERVER) -> SessionPlan:
         """The session's plan. With a selection, its failure terms (bootstraps, the row
         bound, noisy-greedy's noise tail) are reserved out of ``delta`` before the budget is
         converted to zCDP, so that the conversion's delta plus the terms is at most ``delta``
@@ -82,8 +79,10 @@ class SessionPlan:
         the reserve is found by a short fixed-point iteration (bounded, fails closed). The
         joint releases' conditioning mass is reserved the same way (``docs/privacy-plan.md``,
         "Composition and conversion")."""
-        if noise not in NOISE_MODES:
-            raise ValueError(f"noise must be one of {NOISE_MODES}, not {noise!r}")
+        if noise not in tuple(NoiseMode):
+            modes = tuple(m.value for m in NoiseMode)
+            raise ValueError(f"noise must be one of {modes}, not {noise!r}")
+        noise = NoiseMode(noise)
         args = (schema, pairs, epsilon, delta, split, parameter_set, max_rows, selection,
                 rounds, selection_set, noise)
         split_two_way, joint_scores = True, True
@@ -98,7 +97,7 @@ class SessionPlan:
                 # "auto" gives the release its even two-server form first, then the scores
                 # their two servers' Gaussians (``docs/privacy-plan.md``, "When the split
                 # is refused at build").
-                if noise != "auto":
+                if noise != NoiseMode.AUTO:
                     raise
                 if any(r.split_pending for r in plan.releases):
                     split_two_way = False
@@ -135,7 +134,7 @@ class SessionPlan:
     @classmethod
     def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
                delta_conversion: float, split, parameter_set: str, max_rows: int,
-               selection: str, rounds, selection_set, noise: str,
+               selection: SelectionMode | str, rounds, selection_set, noise: NoiseMode,
                split_two_way: bool = True, joint_scores: bool = True) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
@@ -144,22 +143,23 @@ class SessionPlan:
         split = DEFAULT_SPLITS.get(selection, {}) if split is None else split
         expected = set(DEFAULT_SPLITS.get(selection, {"one_way": 0, "two_way": 0}))
         if set(split) != expected:
-            raise ValueError(f"selection {selection!r} splits the budget over {sorted(expected)}")
+            raise ValueError(f"selection '{selection}' splits the budget over "
+                             f"{sorted(expected)}")
         rho_total = eps_delta_to_rho(epsilon, delta_conversion)
 
         def share(name: str) -> Fraction:
             return split_share(rho_total, split[name])
 
         chosen = None
-        if selection == "noisy-greedy" and rounds is not None:
+        if selection == SelectionMode.NOISY_GREEDY and rounds is not None:
             raise ValueError("noisy-greedy chooses how many pairs to keep itself (PrivSyn's "
                              "greedy rule); rounds are for em")
-        if selection != "none":
+        if selection != SelectionMode.NONE:
             chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
                                          share("selection"), rounds,
                                          parameters=selection_set)
-        if (chosen is not None and chosen.mode == "noisy-greedy" and noise != "two-server"
-                and joint_scores):
+        if (chosen is not None and chosen.mode == SelectionMode.NOISY_GREEDY
+                and noise != NoiseMode.TWO_SERVER and joint_scores):
             chosen = cls._with_score_noise(chosen, noise, rho_total, delta_conversion)
         one_way = ReleaseSpec("one_way", tuple(m.key for m in layout.one_way),
                               share("one_way"),
@@ -170,7 +170,7 @@ class SessionPlan:
             rho_two = two_way_rho(rho_total, split, chosen.rho_charged)
             # em: the rounds; noisy-greedy: the worst case, every pair.
             keys = ()
-            count = chosen.rounds if chosen.mode == "em" else len(layout.two_way)
+            count = chosen.rounds if chosen.mode == SelectionMode.EM else len(layout.two_way)
         two_way = ReleaseSpec("two_way", keys, rho_two,
                               gaussian_sigma2(rho_two, count or len(keys)))
         releases = (one_way, two_way)
@@ -178,7 +178,7 @@ class SessionPlan:
         # joint rule declines falls back to it.
         cls(schema, layout, params, epsilon, delta, rho_total, releases, chosen,
             delta_conversion, max_rows).check_capacity(max_rows)
-        if noise != "two-server":
+        if noise != NoiseMode.TWO_SERVER:
             releases = tuple(cls._with_noise(r, noise, rho_total, delta_conversion, max_rows,
                                              params, chosen, layout, split_two_way)
                              for r in releases)
@@ -188,14 +188,14 @@ class SessionPlan:
         return plan
 
     @staticmethod
-    def _with_score_noise(chosen: SelectionPlan, noise: str, rho_total: Fraction,
+    def _with_score_noise(chosen: SelectionPlan, noise: NoiseMode, rho_total: Fraction,
                           delta_conversion: float) -> SelectionPlan:
         """noisy-greedy's scores with the joint shape :func:`score_shape_for` gives them, or
         two-server where it refuses (noise "joint": refused)."""
         shape, why = score_shape_for(chosen.pairs, chosen.rho, rho_total, delta_conversion,
                                      chosen.score_bits)
         if shape is None:
-            if noise == "joint":
+            if noise == NoiseMode.JOINT:
                 raise ValueError(f"noisy-greedy's scores cannot carry the joint noise: {why}; "
                                  "use noise 'auto' (two-server where it does not fit)")
             return chosen
@@ -203,14 +203,15 @@ class SessionPlan:
                        joint_failure=chosen.pairs * shape.pair().failure(JOINT_TAIL))
 
     @staticmethod
-    def _with_noise(spec: ReleaseSpec, noise: str, rho_total: Fraction,
+    def _with_noise(spec: ReleaseSpec, noise: NoiseMode, rho_total: Fraction,
                     delta_conversion: float, max_rows: int, params: ParameterSet,
                     chosen: SelectionPlan | None, layout: MarginalLayout,
                     split_two_way: bool = True) -> ReleaseSpec:
         """``spec`` with the joint shape the rule gives it (``params.noise_rules``);
         noisy-greedy's 2-way release: its envelope and PrivSyn's split, or the even two-server
         release."""
-        if spec.name == "two_way" and chosen is not None and chosen.mode == "noisy-greedy":
+        if (spec.name == "two_way" and chosen is not None
+                and chosen.mode == SelectionMode.NOISY_GREEDY):
             shape, why = (envelope_shape_for(layout, spec.rho, rho_total, delta_conversion,
                                              max_rows, params) if split_two_way else
                           (None, "the conversion's orders do not confirm the session with "
@@ -219,7 +220,7 @@ class SessionPlan:
         else:
             shape, why = joint_shape_for(spec, rho_total, delta_conversion, max_rows, params)
             allocation = spec.allocation
-        if shape is None and noise == "joint":
+        if shape is None and noise == NoiseMode.JOINT:
             raise ValueError(f"release {spec.name!r} cannot carry the joint noise: {why}; "
                              "use noise 'auto' (two-server where it does not fit)")
         return replace(spec, joint=shape, allocation=allocation)

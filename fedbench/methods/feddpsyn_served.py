@@ -47,6 +47,7 @@ from fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores
                                            simulate_release)
 from params.operator_bound import stated_max_rows
 from params.schema import Schema
+from params.modes import SelectionMode
 from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
@@ -85,7 +86,7 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
     noise."""
     selection = plan.selection
     pairs, scores = pair_scores(plan, union_counts, one_way, selection.max_rows)
-    if selection.mode == "em":
+    if selection.mode == SelectionMode.EM:
         return em_picks(selection, pairs, scores), ""
     noise, how = _score_noise(plan, len(pairs))
     noisy = {p: scores[p] + int(z) for p, z in zip(pairs, noise)}
@@ -117,7 +118,7 @@ def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
     notes = {"selection": selection, "selected_pairs": chosen,
              "one_way_noise": plan.noise_statement(one_way_spec),
              "max_rows": plan.max_rows, "delta_reserved": plan.delta - plan.delta_conversion}
-    if plan.selection is not None and plan.selection.mode == "em":
+    if plan.selection is not None and plan.selection.mode == SelectionMode.EM:
         notes["rounds"] = plan.selection.rounds
     if score_noise:
         notes["score_noise"] = score_noise

@@ -59,6 +59,7 @@ from dp.privsyn_allocation import allocation_groups, greedy_select_allocated
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
+from params.modes import SelectionMode
 from params.noise_rules import JOINT_DELTA_SHARE, JOINT_TAIL, conditioning_refusal
 from params.release_spec import ReleaseSpec, split_share, two_way_rho
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
@@ -207,7 +208,7 @@ def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts
     :func:`score_shape` refuses, ("scores", the selection's rho, why) to ``fallbacks`` and
     the scores keep their two Gaussians)."""
     pairs, scores = pair_scores(plan, union_counts, one_way, max_rows)
-    if selection.mode == "em":
+    if selection.mode == SelectionMode.EM:
         return em_picks(selection, pairs, scores)
     shape, why = score_shape(plan, selection) if noise == "joint" else (None, "")
     if why and fallbacks is not None:
@@ -290,7 +291,7 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
     joint_parts: list = []
     fallbacks: list = []  # (name, rho, why) of what "joint" left with two Gaussians
     rho_zcdp = Fraction(0)  # what the joint check composes as zCDP: the em rounds
-    if selection_mode == "none":
+    if selection_mode == SelectionMode.NONE:
         noisy, upload = simulate_release(plan, counts, noise=noise, joint_parts=joint_parts,
                                          fallbacks=fallbacks)
         spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
@@ -304,7 +305,7 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
         chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows,
                                     noise=noise, joint_parts=joint_parts,
                                     allocation=allocation, fallbacks=fallbacks)
-        if selection_mode == "em" or noise != "joint":
+        if selection_mode == SelectionMode.EM or noise != "joint":
             rho_zcdp = selection.rho_charged
         if not chosen:  # greedy may keep none: the 1-ways alone then
             noisy = one_way
