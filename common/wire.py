@@ -214,6 +214,64 @@ class NoisyGreedyDecision(StrictModel):
     rho: str = Field(description="zCDP charged for the selection")
 
 
+class UniformSumMechanism(StrictModel):
+    """A centred sum of ``uniforms`` iid uniforms on {0..2^bits - 1} added to each of
+    ``counts_per_record`` counts that one record moves by 1."""
+
+    name: str = Field(max_length=200)
+    noise: Literal["uniform_sum"] = "uniform_sum"
+    uniforms: int = Field(ge=1, le=4096)
+    bits: int = Field(ge=1, le=16)
+    counts_per_record: int = Field(ge=1)
+
+
+class DiscreteGaussianMechanism(StrictModel):
+    """N_Z(0, sigma2) added to each of ``counts_per_record`` counts that one record moves by
+    1 (a two-server release: the other server's noise, which protects each view alone)."""
+
+    name: str = Field(max_length=200)
+    noise: Literal["discrete_gaussian"] = "discrete_gaussian"
+    sigma2: str = Field(pattern=r"^[0-9]+(/[0-9]+)?$",
+                        description="the variance parameter, an exact rational p/q")
+    counts_per_record: int = Field(ge=1)
+
+
+class PureMechanism(StrictModel):
+    """``count`` steps, each pure ``epsilon``-DP (em's permute-and-flip rounds)."""
+
+    name: str = Field(max_length=200)
+    noise: Literal["pure"] = "pure"
+    epsilon: float = Field(gt=0)
+    count: int = Field(ge=1)
+
+
+PrivacyMechanism = Annotated[UniformSumMechanism | DiscreteGaussianMechanism | PureMechanism,
+                             Field(discriminator="noise")]
+
+
+class PrivacyRecord(StrictModel):
+    """What a session publishes, for anyone to re-account it with a PLD accountant
+    (``docs/privacy.md``, "The privacy record"): neighbours differ by adding or removing one
+    record; each mechanism's counts have sensitivity 1. The session is (epsilon, delta)-DP:
+    the mechanisms' composed delta at epsilon is at most delta - delta_reserved, the rest
+    being the reserved failure terms (bootstraps, the row bound, conditioning)."""
+
+    epsilon: float = Field(gt=0, description="the session's epsilon, as requested")
+    delta: float = Field(gt=0, lt=1, description="the session's delta, as requested")
+    delta_reserved: float = Field(ge=0, description="delta held for failure terms outside "
+                                                    "the mechanisms")
+    accounting: Literal["pld", "rdp"] = Field(
+        description="pld: the mechanisms are every noise the session adds, and the budget "
+                    "was calibrated on their composed PLD; rdp: some noise is decided at run "
+                    "time (run_time), and the guarantee is the plan's Renyi bound")
+    epsilon_accounted: float | None = Field(
+        default=None, description="pld: the mechanisms' eps at delta - delta_reserved by the "
+                                  "pessimistic PLD (at most epsilon)")
+    mechanisms: list[PrivacyMechanism]
+    run_time: list[str] = Field(default_factory=list,
+                                description="releases whose noise is decided at run time")
+
+
 class SessionPublic(StrictModel):
     session_id: str
     schema_: dict[str, Any] = Field(alias="schema")
@@ -232,6 +290,9 @@ class SessionPublic(StrictModel):
     joint_delta: float = Field(
         default=0.0, description="the joint releases' conditioning mass, a delta term")
     selection: SelectionPublic | None = None
+    privacy: PrivacyRecord | None = Field(
+        default=None, description="the session's privacy record (absent in records written "
+                                  "before it existed)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -38,6 +38,7 @@ confirms the session's eps end to end.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -92,19 +93,37 @@ class JointNoiseShape:
     def counts(self) -> list[int]:
         """Exact pmf of Z + span/2 as integer counts over 2^(uniforms * bits): repeated
         convolution with the uniform's box, by prefix sums (one pass per uniform)."""
-        width = 1 << self.bits
-        counts = [1]
-        for _ in range(self.uniforms):  # bounded: one pass per uniform
-            prefix = [0] + list(accumulate(counts + [0] * (width - 1)))
-            counts = [prefix[x + 1] - prefix[max(0, x + 1 - width)]
-                      for x in range(len(counts) + width - 1)]
-        return counts
+        return list(_shape_counts(self.uniforms, self.bits))
 
     def pair(self, shift: int = 1) -> LossDistribution:
         """The release pair for neighbours moving the count by ``shift``."""
-        if self.bits == 1 and shift == 1:
-            return LossDistribution.binomial(self.uniforms)  # closed-form losses, any n
-        return LossDistribution.from_counts(self.counts(), shift)
+        return _shape_pair(self.uniforms, self.bits, shift)
+
+
+# A plan's rules try thousands of shapes, many of them again at every budget a calibration
+# tries; a shape's pmf and pair are pure functions of it, so they are kept once computed.
+@functools.lru_cache(maxsize=4096)
+def _shape_counts(uniforms: int, bits: int) -> tuple[int, ...]:
+    width = 1 << bits
+    counts = [1]
+    for _ in range(uniforms):  # bounded: one pass per uniform
+        prefix = [0] + list(accumulate(counts + [0] * (width - 1)))
+        counts = [prefix[x + 1] - prefix[max(0, x + 1 - width)]
+                  for x in range(len(counts) + width - 1)]
+    return tuple(counts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_pair(uniforms: int, bits: int, shift: int) -> LossDistribution:
+    if bits == 1 and shift == 1:
+        return LossDistribution.binomial(uniforms)  # closed-form losses, any n
+    return LossDistribution.from_counts(list(_shape_counts(uniforms, bits)), shift)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _conditioned_curve(shape: JointNoiseShape, orders: tuple[float, ...],
+                       tail: float) -> tuple[tuple[float, float], ...]:
+    return tuple(shape.pair().conditioned_renyi(orders, tail).items())
 
 
 def orders_for(rho: Fraction | float, delta: float) -> tuple[float, ...]:
@@ -128,9 +147,9 @@ def release_matches(shape: JointNoiseShape, marginals: int, rho: Fraction | floa
                     orders, tail: float = 0.0) -> bool:
     """M * D_a(P|E || Q) <= a * rho at every order given (the release's conditioned curve;
     the divergences are rounded up, rho down to the float below it)."""
-    curve = shape.pair().conditioned_renyi(orders, tail)
+    curve = _conditioned_curve(shape, tuple(orders), tail)
     budget = _float_at_most(rho)
-    return all(marginals * d <= a * budget for a, d in curve.items())
+    return all(marginals * d <= a * budget for a, d in curve)
 
 
 def _float_at_most(x: Fraction | float) -> float:

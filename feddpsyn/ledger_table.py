@@ -1,11 +1,13 @@
 """Where a session's privacy budget went, as a table a person reads (``session status``).
 
 Guarantee: the table is computed from the key server's own ledger and public plan only,
-with exact rationals for rho (sums, remainders) and the same zCDP -> (eps, delta)
-conversion at the same delta as the ledger's ``epsilon_spent`` (the session's conversion
-delta: the requested delta minus what the private selection reserves for its failure
-events), so its last running total is that number. Entries still to come (planned releases and selection steps not yet charged)
-are listed after the charged ones, so "remaining" shows what the plan leaves unspent.
+with exact rationals for rho (sums, remainders) and the same accounting as the ledger's
+``epsilon_spent`` (``params.privacy_record.epsilon_after``: the PLD of the charged
+mechanisms in a calibrated session, else the zCDP conversion) at the same delta (the
+session's conversion delta: the requested delta minus its reserved failure terms), so its
+last running total is that number. Entries still to come (planned releases and selection
+steps not yet charged) are listed after the charged ones, so "remaining" shows what the
+plan leaves unspent.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fractions import Fraction
 
 from common import wire
 from dp.accounting import rho_to_eps
+from params.privacy_record import epsilon_after
 from params.modes import SelectionMode
 
 __all__ = ["LedgerRow", "ledger_rows", "format_ledger"]
@@ -68,18 +71,28 @@ def _planned(public: wire.SessionPublic, charged: set[str]) -> list[tuple[str, F
 
 def ledger_rows(ledger: wire.LedgerView, public: wire.SessionPublic) -> list[LedgerRow]:
     budget = Fraction(ledger.rho_total)
-    delta = public.conversion_delta()
-    rows, total = [], Fraction(0)
+    rows, total, charged = [], Fraction(0), []
     for entry in ledger.entries:
         total += Fraction(entry.rho)
+        charged.append((entry.release, Fraction(entry.rho)))
         rows.append(LedgerRow(_describe(entry.release, public, True), Fraction(entry.rho), total,
-                              budget - total, rho_to_eps(total, delta), True))
+                              budget - total, epsilon_after(public, charged), True))
     planned_total = total
     for name, rho in _planned(public, {e.release for e in ledger.entries}):
         planned_total += rho
+        charged.append((name, rho))
         rows.append(LedgerRow(_describe(name, public, False), rho, planned_total,
-                              budget - planned_total, rho_to_eps(planned_total, delta), False))
+                              budget - planned_total, epsilon_after(public, charged), False))
     return rows
+
+
+def _budget_epsilon(public: wire.SessionPublic) -> float:
+    """The whole budget's eps: the calibrated plan's accounted PLD figure, else the zCDP
+    conversion of rho_total."""
+    record = public.privacy
+    if record is not None and record.epsilon_accounted is not None:
+        return record.epsilon_accounted
+    return rho_to_eps(Fraction(public.rho_total), public.conversion_delta())
 
 
 def format_ledger(ledger: wire.LedgerView, public: wire.SessionPublic,
@@ -95,7 +108,7 @@ def format_ledger(ledger: wire.LedgerView, public: wire.SessionPublic,
              + (f" (missing: {', '.join(status.clients_missing)})"
                 if status.clients_missing else "")
              + (f"; {status.detail}" if status.detail else ""),
-             f"budget: rho {float(budget):.6g} (zCDP) = eps {rho_to_eps(budget, delta):.4g}"
+             f"budget: rho {float(budget):.6g} (zCDP) = eps {_budget_epsilon(public):.4g}"
              f" at delta {delta:.6g}{reserved}",
              f"spent: rho {float(Fraction(ledger.rho_spent)):.6g} = eps "
              f"{ledger.epsilon_spent:.4f}", ""]

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from common import wire
 from common.serving import Database, ServiceError
-from dp.accounting import rho_to_eps
+from params.privacy_record import epsilon_after
 from params.session_plan import SessionPlan
 
 __all__ = ["LEDGER_SQL", "PrivacyLedger"]
@@ -78,7 +78,8 @@ class PrivacyLedger:
                             (session_id,)).fetchone() is not None
 
     def view(self, session_id: str, public: wire.SessionPublic) -> wire.LedgerView:
-        """Every charge in order, what was spent and its epsilon at the conversion delta;
+        """Every charge in order, what was spent and its epsilon at the conversion delta
+        (the PLD of the charged mechanisms in a calibrated session);
         from the session's public record alone (readable for a session whose plan this
         server refuses: ``keyserver.sessions``)."""
         with self.db.connect() as conn:
@@ -88,7 +89,8 @@ class PrivacyLedger:
         return wire.LedgerView(
             session_id=session_id, rho_total=str(Fraction(public.rho_total)),
             rho_spent=str(spent),
-            epsilon_spent=rho_to_eps(spent, public.conversion_delta()) if spent else 0.0,
+            epsilon_spent=epsilon_after(public, [(r["release"], Fraction(r["rho"]))
+                                                 for r in rows]),
             delta=public.delta,
             entries=[wire.LedgerEntry(release=r["release"], rho=r["rho"], at=r["charged_at"])
                      for r in rows])

@@ -18,6 +18,7 @@ from common import wire
 from dp.joint_noise_accounting import JointNoiseShape
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
+from params.privacy_record import privacy_record
 from params.release_spec import ReleaseSpec
 from params.schema import Schema
 from params.selection_plan import SelectionPlan
@@ -51,7 +52,8 @@ def public_record(plan: SessionPlan, session_id: str, clients: list[str],
             for r in plan.releases],
         joint_delta=plan.joint_failure(),
         epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
-        rho_total=str(plan.rho_total), selection=selection)
+        rho_total=str(plan.rho_total), selection=selection,
+        privacy=privacy_record(plan, sum(plan.delta_terms(bootstraps).values())))
 
 
 def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:
@@ -71,4 +73,5 @@ def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:
                 epsilon=public.epsilon, delta=public.delta,
                 rho_total=Fraction(public.rho_total), releases=releases, selection=selection,
                 delta_conversion_=public.delta_conversion,
-                max_rows=0 if selection is None else selection.max_rows)
+                max_rows=0 if selection is None else selection.max_rows,
+                accounting="rdp" if public.privacy is None else public.privacy.accounting)

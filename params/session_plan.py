@@ -34,6 +34,9 @@ from dp.noise_pool import NoiseDraw
 from params import plan_record, run_time
 from params.layout import MarginalLayout
 from params.modes import NoiseMode, SelectionMode
+from dp.pld_accounting import calibrate, epsilon_of
+from params.budget_split import default_split
+from params.privacy_record import accounted_epsilon, plan_mechanisms
 from params.noise_rules import (JOINT_TAIL, envelope_shape_for, joint_shape_for,
                                 pair_failure_cap, score_shape_for)
 from params.parameter_sets import ParameterSet, get_parameter_set
@@ -45,6 +48,8 @@ from params.selection_plan import (DEFAULT_SPLITS, RowBound, SelectionPlan, indi
 
 __all__ = ["SessionPlan"]
 
+# A calibrated plan's accounted eps lies in [CALIBRATION_LOW, 1] x the requested eps.
+CALIBRATION_LOW = 0.99
 
 @dataclass(frozen=True)
 class SessionPlan:
@@ -61,6 +66,10 @@ class SessionPlan:
     delta_conversion_: float | None = None
     # The public bound on the union's rows the widths were chosen for (0: not known here).
     max_rows: int = 0
+    # "pld": every noise is fixed before any data and rho_total was calibrated so that their
+    # composed PLD spends the requested eps (``params.privacy_record``); "rdp": the Renyi
+    # bound of the zCDP conversion and the exact curves (a noise decided at run time).
+    accounting: str = "rdp"
 
     @property
     def delta_conversion(self) -> float:
@@ -71,14 +80,19 @@ class SessionPlan:
               delta: float, split: dict[str, float] | None, parameter_set: str,
               max_rows: int, selection: SelectionMode | str = SelectionMode.NONE,
               rounds: int | None = None, selection_set: str | None = None,
-              noise: NoiseMode | str = NoiseMode.TWO_SERVER) -> SessionPlan:
+              noise: NoiseMode | str = NoiseMode.TWO_SERVER,
+              calibrated: bool = True) -> SessionPlan:
         """The session's plan. With a selection, its failure terms (bootstraps, the row
         bound, noisy-greedy's noise tail) are reserved out of ``delta`` before the budget is
         converted to zCDP, so that the conversion's delta plus the terms is at most ``delta``
         (``params.selection_plan``); the terms depend on the widths, which depend on rho, so
         the reserve is found by a short fixed-point iteration (bounded, fails closed). The
         joint releases' conditioning mass is reserved the same way (``docs/privacy-plan.md``,
-        "Composition and conversion")."""
+        "Composition and conversion"). Where every noise is fixed before any data
+        (``params.privacy_record``), the budget is then calibrated on the noises' composed
+        PLD so that the session spends the eps asked (:meth:`_calibrated`);
+        ``calibrated=False`` keeps the zCDP conversion's budget (the benchmark's what-if
+        simulations, which account their variants themselves)."""
         if noise not in tuple(NoiseMode):
             modes = tuple(m.value for m in NoiseMode)
             raise ValueError(f"noise must be one of {modes}, not {noise!r}")
@@ -90,6 +104,8 @@ class SessionPlan:
             plan = cls._settled(*args, split_two_way=split_two_way, joint_scores=joint_scores)
             try:
                 plan.check_joint()
+                if calibrated and plan_mechanisms(plan) is not None:
+                    return cls._calibrated(plan, args, split_two_way, joint_scores)
                 return plan
             except ValueError:
                 # The split release and the joint scores are counted as zCDP on the
@@ -108,44 +124,132 @@ class SessionPlan:
         raise ValueError("the session's joint parts did not confirm")
 
     @classmethod
+    def _calibrated(cls, plan: SessionPlan, args: tuple, split_two_way: bool,
+                    joint_scores: bool) -> SessionPlan:
+        """``plan`` with the largest rho_total whose noises' composed PLD stays within the
+        requested eps at the conversion's delta (``dp.pld_accounting.calibrate``): the zCDP
+        conversion's plan leaves about a tenth of the noise scale unspent. Every candidate is
+        a whole plan built by the same rules at that rho and accounted as built, so the
+        result is sound whatever the rules do with the larger budget; the zCDP plan is the
+        floor (it is returned, accounted, if no larger rho fits)."""
+        built = {plan.rho_total: plan}
+
+        def epsilon_at(rho: Fraction) -> float:
+            if rho not in built:
+                built[rho] = cls._settled(*args, split_two_way=split_two_way,
+                                          joint_scores=joint_scores, rho_total=rho)
+            candidate = built[rho]
+            return epsilon_of(plan_mechanisms(candidate), candidate.delta_conversion)
+
+        start_eps = epsilon_at(plan.rho_total)
+        if start_eps > plan.epsilon:
+            raise ValueError(f"the plan's noises account to eps {start_eps:.4g} at delta "
+                             f"{plan.delta_conversion:.3g}, above {plan.epsilon}")
+        ratio = (plan.epsilon * (1 + CALIBRATION_LOW) / 2) / start_eps
+        start = plan.rho_total * Fraction(ratio * ratio).limit_denominator(10 ** 9)
+        try:
+            rho, _ = calibrate(epsilon_at, plan.epsilon, start, low=CALIBRATION_LOW)
+        except ValueError:
+            rho = plan.rho_total
+        # The zCDP plan was accounted within eps above: never return less than it.
+        rho = max(rho, plan.rho_total)
+        best, eps = built[rho], epsilon_at(rho)
+        if eps < CALIBRATION_LOW * plan.epsilon:
+            best = cls._filled(best, eps, args, split_two_way, joint_scores)
+        return replace(best, accounting="pld")
+
+    @classmethod
+    def _filled(cls, plan: SessionPlan, eps: float, args: tuple, split_two_way: bool,
+                joint_scores: bool) -> SessionPlan:
+        """A calibrated ``plan`` whose eps is still below the band: at large eps the joint
+        shapes are coarse, and one more step of rho moves every release to its next shape
+        at once, past the eps asked. Here one part of the budget at a time (the largest
+        first) takes the slack alone, the others keeping their rho: the split moves a
+        little off its default, every candidate is built by the rules and accounted."""
+        schema, pairs, epsilon, delta, split, *rest = args
+        selection = rest[2]
+        base = dict(split) if split is not None else default_split(
+            selection, [m.size for m in plan.layout.one_way],
+            [m.size for m in plan.layout.two_way])
+        for name in sorted(base, key=lambda k: -base[k]):
+            if not base[name] or name == "selection":
+                continue  # the selection's share is not a noise of its own to fill
+            rho = plan.rho_total
+            parts = {k: rho * Fraction(v) for k, v in base.items()}
+            built = {rho: plan}
+
+            def epsilon_at(total: Fraction, name=name, parts=parts, built=built) -> float:
+                if total not in built:
+                    grown = {k: float(parts[k] / total) for k in parts}
+                    grown[name] = float((parts[name] + total - rho) / total)
+                    built[total] = cls._settled(schema, pairs, epsilon, delta, grown, *rest,
+                                                split_two_way=split_two_way,
+                                                joint_scores=joint_scores, rho_total=total)
+                candidate = built[total]
+                return epsilon_of(plan_mechanisms(candidate), candidate.delta_conversion)
+
+            ratio = (epsilon * (1 + CALIBRATION_LOW) / 2) / eps
+            start = rho + parts[name] * Fraction(ratio * ratio - 1).limit_denominator(10 ** 9)
+            try:
+                total, found = calibrate(epsilon_at, epsilon, start, low=CALIBRATION_LOW,
+                                         steps=6)
+            except ValueError:
+                continue
+            if found > eps:
+                plan, eps = built[total], found
+            if eps >= CALIBRATION_LOW * epsilon:
+                break
+        return plan
+
+    @classmethod
     def _settled(cls, schema, pairs, epsilon, delta, split, parameter_set, max_rows,
                  selection, rounds, selection_set, noise, split_two_way,
-                 joint_scores=True) -> SessionPlan:
+                 joint_scores=True, rho_total: Fraction | None = None) -> SessionPlan:
         """:meth:`_build` at the conversion delta that leaves room for the reserved terms
-        (a short fixed-point iteration, bounded, fails closed)."""
+        (a short fixed-point iteration, bounded, fails closed); ``rho_total``: the budget
+        to plan with (default: the zCDP conversion's at that delta)."""
         reserved = 0.0
         for _ in range(8):
             plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
                               parameter_set, max_rows, selection, rounds, selection_set,
-                              noise, split_two_way, joint_scores)
+                              noise, split_two_way, joint_scores, rho_total)
             need = sum(plan.delta_terms().values())
             if need <= reserved:
                 break
             reserved = need * (1 + 1e-9)
+            if reserved > delta / 2:
+                break  # refused below; planning at a conversion delta <= 0 is meaningless
         else:
             raise ValueError("the selection's delta reserve did not settle")
         if reserved > delta / 2:
+            remedy = ("or select fewer rounds" if selection == SelectionMode.EM else
+                      "or a smaller epsilon (the bootstrap term grows as 1 + e^eps)")
             raise ValueError(
                 f"the selection's failure terms need delta >= {2 * reserved:.3g} (bootstraps "
                 f"x p_error and the row bound, {reserved:.3g} in all, may take at most half of "
-                f"delta = {delta:g}): raise delta or select fewer rounds")
+                f"delta = {delta:g}): raise delta {remedy}")
         return plan
 
     @classmethod
     def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
                delta_conversion: float, split, parameter_set: str, max_rows: int,
                selection: SelectionMode | str, rounds, selection_set, noise: NoiseMode,
-               split_two_way: bool = True, joint_scores: bool = True) -> SessionPlan:
+               split_two_way: bool = True, joint_scores: bool = True,
+               rho_total: Fraction | None = None) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
             raise ValueError("a session needs at least one 2-way marginal")
-        split = DEFAULT_SPLITS.get(selection, {}) if split is None else split
+        if split is None and selection in DEFAULT_SPLITS:
+            split = default_split(selection, [m.size for m in layout.one_way],
+                                  [m.size for m in layout.two_way])
+        split = {} if split is None else split
         expected = set(DEFAULT_SPLITS.get(selection, {"one_way": 0, "two_way": 0}))
         if set(split) != expected:
             raise ValueError(f"selection '{selection}' splits the budget over "
                              f"{sorted(expected)}")
-        rho_total = eps_delta_to_rho(epsilon, delta_conversion)
+        if rho_total is None:
+            rho_total = eps_delta_to_rho(epsilon, delta_conversion)
 
         def share(name: str) -> Fraction:
             return split_share(rho_total, split[name])
@@ -158,6 +262,7 @@ class SessionPlan:
             chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
                                          share("selection"), rounds,
                                          parameters=selection_set)
+            chosen = chosen.with_fhe_room([m.size for m in layout.two_way], epsilon, delta)
         if (chosen is not None and chosen.mode == SelectionMode.NOISY_GREEDY
                 and noise != NoiseMode.TWO_SERVER and joint_scores):
             chosen = cls._with_score_noise(chosen, noise, rho_total, delta_conversion)
@@ -245,6 +350,18 @@ class SessionPlan:
     def _split_reserve(self) -> float:
         pairs = len(self.layout.two_way)
         return pairs * pair_failure_cap(self.delta_conversion, pairs)
+
+    def check_privacy(self) -> None:
+        """Confirm the session's (eps, delta) end to end, fails closed: a calibrated plan by
+        the composed PLD of its noises (``params.privacy_record``), any other by the exact
+        Renyi curves (:meth:`check_joint`)."""
+        if self.accounting != "pld":
+            self.check_joint()
+            return
+        eps = accounted_epsilon(self)
+        if eps is None or eps > self.epsilon:
+            raise ValueError(f"the noises' composed PLD gives eps {eps} at delta "
+                             f"{self.delta_conversion:.4g}, above {self.epsilon}")
 
     def check_joint(self) -> None:
         """Confirm the session end to end with the joint releases' exact curves: their

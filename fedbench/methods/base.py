@@ -22,6 +22,13 @@ class MethodResult:
     unspent_reason: str = ""
 
 
+def plan_budget(plan, epsilon: float, delta: float) -> Fraction:
+    """The budget of a method that runs a ``params.session_plan.SessionPlan``: a calibrated
+    plan's rho_total (its noises' composed PLD spends exactly the eps asked), else
+    :func:`budget_rho`."""
+    return plan.rho_total if plan.accounting == "pld" else budget_rho(epsilon, delta)
+
+
 def budget_rho(epsilon: float, delta: float) -> Fraction:
     """Every method gets the same (epsilon, delta), converted to rho the same conservative way."""
     return eps_delta_to_rho(epsilon, delta)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.base import MethodResult, plan_budget
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis.central import central_marginals
@@ -26,4 +26,4 @@ def central_privsyn_all(records: np.ndarray, owner: np.ndarray, schema: Schema,
     noisy = central_marginals(plan, records)
     synth = synthesize_records(schema, noisy, "gum", None, np.random.default_rng(seed))
     spent = sum((r.rho for r in plan.releases), start=0 * plan.rho_total)
-    return MethodResult(synth, spent, budget_rho(epsilon, delta))
+    return MethodResult(synth, spent, plan_budget(plan, epsilon, delta))

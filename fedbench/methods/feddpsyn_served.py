@@ -42,7 +42,7 @@ from crypto.joint_noise import draw_bits, joint_noise_plaintext
 from dp.discrete_gaussian import discrete_gaussian_vector
 from dp.pair_selection import greedy_select
 from dp.privsyn_allocation import greedy_select_allocated
-from fedbench.methods.base import MethodResult, budget_rho
+from fedbench.methods.base import MethodResult, plan_budget
 from fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores,
                                            simulate_release)
 from params.operator_bound import stated_max_rows
@@ -140,7 +140,8 @@ def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
                if notes["delta_reserved"] > 0 else "")
     if not chosen:
         unspent += "; the greedy rule kept no pair, so the 2-way share is not released"
-    return MethodResult(synth, Fraction(spent), budget_rho(epsilon, delta),
+    notes["accounting"] = plan.accounting
+    return MethodResult(synth, Fraction(spent), plan_budget(plan, epsilon, delta),
                         bytes_per_client=upload, notes=notes, unspent_reason=unspent)
 
 

@@ -281,7 +281,8 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
     # the two noises compare on one rho, and the joint session is checked end to end below.
     plan = SessionPlan.build(schema, None, epsilon, delta,
                              {"one_way": split["one_way"], "two_way": split["two_way"]},
-                             "default", max_rows=max_rows, noise="two-server")
+                             "default", max_rows=max_rows, noise="two-server",
+                             calibrated=False)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     notes = {"noise": ("one joint noise neither server knows (per release: "
                        "crypto.joint_noise.choose_shape)" if noise == "joint" else

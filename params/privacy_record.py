@@ -1,0 +1,139 @@
+"""A plan's privacy record: every noise the session adds, as mechanisms a PLD accountant reads.
+
+Claim: for a plan whose noises are all fixed before any data (selection ``none`` or ``em``),
+:func:`plan_mechanisms` lists every noise any view of the session contains, each with the
+number of its counts one record moves by 1, so the composed PLD of the list
+(``dp.pld_accounting``) bounds the session's privacy loss: the releases (a joint shape, or the
+other server's discrete Gaussian, which alone protects each view: ``docs/privacy-plan.md``,
+"Neighbours and the two-server noise"), and em's rounds, each pure (eps + 4 eta)-DP with its
+fixed-point loss included (``crypto.tfhe_permute_and_flip``'s step). ``noisy-greedy`` splits its
+2-way release over the pairs its selection keeps, so that release's noise is decided at run
+time; its plan keeps the Renyi-curve guarantee (``accounting: rdp``) and the record names the
+release in ``run_time``.
+
+The record (:func:`privacy_record`) is published in the session's public record and the
+release report, so anyone can re-account a session with the library alone.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from common import wire
+from dp.accounting import rho_to_eps
+from dp.pld_accounting import DiscreteGaussian, Mechanism, PureStep, UniformSum, epsilon_of
+from params.release_spec import release_count
+
+if TYPE_CHECKING:
+    from params.session_plan import SessionPlan
+
+__all__ = ["plan_mechanisms", "run_time_releases", "privacy_record", "record_mechanisms",
+           "accounted_epsilon", "epsilon_after"]
+
+
+def run_time_releases(plan: SessionPlan) -> list[str]:
+    """The releases whose noise is decided at run time (noisy-greedy's split 2-way release,
+    or its even fallback: both depend on how many pairs the selection keeps)."""
+    if plan.selection is None or plan.selection.mode != "noisy-greedy":
+        return []
+    return [r.name for r in plan.releases if r.name == "two_way" and not r.marginal_keys]
+
+
+def _release_mechanism(name: str, spec, counts: int) -> Mechanism:
+    if spec.joint is not None:
+        return UniformSum(name, spec.joint.uniforms, spec.joint.bits, counts)
+    return DiscreteGaussian(name, spec.sigma2, counts)
+
+
+def plan_mechanisms(plan: SessionPlan, *, fixed_only: bool = False) -> list[Mechanism] | None:
+    """Every noise of the plan (module docstring), or None where a release's noise is decided
+    at run time (``fixed_only``: the fixed ones alone)."""
+    late = set(run_time_releases(plan))
+    if late and not fixed_only:
+        return None
+    out: list[Mechanism] = []
+    for spec in plan.releases:
+        if spec.name in late:
+            continue
+        for part in spec.parts or (spec,):
+            out.append(_release_mechanism(part.name, part, release_count(part)))
+    selection = plan.selection
+    if selection is not None and selection.mode == "em":
+        out.append(PureStep("selection_rounds", float(selection.step.epsilon_total),
+                            selection.rounds))
+    if selection is not None and selection.mode == "noisy-greedy":
+        scores = selection.score_joint
+        out.append(UniformSum("selection_scores", scores.uniforms, scores.bits, selection.pairs)
+                   if scores is not None else
+                   DiscreteGaussian("selection_scores", selection.noise_sigma2, selection.pairs))
+    return out
+
+
+def accounted_epsilon(plan: SessionPlan) -> float | None:
+    """The plan's eps at its conversion delta by the pessimistic PLD, or None where a noise
+    is decided at run time."""
+    mechanisms = plan_mechanisms(plan)
+    return None if mechanisms is None else epsilon_of(mechanisms, plan.delta_conversion)
+
+
+def _wire(mechanism: Mechanism) -> wire.UniformSumMechanism | wire.DiscreteGaussianMechanism \
+        | wire.PureMechanism:
+    if isinstance(mechanism, UniformSum):
+        return wire.UniformSumMechanism(name=mechanism.name, uniforms=mechanism.uniforms,
+                                        bits=mechanism.bits,
+                                        counts_per_record=mechanism.counts_per_record)
+    if isinstance(mechanism, DiscreteGaussian):
+        return wire.DiscreteGaussianMechanism(name=mechanism.name,
+                                              sigma2=str(Fraction(mechanism.sigma2)),
+                                              counts_per_record=mechanism.counts_per_record)
+    return wire.PureMechanism(name=mechanism.name, epsilon=mechanism.epsilon,
+                              count=mechanism.count)
+
+
+def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyRecord:
+    """The plan's privacy record (module docstring); ``delta_reserved``: its reserved delta
+    terms in all (``SessionPlan.delta_terms``)."""
+    late = run_time_releases(plan)
+    mechanisms = plan_mechanisms(plan, fixed_only=True) or []
+    return wire.PrivacyRecord(
+        epsilon=plan.epsilon, delta=plan.delta, delta_reserved=delta_reserved,
+        accounting="rdp" if late else "pld",
+        epsilon_accounted=None if late else epsilon_of(mechanisms, plan.delta_conversion),
+        mechanisms=[_wire(m) for m in mechanisms], run_time=late)
+
+
+def record_mechanisms(record: wire.PrivacyRecord) -> list[Mechanism]:
+    """The accountant's mechanisms a published record lists."""
+    out: list[Mechanism] = []
+    for m in record.mechanisms:
+        if isinstance(m, wire.UniformSumMechanism):
+            out.append(UniformSum(m.name, m.uniforms, m.bits, m.counts_per_record))
+        elif isinstance(m, wire.DiscreteGaussianMechanism):
+            out.append(DiscreteGaussian(m.name, Fraction(m.sigma2), m.counts_per_record))
+        else:
+            out.append(PureStep(m.name, m.epsilon, m.count))
+    return out
+
+
+def epsilon_after(public: wire.SessionPublic, charged: list[tuple[str, Fraction]]) -> float:
+    """The session's eps at its conversion delta once the ledger entries ``charged`` (name,
+    rho) are spent: the PLD of their mechanisms in a calibrated session, else the zCDP
+    conversion of their rho (the plan's own rule)."""
+    if not charged:
+        return 0.0
+    record = public.privacy
+    if record is None or record.accounting != "pld":
+        spent = sum((Fraction(rho) for _, rho in charged), Fraction(0))
+        return rho_to_eps(spent, public.conversion_delta()) if spent else 0.0
+    names = {name for name, _ in charged}
+    rounds = sum(1 for name in names if name.startswith("select-"))
+    mechanisms: list[Mechanism] = []
+    for mechanism in record_mechanisms(record):
+        if isinstance(mechanism, PureStep):
+            if rounds:
+                mechanisms.append(PureStep(mechanism.name, mechanism.epsilon,
+                                           min(rounds, mechanism.count)))
+        elif mechanism.name.split("/")[0] in names:
+            mechanisms.append(mechanism)
+    return epsilon_of(mechanisms, public.conversion_delta()) if mechanisms else 0.0
