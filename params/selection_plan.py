@@ -51,7 +51,7 @@ within ``max_rows``. A union above ``max_rows`` passes with probability at most
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -73,6 +73,9 @@ __all__ = ["SelectionPlan", "DEFAULT_SPLITS", "chunk_sizes_for",
            "indif_chunks", "candidate_batches", "RowBound", "row_bound", "row_bound_spread",
            "max_rows_with_room", "ROW_BOUND_SHARE"]
 
+# The share of the requested delta the bootstraps' failure term may take before the plan
+# lowers p_error (``SelectionPlan.with_fhe_room``).
+FHE_DELTA_SHARE = Fraction(1, 4)
 # The share of the requested delta that the row-bound check may fail with.
 ROW_BOUND_SHARE = Fraction(1, 100)
 
@@ -356,6 +359,21 @@ class SelectionPlan:
         if self.score_joint is not None:
             return 0.0
         return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
+
+    def with_fhe_room(self, pair_cells: list[int], epsilon: float,
+                      delta: float) -> SelectionPlan:
+        """This plan, with a smaller ``p_error`` where the set's would make the bootstrap
+        term, (1 + e^eps) x bootstraps x p_error, take more than ``FHE_DELTA_SHARE`` of
+        delta: at a large eps the coupling factor alone would otherwise refuse a session
+        that a smaller eps accepts. The new p_error is a power of two, in the public record
+        (``p_error``), and both servers compile with it; the set's stays where it fits."""
+        if self.mode == SelectionMode.NONE:
+            return self
+        bound = self.bootstraps(pair_cells) * (1 + math.exp(epsilon))
+        room = float(FHE_DELTA_SHARE * Fraction(delta)) / bound
+        if self.p_error <= room:
+            return self
+        return replace(self, p_error=2.0 ** math.floor(math.log2(room)))
 
     def fhe_delta(self, pair_cells: list[int], bootstraps: int | None = None) -> float:
         """Union bound on any bootstrap failing in this session's selection (``bootstraps``:
