@@ -183,6 +183,13 @@ class Database:
     def __init__(self, path: Path, schema_sql: str):
         self.path = path
         self._write_lock = threading.Lock()
+        # The server's tokens (hashed) and records: the owner's only, as write_private's
+        # files; SQLite gives its -wal and -shm files the database file's mode.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
         with self.connect() as conn:
             conn.executescript(schema_sql)
 

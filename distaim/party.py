@@ -7,8 +7,9 @@ client's counts checked inside MPC, ``distaim.validation``), adds the admitted s
 AIM with ``MpcOracle`` and writes ``party<I>.json``: the admission record, the opened
 measurements, the accounting and per-step timings. The run's computed extra delta (the
 samplers' deviations and the validation's openings, each times (1 + e^eps)) is checked
-against the plan's reserve (delta / 1000) before the report is written; over it, the party
-exits 7 and writes nothing.
+against the plan's reserve (delta / 1000) before the report is written, by the check a plan
+passes at creation on the least its runs add (``distaim.reserve``); over it, the party exits
+7 and writes nothing.
 
 Right after connecting, the three parties exchange the digest of their session plan
 (``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. ``session.json``
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import ssl
 import sys
 import time
@@ -34,11 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from common.serving import write_private
 from distaim import sharing
 from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
                                  mpyc_module, party_runtime)
 from distaim.plan import plan_digest, schedule_of
 from distaim.protocol import Participation, Schedule, admit_clients, aggregate
+from distaim.reserve import ReserveExceeded, check_reserve, tv_to_delta
 from distaim.validation import validate_clients, validation_tv
 from params.layout import MarginalLayout
 
@@ -51,11 +53,6 @@ EXIT_RESERVE_EXCEEDED = 7
 
 class PlanMismatch(RuntimeError):
     """The three servers hold different plans for the session: nothing is run."""
-
-
-class ReserveExceeded(RuntimeError):
-    """The samplers' computed deviation exceeds the plan's delta reserve: nothing is
-    reported (the opened values stay in this process)."""
 
 
 def session_modulus() -> int:
@@ -196,8 +193,8 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
                  rng=np.random.default_rng(0))
     phases["aim"] = time.time() - t
     rt.run(rt.shutdown(timeout=timeout))
-    tv_to_delta = 1 + math.exp(session["epsilon"]) * (1 + 1e-12)
-    validation_delta = float(validation_tv(len(layout.cliques))) * tv_to_delta
+    coupling = float(tv_to_delta(session["epsilon"]))
+    validation = validation_tv(len(layout.cliques))
     report = {
         "pid": pid,
         "admitted": admitted,
@@ -212,30 +209,29 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
                          for m in result.measurements],
         "rho_spent": str(result.rho_spent),
         "selection_extra_delta": float(result.delta_spent),
-        "measurement_extra_delta": float(oracle.measure_tv) * tv_to_delta,
-        "validation_extra_delta": validation_delta,
+        "measurement_extra_delta": float(oracle.measure_tv) * coupling,
+        "validation_extra_delta": float(validation) * coupling,
         "noisy_sizes": result.notes.get("noisy_sizes", []),
         "delta_reserve": session.get("delta_reserve"),
-        "within_reserve": _within_reserve(session, result, oracle, tv_to_delta,
-                                          validation_delta),
+        "within_reserve": _within_reserve(session, oracle.select_tv + oracle.measure_tv
+                                          + validation),
         "phases": phases,
         "timings": oracle.timings,
     }
-    out.write_text(json.dumps(report))
+    write_private(out, json.dumps(report).encode())
     return report
 
 
-def _within_reserve(session, result, oracle, tv_to_delta, validation_delta) -> bool:
-    """The run's computed extra delta against the plan's reserve (delta / 1000): a run that
-    exceeds it fails (``ReserveExceeded``) before its report is written."""
+def _within_reserve(session: dict, tv: Fraction) -> bool:
+    """The run's total variation from the ideal mechanisms, as extra delta, against the
+    plan's reserve (delta / 1000), by the check the plan passed at creation
+    (``distaim.reserve``): a run that exceeds it fails (``ReserveExceeded``) before its report
+    is written."""
     reserve = session.get("delta_reserve")
     if reserve is None:
         return True
-    extra = (Fraction(result.delta_spent) + Fraction(oracle.measure_tv) * Fraction(tv_to_delta)
-             + Fraction(validation_delta))
-    if extra > Fraction(reserve):
-        raise ReserveExceeded(f"extra delta {float(extra):.3e} exceeds the reserve "
-                              f"{float(Fraction(reserve)):.3e}")
+    check_reserve(session["epsilon"], session.get("delta"), Fraction(reserve), lambda _: tv,
+                  source="this run's validation and samplers in MPC added a total variation of")
     return True
 
 

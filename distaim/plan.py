@@ -25,8 +25,9 @@ has no effect and is left out (p = 1 digests unchanged, ``tests/test_distaim_pla
 
 Budget: rho = CKS20(epsilon, delta - delta / 1000) (``dp.accounting``, rounded the
 conservative way); the reserve delta / 1000 covers the in-MPC samplers' computed
-finite-precision deviation (about 1e-12 per session), which the run reports and the demo
-checks against it.
+finite-precision deviation (about 1e-12 per session at eps 1): ``build_plan`` refuses a plan
+whose least deviation already exceeds it (``distaim.reserve``), and every server checks its
+run's against it before reporting.
 """
 
 from __future__ import annotations
@@ -325,7 +326,9 @@ def parse_plan(mapping: dict[str, Any]) -> FixedRoundsPlan | AnnealingPlan:
 
 def build_plan(request: SessionRequest, modulus: int) -> FixedRoundsPlan | AnnealingPlan:
     """The public plan a server derives from the operator's request (raises ValueError with
-    a message for the operator on anything it cannot run)."""
+    a message for the operator on anything it cannot run, ``distaim.reserve.ReserveExceeded``
+    with its remedy where no run of the plan meets its delta reserve)."""
+    from distaim.reserve import check_plan
     from params.layout import MarginalLayout
     from params.schema import Schema, SchemaError
     try:
@@ -363,8 +366,11 @@ def build_plan(request: SessionRequest, modulus: int) -> FixedRoundsPlan | Annea
         # server parses from JSON (float 120.0)
         mpc_timeout=request.mpc_timeout, mpc_deadline=request.mpc_deadline)
     if request.rounds is None:
-        return AnnealingPlan(rounds=None, max_rounds=request.max_rounds, **common)
-    return FixedRoundsPlan(rounds=request.rounds, max_rounds=request.rounds, **common)
+        plan = AnnealingPlan(rounds=None, max_rounds=request.max_rounds, **common)
+    else:
+        plan = FixedRoundsPlan(rounds=request.rounds, max_rounds=request.rounds, **common)
+    check_plan(plan)  # a plan no run of which meets its reserve is refused here, not after
+    return plan
 
 
 def derive_plan(request: SessionRequest, modulus: int) -> dict[str, Any]:

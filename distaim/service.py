@@ -2,7 +2,8 @@
 derived from the operator's request, hashed client tokens, idempotent share uploads, the MPC
 run as a child process, the result.
 
-State: ``intake.sqlite`` (sessions, hashed client tokens, uploads) and per session
+State, the owner's only (directory 0700, files 0600, as the TFHE servers'):
+``intake.sqlite`` (sessions, hashed client tokens, uploads) and per session
 ``sessions/<id>/``: ``session.json`` (the plan + this server's pid, TLS files and the
 digest: what ``distaim.party`` reads), ``uploads/<client>/``, ``party.log``,
 ``result.json``. Design concerns as in ``common.serving``: hashed tokens compared in
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -61,6 +63,8 @@ class DistServer:
         if party not in (1, 2, 3):
             raise ValueError("party is 1, 2 or 3")
         self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
         self.x = party
         self.mpc_address = mpc_address
         self.mpc_tls = mpc_tls
@@ -235,7 +239,8 @@ class DistServer:
             folder = self.session_dir(session_id)
             (folder / "uploads").mkdir(exist_ok=True)
             parties = ",".join(f"{h}:{p}" for h, p in plan.mpc_parties)
-            log = (folder / "party.log").open("ab")
+            log = os.fdopen(os.open(folder / "party.log",
+                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
             self._procs[session_id] = subprocess.Popen(
                 [sys.executable, "-m", "distaim.party", "--pid", str(self.x - 1),
                  "--parties", parties, "--session-dir", str(folder),

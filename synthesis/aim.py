@@ -107,6 +107,7 @@ from synthesis.marginals import NoisyMarginal
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _GRID = 2 ** 20  # public values (model answers, penalties) are rounded to multiples of 2^-20
 SIZE_SHARE = Fraction(1, 100)  # of rho, for the noisy sizes of data that grows by round
+ALPHA = Fraction(9, 10)        # of a round's budget, on its measurement (AIM's alpha)
 ANNEALING_ROUND_ITERS = 100    # estimator steps a round in AIM's mode (module docstring)
 
 
@@ -186,7 +187,7 @@ class AimResult:
 
 def aim(oracle: MarginalOracle, domain_sizes: Sequence[int], workload: Sequence[Clique],
         rho: Fraction, *, max_model_size_mb: float = 80.0, max_rounds: int = 1000,
-        rounds: int | None = None, alpha: Fraction = Fraction(9, 10),
+        rounds: int | None = None, alpha: Fraction = ALPHA,
         round_iters: int | None = None, final_iters: int | None = None,
         backend: str = "numpy", rng: np.random.Generator | None = None,
         say: Callable[[str], None] = lambda _: None) -> AimResult:
