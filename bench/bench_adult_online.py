@@ -61,8 +61,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_scaleout import (ADULT_ROUNDS, FEDDPSYN_A6000_MIN, FU_ET_AL_MIN,  # noqa: E402
-                            add_levels, adult_p2, adult_plan, longest_first)
+from bench_scaleout import (  # noqa: E402
+    ADULT_ROUNDS,
+    FEDDPSYN_A6000_MIN,
+    FU_ET_AL_MIN,
+    add_levels,
+    adult_p2,
+    adult_plan,
+    longest_first,
+)
 
 CORES_HERE = 2
 PROJECTED_CORES = (2, 16, 64, 192)
@@ -122,7 +129,8 @@ def phases_of(lines: list[str], restarted_at: float | None = None) -> dict:
         picks = [(t, what) for t, what in events if "selection round" in what]
         released = first("release two_way published")
     except StopIteration:
-        raise SystemExit("the log holds no complete em session (P2, rounds, 2-way release)")
+        raise SystemExit("the log holds no complete em session (P2, rounds, 2-way release)"
+                         ) from None
     rounds, before, spanning = [], p2_end, []
     for t, _ in picks:
         restart = [r for r, what in events if what == "restart" and before < r < t]
@@ -148,9 +156,9 @@ def time_file(text: str) -> dict:
 
 def projection(measured: dict, overhead_s: float, batch: int) -> dict:
     """The model of the module docstring, per core count."""
+    from crypto.indif import chunk_bootstraps
     from crypto.selection_batches import batch_layout
     from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
-    from crypto.indif import chunk_bootstraps
 
     plan = adult_plan()
     cells = [slot.size for slot in plan.layout.two_way]

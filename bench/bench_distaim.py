@@ -89,8 +89,8 @@ def main() -> None:
     print("selected:", rep["selected"], "rho spent", rep["rho_spent"],
           "extra delta", rep["selection_extra_delta"] + rep["measurement_extra_delta"])
     from synthesis.aim import PlainOracle, aim
-    from synthesis.graphical_model import GraphicalModel
     from synthesis.evaluate import workload_error
+    from synthesis.graphical_model import GraphicalModel
     from synthesis.marginals import NoisyMarginal
     model = GraphicalModel(sizes)
     model.fit([NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float).reshape(

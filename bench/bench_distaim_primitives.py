@@ -21,8 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim_common import run_as_three_parties  # noqa: E402
-from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # noqa: E402
-                                 party_runtime)
+from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, PartyAddress, party_runtime  # noqa: E402
 from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian  # noqa: E402
 from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism  # noqa: E402
 

@@ -31,10 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.distaim_common import (adult, all_pairs, local_oracle,  # noqa: E402
-                                   run_as_three_parties, summary)
-from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress,  # noqa: E402
-                                 party_runtime)
+from bench.distaim_common import adult, all_pairs, local_oracle, run_as_three_parties, summary  # noqa: E402
+from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, PartyAddress, party_runtime  # noqa: E402
 
 
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:
@@ -84,8 +82,8 @@ def _party(pid: int, addresses: list[PartyAddress], args) -> None:
 
 
 def _utility(repeats: int) -> None:
-    from dp.accounting import eps_delta_to_rho
     from distaim.protocol import Layout, client_vector
+    from dp.accounting import eps_delta_to_rho
     from synthesis.aim import aim
     from synthesis.evaluate import workload_error
 

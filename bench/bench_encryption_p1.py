@@ -23,8 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from concrete import fhe  # noqa: E402
 
-from crypto.aggregation import (aggregate_plaintext, chunk_ranges, compile_aggregation,  # noqa: E402
-                                decode_release, release_offset)
+from crypto.aggregation import (  # noqa: E402
+    aggregate_plaintext,
+    chunk_ranges,
+    compile_aggregation,
+    decode_release,
+    release_offset,
+)
 from crypto.masking import expand_masks, mask_counts, new_seed  # noqa: E402
 from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 from params.layout import MarginalLayout  # noqa: E402

@@ -74,9 +74,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from concrete import fhe  # noqa: E402
 
 from crypto.joint_noise import draw_bits, joint_noise_plaintext  # noqa: E402
-from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores,  # noqa: E402
-                                 decode_joint_score, decode_noisy_score,
-                                 joint_score_plaintext, noise_operand, noisy_score_plaintext)
+from crypto.noisy_scores import (  # noqa: E402
+    NoisyScoreShape,
+    compile_noisy_scores,
+    decode_joint_score,
+    decode_noisy_score,
+    joint_score_plaintext,
+    noise_operand,
+    noisy_score_plaintext,
+)
 from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

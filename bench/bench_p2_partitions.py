@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_scaleout import adult_plan  # noqa: E402
-from crypto.private_selection import (PrivateSelectionShape,  # noqa: E402
-                                      compile_private_selection)
+
+from crypto.private_selection import PrivateSelectionShape, compile_private_selection  # noqa: E402
 from crypto.tfhe_permute_and_flip import thresholds  # noqa: E402
 
 

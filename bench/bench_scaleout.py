@@ -61,8 +61,13 @@ sys.path.insert(0, str(ROOT))
 
 # No concrete import at this level: spawned workers re-import this file as their main
 # module, and concrete must load there only after the worker has pinned its OpenMP threads.
-from computeserver.executor import (CallTask, Circuit, InProcessExecutor,  # noqa: E402
-                                    LocalPoolExecutor, map_summed)
+from computeserver.executor import (  # noqa: E402
+    CallTask,
+    Circuit,
+    InProcessExecutor,
+    LocalPoolExecutor,
+    map_summed,
+)
 from computeserver.selection import batched_select  # noqa: E402
 
 K, CHUNK = 12, 16

@@ -31,9 +31,14 @@ from concrete import fhe  # noqa: E402
 
 from crypto.selection_cost import pbs_estimate  # noqa: E402
 from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
-from crypto.tfhe_permute_and_flip import (choose_shape, clear_arguments,  # noqa: E402
-                                          compile_selection, plan_step, select_plaintext,
-                                          thresholds)
+from crypto.tfhe_permute_and_flip import (  # noqa: E402
+    choose_shape,
+    clear_arguments,
+    compile_selection,
+    plan_step,
+    select_plaintext,
+    thresholds,
+)
 
 
 def main() -> None:

@@ -27,8 +27,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
-from crypto.tfhe_permute_and_flip import (SelectionShape, acceptance_weights,  # noqa: E402
-                                          clear_arguments, compile_selection, thresholds)
+from crypto.tfhe_permute_and_flip import (  # noqa: E402
+    SelectionShape,
+    acceptance_weights,
+    clear_arguments,
+    compile_selection,
+    thresholds,
+)
 from dp.accounting import eps_delta_to_rho  # noqa: E402
 from dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, dataset  # noqa: E402

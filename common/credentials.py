@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -43,7 +44,8 @@ class ClientTokens(Protocol):
         """client id -> token hash; ``ServiceError(404)`` for an unknown session."""
 
 
-def store_client_tokens(conn, session_id: str, tokens: Mapping[str, str]) -> None:
+def store_client_tokens(conn: sqlite3.Connection, session_id: str,
+                        tokens: Mapping[str, str]) -> None:
     """Keep the hashes of a new session's client tokens, in the caller's transaction."""
     conn.executemany("INSERT INTO client_tokens VALUES (?, ?, ?)",
                      [(session_id, c, token_hash(t)) for c, t in tokens.items()])

@@ -15,15 +15,16 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("feddpsyn")
 
@@ -48,7 +49,7 @@ def already_stored(stored: str | None, new: str, what: str, client_id: str) -> b
                             "this session")
 
 
-def service_app(title: str, description: str, worker: "BackgroundWorker",
+def service_app(title: str, description: str, worker: BackgroundWorker,
                 on_shutdown: Callable[[], None], max_body_bytes: int) -> FastAPI:
     """A FastAPI app with what both servers need: the background job's lifetime, typed
     errors as ``{"detail": ...}``, and a body-size limit checked before any body is read."""
@@ -81,7 +82,7 @@ def service_app(title: str, description: str, worker: "BackgroundWorker",
         return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         # FastAPI answers a JSON body it cannot decode at all (bytes that are not UTF-8,
         # nesting too deep for the parser) with an undocumented 400; it is the same client
         # mistake as malformed JSON, which is a documented 422.
@@ -106,11 +107,11 @@ class BodyLimit:
     clean 413 rather than a 500.
     """
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int):
         self.app = app
         self.max_bytes = max_bytes
 
-    async def _refuse(self, send) -> None:
+    async def _refuse(self, send: Send) -> None:
         body = JSONResponse(status_code=413, content={
             "detail": f"request body larger than {self.max_bytes} bytes"}).body
         await send({"type": "http.response.start", "status": 413,
@@ -118,7 +119,7 @@ class BodyLimit:
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers", [])).get(b"content-length")
@@ -127,7 +128,7 @@ class BodyLimit:
         received = 0
         started = refused = False
 
-        async def counting_receive():
+        async def counting_receive() -> Message:
             nonlocal received, refused
             if refused:
                 return {"type": "http.disconnect"}
@@ -141,7 +142,7 @@ class BodyLimit:
                     return {"type": "http.disconnect"}
             return message
 
-        async def guarded_send(message):
+        async def guarded_send(message: Message) -> None:
             nonlocal started
             if refused:
                 return  # the 413 has been sent; drop whatever the app answers afterwards
@@ -202,7 +203,7 @@ class Database:
         return conn
 
     @contextmanager
-    def connect(self):
+    def connect(self) -> Iterator[sqlite3.Connection]:
         conn = self._open()
         try:
             yield conn
@@ -210,7 +211,7 @@ class Database:
             conn.close()
 
     @contextmanager
-    def transaction(self):
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         """An IMMEDIATE transaction: writers are serialised, so check-then-write is atomic."""
         with self._write_lock:
             conn = self._open()
@@ -228,7 +229,7 @@ class Database:
 class BackgroundWorker:
     """Runs ``step`` every ``interval`` seconds on a daemon thread until ``stop``."""
 
-    def __init__(self, name: str, step: Callable[[], None], interval: float = 0.5):
+    def __init__(self, name: str, step: Callable[[], object], interval: float = 0.5):
         self.name = name
         self._step = step
         self._interval = interval

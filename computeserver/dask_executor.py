@@ -17,7 +17,7 @@ Design concerns:
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from distributed import Client, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin

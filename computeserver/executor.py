@@ -48,12 +48,18 @@ import os
 import tempfile
 import threading
 import time
-from concurrent.futures import (FIRST_COMPLETED, Future, ProcessPoolExecutor,
-                                ThreadPoolExecutor, wait)
+from collections.abc import Callable, Sequence
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence, Union
+from typing import Protocol
 
 import numpy as np
 
@@ -65,7 +71,7 @@ __all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExe
 log = logging.getLogger("feddpsyn.computeserver")
 
 # A clear argument is a numpy array; an encrypted one the bytes of a serialized fhe.Value.
-Argument = Union[bytes, np.ndarray]
+Argument = bytes | np.ndarray
 
 
 @dataclass(frozen=True)

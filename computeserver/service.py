@@ -8,10 +8,10 @@ Design concerns:
   the P1 circuit whose clear offset already carries this server's discrete Gaussian noise
   on every selected cell (and a fresh uniform bit above the k count bits), or, on a joint
   release, the one joint noise: the key server's encrypted bits XORed with this server's
-  (``crypto.joint_noise``), so that the key server decrypts count + Z with Z unknown to it. The noise is
-  used once: the circuit outputs are stored durably before the request, so a retry after a
-  crash re-sends the same ciphertexts (which the key server recognises) instead of drawing
-  new noise.
+  (``crypto.joint_noise``), so that the key server decrypts count + Z with Z unknown to it.
+  The noise is used once: the circuit outputs are stored durably before the request, so a
+  retry after a crash re-sends the same ciphertexts (which the key server recognises)
+  instead of drawing new noise.
 * **A mismatched client is never summed.** The key server forwards each masked vector's
   seed commitment; a client whose seed here does not match it blocks the session with a
   clear record.
@@ -118,7 +118,8 @@ class ComputeServer:
             response = self._http.get(f"/peer/sessions/{session_id}")
         except httpx.TransportError as exc:
             raise ServiceError(503, "the key server is unreachable, so this session cannot "
-                                    f"be looked up now ({type(exc).__name__}); retry later") from None
+                                    f"be looked up now ({type(exc).__name__}); retry later"
+                               ) from None
         if response.status_code == 404:
             raise ServiceError(404, f"unknown session {session_id!r}")
         response.raise_for_status()

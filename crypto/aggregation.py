@@ -35,8 +35,8 @@ from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
 
-__all__ = ["compile_aggregation", "release_offset", "decode_release", "publish_counts", "aggregate_plaintext",
-           "chunk_ranges"]
+__all__ = ["compile_aggregation", "release_offset", "decode_release", "publish_counts",
+           "aggregate_plaintext", "chunk_ranges"]
 
 
 def _aggregate_function(n_clients: int):

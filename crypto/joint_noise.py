@@ -82,8 +82,7 @@ from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
 from crypto.aggregation import release_offset
-from dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, orders_for,
-                                       smallest_coins)
+from dp.joint_noise_accounting import JointNoiseShape, cheapest_uniforms, orders_for, smallest_coins
 
 __all__ = ["JointNoiseShape", "compile_joint_release", "columns_for", "padded_weights",
            "draw_bits", "signed_weights",
@@ -296,7 +295,7 @@ def choose_shape(marginals: int, rho: Fraction, rho_total: Fraction, delta: floa
     variance below ``max_variance``. Raises ValueError when nothing within them matches."""
     orders = orders_for(rho_total, delta)
     coins = None
-    if max_span is None or 2 <= max_span:
+    if max_span is None or max_span >= 2:
         try:
             coins = smallest_coins(marginals, rho, orders,
                                    n_max=min(x for x in (max_bits, max_span, 1 << 24)

@@ -7,8 +7,8 @@ so that the key server, which decrypts, only ever sees a noisy score: the comput
 clear discrete Gaussian z (two-server scores), or one joint noise Z neither server knows.
 One concrete module, one key set, three functions:
 
-* ``indif_<s>(masked_digits, offset_digits)`` (one per chunk size) and ``add(x, y)``: exactly those of
-  ``crypto.private_selection`` (same code, ``score_functions``), without ``select``, so the
+* ``indif_<s>(masked_digits, offset_digits)`` (one per chunk size) and ``add(x, y)``: exactly
+  those of ``crypto.private_selection`` (same code, ``score_functions``), without ``select``, so the
   ``em`` module and its keys stay as they are;
 * ``noise(x, c)``: a ripple-carry adder with a *clear* operand: x is a score's n encrypted
   digits, c the digits of z + 2^B (clear, ``out_bits`` of them). Per digit the total
@@ -67,8 +67,12 @@ import numpy as np
 from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
-from crypto.private_selection import (check_chunk_sizes, indif_definitions, score_functions,
-                                      score_inputsets)
+from crypto.private_selection import (
+    check_chunk_sizes,
+    indif_definitions,
+    score_functions,
+    score_inputsets,
+)
 from dp.joint_noise_accounting import JointNoiseShape
 
 __all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "noise_offset_bits",

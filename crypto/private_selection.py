@@ -43,8 +43,13 @@ from concrete import fhe
 
 from crypto._concrete import ensure_tag_stack
 from crypto.indif import _indif_bits_function, indif_inputset
-from crypto.selection_batches import (BatchLayout, batch_least_core, batch_mask_core,
-                                      batch_maximum_core, batch_pick_core)
+from crypto.selection_batches import (
+    BatchLayout,
+    batch_least_core,
+    batch_mask_core,
+    batch_maximum_core,
+    batch_pick_core,
+)
 from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, select_core
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",

@@ -44,10 +44,17 @@ import numpy as np
 from concrete import fhe
 
 from crypto._concrete import lookup
-from crypto.tfhe_permute_and_flip import (AND_TABLE, SelectionShape, accepted_plaintext,
-                                          encrypted_acceptances, encrypted_maximum,
-                                          least_priority, or_elements, priority_values,
-                                          quantised_scores)
+from crypto.tfhe_permute_and_flip import (
+    AND_TABLE,
+    SelectionShape,
+    accepted_plaintext,
+    encrypted_acceptances,
+    encrypted_maximum,
+    least_priority,
+    or_elements,
+    priority_values,
+    quantised_scores,
+)
 
 __all__ = ["BatchLayout", "batch_layout", "BatchedSelection", "batched_select_plaintext",
            "batch_maximum_core", "batch_pick_core", "batch_least_core", "batch_mask_core"]

@@ -5,10 +5,10 @@ SubRoutine 1, for an encrypted non-positive score U (fixed point, U ~ 2^lambda u
     U <- max(U, -(2^n_b - 1));  y_0 <- 2^kappa
     for j in 0 .. n_b - 1:
         b_j <- bit j of -U
-        c_j <- round(2^kappa'_j * exp(-eps * 2^(j - lambda)))          (public constant)
+        c_j <- round(2^kappa'_j * exp(-eps * 2^(j - lambda)))   (public constant)
         t_j <- 2^kappa'_j - b_j (2^kappa'_j - c_j)
-        y_{j+1} <- (y_j t_j + 2^(kappa'_j - 1)) >> kappa'_j            (rounded product)
-    return y_{n_b}                                                      (~ 2^kappa exp(eps U / 2^lambda))
+        y_{j+1} <- (y_j t_j + 2^(kappa'_j - 1)) >> kappa'_j     (rounded product)
+    return y_{n_b}                                               (~ 2^kappa exp(eps U / 2^lambda))
 
 This module is the exact integer model of that arithmetic, vectorised over every input at
 once: it is what the encrypted circuit must reproduce bit for bit, and what the privacy-loss

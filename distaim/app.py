@@ -38,8 +38,14 @@ from common.credentials import member_check, own_client_check, read_or_create_to
 from common.serving import BackgroundWorker, service_app
 from distaim.plan import SessionRequest
 from distaim.service import DistServer
-from distaim.wire import (MAX_BODY_BYTES, DistSessionCreated, DistSessionInfo, DistStatus,
-                          ServerInfo, ShareUpload)
+from distaim.wire import (
+    MAX_BODY_BYTES,
+    DistSessionCreated,
+    DistSessionInfo,
+    DistStatus,
+    ServerInfo,
+    ShareUpload,
+)
 
 __all__ = ["create_app"]
 

@@ -90,8 +90,8 @@ def upload_vector(http: httpx.Client, servers: list[str], session_id: str, clien
 def upload_csv(servers: list[str], session_id: str, client_id: str, token: Tokens,
                csv_path: Path, schema_path: Path, timeout: float = 120) -> tuple[int, int]:
     """(rows, bytes sent) for one data owner's CSV."""
-    from params.table_codec import encode_csv
     from params.schema import Schema
+    from params.table_codec import encode_csv
     with httpx.Client(timeout=timeout) as http:
         info = session_info(http, servers, session_id, token)
         layout = MarginalLayout.for_workload(info["domain_sizes"],

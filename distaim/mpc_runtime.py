@@ -186,14 +186,14 @@ def _bound_runtime_class():
                                              if self.ssl_context_client else None)),
                             timeout=min(remaining, 5.0))
                         break
-                    except (OSError, asyncio.TimeoutError) as exc:
+                    except (TimeoutError, OSError) as exc:
                         if attempt % 50 == 0:
                             log.debug("connect to party %d: %s", peer.pid, exc)
                     await asyncio.sleep(0.1)
             try:
                 await asyncio.wait_for(self.parties[self.pid].protocol,
                                        timeout=max(0.1, deadline - loop.time()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise PartyTimeout(f"not all parties connected within {timeout} s") from None
             finally:
                 if server is not None:
@@ -216,7 +216,7 @@ def _bound_runtime_class():
             self._closing = True
             try:
                 await asyncio.wait_for(super().shutdown(), timeout=timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 for peer in self.parties:
                     if peer.pid != self.pid and peer.protocol is not None:
                         peer.protocol.close_connection()

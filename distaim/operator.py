@@ -1,19 +1,20 @@
 """The operator's side of a DistAIM session: create it at the three servers (one plan, one
 digest), read its status, start its MPC run, delete it.
 
-Design concern: **the three servers hold the same session or none of it.** ``create_session``
-first reads each server's public configuration (``GET /server``: party number in the given
-order, MPC address, field, TLS on its MPC channels: the same at all three), builds one ``SessionRequest``, derives the plan and its digest
-locally (``distaim.plan``, the same function the servers run), then creates the session at
-server 1, 2, 3 in turn, checking each returned digest against its own. If a server refuses
-(or answers with another digest, or cannot be reached), the servers where this call created
-the session are rolled back (``DELETE``) and the error names the server and its reason.
-Creation is idempotent at each server by session id + plan digest, so repeating a request
-that succeeded everywhere is harmless (no tokens are shown a second time). Per-client
-bearer tokens are returned by each server once; ``CreatedSession.tokens`` holds, for each
-client, its three tokens in server order (what a client's token file lists, one a line).
-``run_session`` starts the run only if the three servers report the same plan digest and
-an open intake; their MPC parties compare digests again before touching any share.
+Design concern: **the three servers hold the same session or none of it.**
+``create_session`` first reads each server's public configuration (``GET /server``: party
+number in the given order, MPC address, field, TLS on its MPC channels: the same at all
+three), builds one ``SessionRequest``, derives the plan and its digest locally
+(``distaim.plan``, the same function the servers run), then creates the session at server 1,
+2, 3 in turn, checking each returned digest against its own. If a server refuses (or answers
+with another digest, or cannot be reached), the servers where this call created the session
+are rolled back (``DELETE``) and the error names the server and its reason. Creation is
+idempotent at each server by session id + plan digest, so repeating a request that succeeded
+everywhere is harmless (no tokens are shown a second time). Per-client bearer tokens are
+returned by each server once; ``CreatedSession.tokens`` holds, for each client, its three
+tokens in server order (what a client's token file lists, one a line). ``run_session``
+starts the run only if the three servers report the same plan digest and an open intake;
+their MPC parties compare digests again before touching any share.
 """
 
 from __future__ import annotations

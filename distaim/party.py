@@ -16,10 +16,11 @@ Right after connecting, the three parties exchange the digest of their session p
 is read as the plan's mapping (``distaim.plan.DistPlanFields.mapping`` plus this server's
 own keys), so the digest is the typed plan's; a session written by hand may leave out the
 keys the run does not need (an absent ``schedule`` is read as ``distaim.plan.schedule_of``
-says: interleaved at participation below 1, as plans without the key ran). The session directory is what ``distaim.app`` keeps per session
-(or a test writes); per client, the explicit share vectors of parties 2 and 3
-(``share2.bin``, ``share3.bin``: fixed-width field elements,
-``distaim.sharing.encode_vector``) and party 1's 32-byte seed (``seed1.bin``).
+says: interleaved at participation below 1, as plans without the key ran). The session
+directory is what ``distaim.app`` keeps per session (or a test writes); per client, the
+explicit share vectors of parties 2 and 3 (``share2.bin``, ``share3.bin``: fixed-width
+field elements, ``distaim.sharing.encode_vector``) and party 1's 32-byte seed
+(``seed1.bin``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ import numpy as np
 
 from common.serving import write_private
 from distaim import sharing
-from distaim.mpc_runtime import (EM_SECINT_BITS, SECINT_BITS, PartyAddress, exit_after,
-                                 mpyc_module, party_runtime)
+from distaim.mpc_runtime import (
+    EM_SECINT_BITS,
+    SECINT_BITS,
+    PartyAddress,
+    exit_after,
+    mpyc_module,
+    party_runtime,
+)
 from distaim.plan import plan_digest, schedule_of
 from distaim.protocol import Participation, Schedule, admit_clients, aggregate
 from distaim.reserve import ReserveExceeded, check_reserve, tv_to_delta
@@ -118,8 +125,8 @@ def tls_contexts(tls: dict | None):
 
 def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: Path,
               timeout: float = 120.0) -> dict:
-    from synthesis.aim import aim
     from distaim.oracle import SCORE_GRID_BITS, MpcOracle
+    from synthesis.aim import aim
     session = json.loads((session_dir / "session.json").read_text())
     layout = MarginalLayout.for_workload(session["domain_sizes"],
                                          [tuple(c) for c in session["workload"]])

@@ -37,10 +37,17 @@ import itertools
 import json
 import re
 from fractions import Fraction
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (Discriminator, Field, Tag, TypeAdapter, field_validator, model_serializer,
-                      model_validator)
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from common import wire
 from dp.accounting import eps_delta_to_rho
@@ -313,8 +320,8 @@ def _mode(plan: Any) -> str:
     return "annealing" if rounds is None else "fixed-rounds"
 
 
-DistPlan = Annotated[Union[Annotated[FixedRoundsPlan, Tag("fixed-rounds")],
-                           Annotated[AnnealingPlan, Tag("annealing")]],
+DistPlan = Annotated[Annotated[FixedRoundsPlan, Tag("fixed-rounds")]
+                     | Annotated[AnnealingPlan, Tag("annealing")],
                      Discriminator(_mode)]
 _PLAN = TypeAdapter(DistPlan)
 

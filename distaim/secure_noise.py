@@ -99,7 +99,7 @@ class AliasTable:
     alias: tuple[int, ...]
 
     @classmethod
-    def from_weights(cls, values: list[int], weights: list[int], k: int, b: int) -> "AliasTable":
+    def from_weights(cls, values: list[int], weights: list[int], k: int, b: int) -> AliasTable:
         slots, unit = 1 << k, 1 << b
         if sum(weights) != slots * unit or len(values) > slots or min(weights) < 0:
             raise ValueError("weights must be >= 0, at most 2^k of them, summing to 2^(k+b)")
@@ -199,7 +199,7 @@ class GaussianPlan:
 
     @staticmethod
     @lru_cache(maxsize=64)
-    def for_sigma2(sigma2: Fraction, b: int = THRESHOLD_BITS) -> "GaussianPlan":
+    def for_sigma2(sigma2: Fraction, b: int = THRESHOLD_BITS) -> GaussianPlan:
         """Levels Z_0 + s (Z_1 + s (Z_2 + ...)): every level but the last has tau = TAU_BASE,
         so every table has at most 2^9 slots; the TV bound adds up level by level
         (TV(Z_0 + s W, target) <= TV(W, G) + TV(Z_0 + s G, target) for G the ideal of W)."""
@@ -243,7 +243,7 @@ def _secure_alias(rt, secint, table: AliasTable, n: int):
 
 def secure_discrete_gaussian(rt, secint, plan: GaussianPlan, n: int):
     """n secret samples of N_Z(0, plan.sigma2) (within plan.tv_bound each) in ``secint``."""
-    if THRESHOLD_BITS + 2 > secint.bit_length:
+    if secint.bit_length < THRESHOLD_BITS + 2:
         raise ValueError("secure type too short for the coin comparison")
     noise = None
     for level in plan.levels:

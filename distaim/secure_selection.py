@@ -60,7 +60,7 @@ class SelectionPlan:
 
     @classmethod
     def build(cls, epsilon: Fraction | float, sensitivity: int, candidates: int) -> \
-            "SelectionPlan":
+            SelectionPlan:
         epsilon = Fraction(epsilon)
         if epsilon <= 0 or sensitivity <= 0 or not 1 <= candidates < 512:
             raise ValueError("need epsilon > 0, sensitivity > 0, 1 <= candidates < 512")

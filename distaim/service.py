@@ -25,8 +25,12 @@ import time
 from pathlib import Path
 
 from common import wire
-from common.credentials import (CLIENT_TOKENS_SQL, new_token, store_client_tokens,
-                                stored_token_hashes)
+from common.credentials import (
+    CLIENT_TOKENS_SQL,
+    new_token,
+    store_client_tokens,
+    stored_token_hashes,
+)
 from common.serving import Database, ServiceError, already_stored, write_private
 from distaim import sharing
 from distaim.plan import AnnealingPlan, FixedRoundsPlan, SessionRequest, build_plan, parse_plan

@@ -23,7 +23,8 @@ __all__ = ["random_range_queries", "range_query_error", "wasserstein_one_way"]
 
 
 def random_range_queries(domain_sizes: tuple[int, ...], ordered: tuple[bool, ...], dims: int,
-                         count: int, rng: np.random.Generator) -> list[list[tuple[int, np.ndarray]]]:
+                         count: int, rng: np.random.Generator
+                         ) -> list[list[tuple[int, np.ndarray]]]:
     """``count`` queries; each a list of (attribute, boolean mask over its values)."""
     queries = []
     for _ in range(count):

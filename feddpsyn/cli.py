@@ -16,13 +16,20 @@ audience's commands live in their own module.
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 import typer
 
-from feddpsyn import (cli_bench, cli_client, cli_demo, cli_operator, cli_parameters, cli_schema,
-                      cli_servers, cli_synthesize)
+from feddpsyn import (
+    cli_bench,
+    cli_client,
+    cli_demo,
+    cli_operator,
+    cli_parameters,
+    cli_schema,
+    cli_servers,
+    cli_synthesize,
+)
 from feddpsyn.distaim_cli import app as distaim_app
 
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
@@ -63,4 +70,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,9 +13,9 @@ from feddpsyn.terminal import fail, read_token
 
 def _encode_local(csv_path: Path, schema: Path, on_invalid: str):
     """(schema, encoded table, all-pairs layout) of a local CSV, or a clear error and exit 2."""
-    from params.table_codec import InvalidValueError, encode_csv
     from params.layout import MarginalLayout
     from params.schema import Schema, SchemaError
+    from params.table_codec import InvalidValueError, encode_csv
 
     try:
         s = Schema.load(schema)
@@ -56,7 +55,7 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
                   token_file: Path = typer.Option(...), csv_path: Path = typer.Option(..., "--csv"),
                   on_invalid: str = "error",
                   state_dir: Path = typer.Option(Path(".feddpsyn-client")),
-                  ca_file: Optional[Path] = typer.Option(
+                  ca_file: Path | None = typer.Option(
                       None, help="CA certificate to verify HTTPS servers")) -> None:
     """Mask and upload this owner's counts (idempotent: safe to re-run)."""
     from clients.agent import AgentError, ClientAgent
@@ -79,7 +78,7 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
 def client_release(keyserver: str = typer.Option(...), session: str = typer.Option(...),
                    client_id: str = typer.Option(...), token_file: Path = typer.Option(...),
                    out: Path = typer.Option(...),
-                   ca_file: Optional[Path] = typer.Option(
+                   ca_file: Path | None = typer.Option(
                        None, help="CA certificate to verify an HTTPS key server")) -> None:
     """Download the session's released noisy marginals (with their accounting)."""
     from clients.agent import AgentError, ClientAgent

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,12 +12,12 @@ from feddpsyn.terminal import fail, read_token
 
 def keyserver(host: str = "127.0.0.1", port: int = 8700,
               state_dir: Path = typer.Option(..., help="where keys, ledger and state live"),
-              peer_token_file: Optional[Path] = typer.Option(
+              peer_token_file: Path | None = typer.Option(
                   None, help="token shared with the compute server (default: "
                              "STATE_DIR/peer.token, created if missing)"),
-              ssl_certfile: Optional[Path] = typer.Option(None, help="serve HTTPS with this "
-                                                                     "certificate (PEM)"),
-              ssl_keyfile: Optional[Path] = typer.Option(None, help="its private key (PEM)"),
+              ssl_certfile: Path | None = typer.Option(None, help="serve HTTPS with this "
+                                                                "certificate (PEM)"),
+              ssl_keyfile: Path | None = typer.Option(None, help="its private key (PEM)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
     from common.credentials import read_or_create_token
@@ -31,8 +30,8 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
     _serve(create_app(state_dir, peer), host, port, log_level, ssl_certfile, ssl_keyfile)
 
 
-def _serve(app, host: str, port: int, log_level: str, certfile: Optional[Path],
-           keyfile: Optional[Path]) -> None:
+def _serve(app, host: str, port: int, log_level: str, certfile: Path | None,
+           keyfile: Path | None) -> None:
     import uvicorn
 
     from common.serving import BodyLimit
@@ -46,27 +45,27 @@ def _serve(app, host: str, port: int, log_level: str, certfile: Optional[Path],
 def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   state_dir: Path = typer.Option(...),
                   keyserver: str = typer.Option(..., help="the key server's base URL"),
-                  peer_token_file: Optional[Path] = typer.Option(
+                  peer_token_file: Path | None = typer.Option(
                       None, help="token shared with the key server (default: "
                                  "STATE_DIR/peer.token, a copy of the key server's)"),
-                  keyserver_ca: Optional[Path] = typer.Option(
+                  keyserver_ca: Path | None = typer.Option(
                       None, help="CA certificate to verify an HTTPS key server"),
-                  ssl_certfile: Optional[Path] = None, ssl_keyfile: Optional[Path] = None,
-                  workers: Optional[int] = typer.Option(
+                  ssl_certfile: Path | None = None, ssl_keyfile: Path | None = None,
+                  workers: int | None = typer.Option(
                       None, help="run the encrypted selection in this many local worker "
                                  "processes (0: threads in the server's process, the default)"),
-                  dask_scheduler: Optional[str] = typer.Option(
+                  dask_scheduler: str | None = typer.Option(
                       None, help="run it on a Dask cluster instead: the scheduler's address, "
                                  "tcp://HOST:PORT (tls://HOST:PORT with the --dask-tls-* files)"),
-                  dask_tls_ca: Optional[Path] = typer.Option(None, help="CA of the cluster"),
-                  dask_tls_cert: Optional[Path] = typer.Option(
+                  dask_tls_ca: Path | None = typer.Option(None, help="CA of the cluster"),
+                  dask_tls_cert: Path | None = typer.Option(
                       None, help="this server's certificate for the cluster (PEM)"),
-                  dask_tls_key: Optional[Path] = typer.Option(None, help="its private key"),
+                  dask_tls_key: Path | None = typer.Option(None, help="its private key"),
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
+    from common.serving import configure_logging
     from computeserver.app import create_app
     from computeserver.executor_choice import make_executor
-    from common.serving import configure_logging
 
     configure_logging(log_level.upper())
     peer_token_file = peer_token_file or state_dir / "peer.token"

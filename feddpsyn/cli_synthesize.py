@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,12 +12,12 @@ from feddpsyn.terminal import fail
 
 
 def synthesize(release: Path = typer.Option(...),
-               schema: Optional[Path] = typer.Option(
+               schema: Path | None = typer.Option(
                    None, help="must match the release's schema (checked)"),
                method: str = typer.Option("auto", help="auto (gum when every pair is "
                                           "released, else pgm) | gum | pgm"),
-               rows: Optional[int] = typer.Option(None, help="default: estimated union size"),
-               out: Path = typer.Option(...), seed: Optional[int] = None) -> None:
+               rows: int | None = typer.Option(None, help="default: estimated union size"),
+               out: Path = typer.Option(...), seed: int | None = None) -> None:
     """Turn released noisy marginals into a synthetic CSV in the original values."""
     from pydantic import ValidationError
 

@@ -78,8 +78,8 @@ def serve(state_dir: Path = typer.Option(..., help="this server's state (created
     """Serve one DistAIM server: operator sessions, client share intake, MPC run, release."""
     import uvicorn
 
-    from distaim.app import create_app
     from common.serving import BodyLimit
+    from distaim.app import create_app
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
     tls_files = (mpc_tls_ca, mpc_tls_cert, mpc_tls_key)
@@ -253,10 +253,10 @@ def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(.
           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
     """Encode a CSV with the schema, count the session's workload marginals and write the
     seed-compressed shares for the three servers."""
-    from params.table_codec import encode_csv
     from distaim.party import write_client_upload
     from distaim.protocol import Layout, client_vector
     from params.schema import Schema
+    from params.table_codec import encode_csv
     session = json.loads((session_dir / "session.json").read_text())
     layout = Layout.for_workload(session["domain_sizes"], [tuple(c) for c in session["workload"]])
     records = encode_csv(csv, Schema.load(schema)).records

@@ -20,8 +20,12 @@ from common.serving import write_private
 from crypto.aggregation import compile_aggregation
 from crypto.indif import digits_of
 from crypto.joint_noise import compile_joint_release
-from crypto.private_selection import (PrivateSelectionShape, batch_names,
-                                      compile_private_selection, indif_name)
+from crypto.private_selection import (
+    PrivateSelectionShape,
+    batch_names,
+    compile_private_selection,
+    indif_name,
+)
 from params.session_plan import SessionPlan
 
 
@@ -62,7 +66,8 @@ class SessionKeys:
         return f"SessionKeys(n_clients={self._n_clients})"
 
     @staticmethod
-    def create(plan: SessionPlan, n_clients: int, directory: Path) -> tuple[SessionKeys, bytes, bytes]:
+    def create(plan: SessionPlan, n_clients: int,
+               directory: Path) -> tuple[SessionKeys, bytes, bytes]:
         """Compile, generate keys, persist them; return (keys, server.zip bytes, eval keys).
         With a joint release the P1 circuit is the joint one, for every release."""
         p = plan.parameters

@@ -61,7 +61,8 @@ class Releases:
         self._selection = selection
         self.db: Database = sessions.db
 
-    def release_chunks(self, session_id: str, plan: SessionPlan, name: str) -> tuple[list[int], np.ndarray]:
+    def release_chunks(self, session_id: str, plan: SessionPlan,
+                       name: str) -> tuple[list[int], np.ndarray]:
         """Chunk indices a release touches, and its cells' positions in the full vector."""
         spec = self._release_spec(session_id, plan, name)
         cells = plan.layout.cells_of(plan.slots_of(spec))

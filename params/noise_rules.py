@@ -19,8 +19,12 @@ from typing import TYPE_CHECKING
 from crypto.joint_noise import check_room, choose_shape
 from crypto.noisy_scores import NoisyScoreShape
 from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
-from dp.joint_noise_accounting import (JointNoiseShape, orders_for, release_marginals,
-                                       release_matches)
+from dp.joint_noise_accounting import (
+    JointNoiseShape,
+    orders_for,
+    release_marginals,
+    release_matches,
+)
 from dp.privsyn_allocation import allocation_weight
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet

@@ -51,7 +51,8 @@ def get_parameter_set(name: str) -> ParameterSet:
     try:
         return PARAMETER_SETS[name]
     except KeyError:
-        raise ValueError(f"unknown parameter set {name!r}; known: {sorted(PARAMETER_SETS)}") from None
+        raise ValueError(f"unknown parameter set {name!r}; known: "
+                         f"{sorted(PARAMETER_SETS)}") from None
 
 
 @dataclass(frozen=True)

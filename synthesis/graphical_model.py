@@ -161,6 +161,7 @@ class GraphicalModel:
             self._marginals = list(zip(self.pgm.tree.nodes, self.pgm.beliefs))
             return
         from synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
+        # isort: split
         from mbi import Domain, LinearMeasurement, estimation
 
         lm = [LinearMeasurement(np.asarray(m.counts, dtype=float).ravel(),

@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from crypto.aggregation import (aggregate_plaintext, compile_aggregation, decode_release,
-                                release_offset)
+from crypto.aggregation import (
+    aggregate_plaintext,
+    compile_aggregation,
+    decode_release,
+    release_offset,
+)
 from crypto.masking import expand_masks, mask_counts, new_seed
 
 K, N_CLIENTS, CHUNK = 16, 3, 32

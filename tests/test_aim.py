@@ -10,8 +10,13 @@ from scipy import stats
 from dp.discrete_gaussian import ExactSampler
 from dp.exponential_mechanism import em_probabilities
 from synthesis.aim import PlainOracle, aim, completion, workload_weights
-from synthesis.graphical_model import (GraphicalModel, eliminate, junction_tree_cells,
-                                       marginal_counts, merge_measurements)
+from synthesis.graphical_model import (
+    GraphicalModel,
+    eliminate,
+    junction_tree_cells,
+    marginal_counts,
+    merge_measurements,
+)
 from synthesis.marginals import NoisyMarginal
 from synthesis.mirror_descent import MirrorDescentPGM
 

@@ -11,9 +11,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_joint_noise import (CLIENTS, COUNT_BOUND, JointVariant,  # noqa: E402
-                                     ReleaseBench, TwoNoiseVariant, chunk_inputs, keyed,
-                                     summarise)
+from bench.bench_joint_noise import (  # noqa: E402
+    CLIENTS,
+    COUNT_BOUND,
+    JointVariant,
+    ReleaseBench,
+    TwoNoiseVariant,
+    chunk_inputs,
+    keyed,
+    summarise,
+)
 from crypto.aggregation import compile_aggregation  # noqa: E402
 from crypto.joint_noise import JointNoiseShape, compile_joint_release  # noqa: E402
 from params.release_spec import ReleaseSpec  # noqa: E402

@@ -11,9 +11,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench.bench_joint_scores as bench  # noqa: E402
-from bench.bench_joint_scores import (QUICK_SESSIONS, SESSIONS, ScoreMismatch,  # noqa: E402
-                                      ScoreSession, compile_variants, measure, parse_args,
-                                      summarise, table)
+from bench.bench_joint_scores import (  # noqa: E402
+    QUICK_SESSIONS,
+    SESSIONS,
+    ScoreMismatch,
+    ScoreSession,
+    compile_variants,
+    measure,
+    parse_args,
+    summarise,
+    table,
+)
 from crypto.noisy_scores import NoisyScoreShape  # noqa: E402
 from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
 

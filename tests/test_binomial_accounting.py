@@ -7,9 +7,15 @@ from fractions import Fraction
 import pytest
 
 from dp.accounting import rho_to_eps
-from dp.binomial_accounting import (PrivacyLossDistribution, binomial_delta,
-                                        conditioned_renyi, gaussian_delta, session_delta,
-                                        session_epsilon, smallest_n)
+from dp.binomial_accounting import (
+    PrivacyLossDistribution,
+    binomial_delta,
+    conditioned_renyi,
+    gaussian_delta,
+    session_delta,
+    session_epsilon,
+    smallest_n,
+)
 
 
 def laws(n):

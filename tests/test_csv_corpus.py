@@ -35,8 +35,9 @@ def write_csv(tmp_path, data: bytes | str, name="owner.csv"):
 
 def one_continuous(lo: str, hi: str, bins: int = 10, extra: str = "") -> str:
     """Schema text with one continuous column 'x' (bounds as written) and a category 'c'."""
-    return ('{"columns": [{"name": "x", "type": "continuous", "min": %s, "max": %s, "bins": %d%s},'
-            ' {"name": "c", "type": "categorical", "i2s": ["a", "b"]}]}' % (lo, hi, bins, extra))
+    return ('{"columns": [{"name": "x", "type": "continuous", '
+            f'"min": {lo}, "max": {hi}, "bins": {bins}{extra}}}, '
+            '{"name": "c", "type": "categorical", "i2s": ["a", "b"]}]}')
 
 
 def reference_bin(value: str, lo: str, hi: str, bins: int) -> int:
@@ -73,7 +74,7 @@ def test_a_value_equal_to_a_decimal_bound_encodes_by_every_path(tmp_path, value,
 @pytest.mark.parametrize("places", range(1, 7))
 def test_values_at_both_bounds_with_one_to_six_decimals(tmp_path, places):
     rng = random.Random(places)
-    for trial in range(40):
+    for _ in range(40):
         a = rng.randrange(-10 ** (places + 2), 10 ** (places + 2))
         b = a + rng.randrange(1, 10 ** (places + 3))
         lo, hi = (f"{Decimal(n).scaleb(-places):f}" for n in (a, b))

@@ -20,12 +20,21 @@ import numpy as np
 import pytest
 
 from computeserver.dask_executor import DaskExecutor
-from computeserver.executor import (CallTask, Circuit, InProcessExecutor, LocalPoolExecutor,
-                                    map_summed)
+from computeserver.executor import (
+    CallTask,
+    Circuit,
+    InProcessExecutor,
+    LocalPoolExecutor,
+    map_summed,
+)
 from computeserver.selection import batched_select
 from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.private_selection import (PrivateSelectionShape, batch_names,
-                                      compile_private_selection, indif_name)
+from crypto.private_selection import (
+    PrivateSelectionShape,
+    batch_names,
+    compile_private_selection,
+    indif_name,
+)
 from crypto.selection_batches import BatchLayout
 from crypto.selection_randomness import batch_randomness, random_priorities, random_share
 from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, thresholds

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dp.discrete_gaussian import ExactSampler, discrete_gaussian, bernoulli_exp
+from dp.discrete_gaussian import ExactSampler, bernoulli_exp, discrete_gaussian
 
 ALPHA = 1e-6
 

@@ -8,8 +8,6 @@ measurement must be the honest clients' counts plus the planned noise.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,6 @@ import numpy as np
 from distaim.party import session_modulus, write_client_upload
 from distaim.protocol import Layout, client_vector
 from synthesis.graphical_model import marginal_counts
-
 from tests.test_distaim_loopback import _run_parties
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,13 @@ import pytest
 from scipy import stats
 
 from distaim.mpc_runtime import SECINT_BITS, local_runtime
-from distaim.secure_noise import (AliasTable, GaussianPlan, convolution_tv,
-                                  discrete_gaussian_pmf, secure_discrete_gaussian)
+from distaim.secure_noise import (
+    AliasTable,
+    GaussianPlan,
+    convolution_tv,
+    discrete_gaussian_pmf,
+    secure_discrete_gaussian,
+)
 
 ALPHA = 1e-6
 
@@ -22,8 +27,8 @@ def test_alias_table_realizes_its_weights_exactly():
     assert dist == {y: Fraction(w, 64) for y, w in zip([-2, -1, 0, 1, 2], weights) if w}
 
 
-@pytest.mark.parametrize("sigma2", [Fraction(2), Fraction(400), Fraction(4001, 10), Fraction(115**2),
-                                    Fraction(700**2)])
+@pytest.mark.parametrize("sigma2", [Fraction(2), Fraction(400), Fraction(4001, 10),
+                                    Fraction(115**2), Fraction(700**2)])
 def test_plan_tv_bound_is_tiny_and_levels_compose_to_sigma2(sigma2):
     plan = GaussianPlan.for_sigma2(sigma2)
     assert plan.tv_bound < Fraction(1, 10**17)

@@ -17,8 +17,13 @@ from typer.testing import CliRunner
 
 from distaim.app import create_app
 from distaim.client import read_token_file, session_info, upload_vector
-from distaim.operator import (OperatorError, create_session, delete_session, run_session,
-                              session_status)
+from distaim.operator import (
+    OperatorError,
+    create_session,
+    delete_session,
+    run_session,
+    session_status,
+)
 from distaim.party import EXIT_PLAN_MISMATCH, session_modulus, write_client_upload
 from distaim.plan import SessionRequest, derive_plan, plan_digest
 from distaim.protocol import Layout, client_vector

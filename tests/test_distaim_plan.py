@@ -5,8 +5,17 @@ import json
 
 import pytest
 
-from distaim.plan import (LEGACY_SCHEDULE, AnnealingPlan, FixedRoundsPlan, SessionRequest,
-                          build_plan, derive_plan, parse_plan, plan_digest, schedule_of)
+from distaim.plan import (
+    LEGACY_SCHEDULE,
+    AnnealingPlan,
+    FixedRoundsPlan,
+    SessionRequest,
+    build_plan,
+    derive_plan,
+    parse_plan,
+    plan_digest,
+    schedule_of,
+)
 from distaim.wire import DistSessionCreated
 
 SCHEMA = {"name": "t", "columns": [

@@ -5,9 +5,17 @@ import secrets
 import numpy as np
 import pytest
 
-from distaim.sharing import (challenge_vector, check_value, collinear, decode_vector,
-                             encode_vector, expand_share, reconstruct, share_vector,
-                             share_vector_seeded)
+from distaim.sharing import (
+    challenge_vector,
+    check_value,
+    collinear,
+    decode_vector,
+    encode_vector,
+    expand_share,
+    reconstruct,
+    share_vector,
+    share_vector_seeded,
+)
 
 P = 2**89 - 1  # a Mersenne prime of the size MPyC uses for 48-bit secure integers
 

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
-from fedbench.partitions import (PartitionError, dirichlet_label, feature_skew, natural,
-                                 uniform)
+from fedbench.partitions import PartitionError, dirichlet_label, feature_skew, natural, uniform
 
 
 def test_uniform_fills_every_client_and_is_roughly_balanced():

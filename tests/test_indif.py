@@ -6,9 +6,18 @@ import secrets
 import numpy as np
 import pytest
 
-from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps,
-                          compile_indif_chunk, digit_count, digits_of, indif_exact,
-                          indif_from_bits, indif_offset, indif_plaintext)
+from crypto.indif import (
+    ADD_COMPLEXITY,
+    CHUNK_COMPLEXITY,
+    chunk_bootstraps,
+    compile_indif_chunk,
+    digit_count,
+    digits_of,
+    indif_exact,
+    indif_from_bits,
+    indif_offset,
+    indif_plaintext,
+)
 from crypto.masking import expand_masks, new_seed
 from dp.pair_selection import expected_counts
 from params.selection_plan import chunk_sizes_for

@@ -8,10 +8,19 @@ import pytest
 from scipy import stats
 
 from crypto.aggregation import decode_release, release_offset
-from crypto.joint_noise import (JointNoiseShape, check_room, choose_shape,
-                                compile_joint_release, draw_bits, encrypt_key_server_bits,
-                                joint_noise_plaintext, joint_offset, joint_operands,
-                                joint_release_plaintext, signed_weights)
+from crypto.joint_noise import (
+    JointNoiseShape,
+    check_room,
+    choose_shape,
+    compile_joint_release,
+    draw_bits,
+    encrypt_key_server_bits,
+    joint_noise_plaintext,
+    joint_offset,
+    joint_operands,
+    joint_release_plaintext,
+    signed_weights,
+)
 
 K_BITS, CELLS, CLIENTS = 12, 4, 2
 ALPHA = 1e-6

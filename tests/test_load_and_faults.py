@@ -9,8 +9,7 @@ import pytest
 from clients.agent import ClientAgent
 from feddpsyn.demo import start_servers
 from feddpsyn.loadtest import run_load
-from tests.test_servers import (CLIENTS, create_session, kill, session_with_uploads,
-                                true_counts)
+from tests.test_servers import CLIENTS, create_session, kill, session_with_uploads, true_counts
 
 
 def test_concurrent_clients_are_each_stored_exactly_once(tmp_path):
@@ -56,9 +55,9 @@ def test_kill_9_during_encryption_aggregation_or_release(tmp_path, victim, delay
 @pytest.fixture(scope="module")
 def lone_key_server(tmp_path_factory):
     """A key server with no compute server: the test plays the peer."""
-    from feddpsyn.demo import ServerProcess, free_port
     from common.credentials import new_token
     from common.serving import write_private
+    from feddpsyn.demo import ServerProcess, free_port
 
     directory = tmp_path_factory.mktemp("lone")
     peer = new_token()

@@ -3,8 +3,7 @@ measurements, against its former fixed-count rule, and warm starts pay off."""
 
 import numpy as np
 
-from synthesis.graphical_model import (GraphicalModel, marginal_counts,
-                                       merge_measurements)
+from synthesis.graphical_model import GraphicalModel, marginal_counts, merge_measurements
 from synthesis.marginals import NoisyMarginal
 from synthesis.mirror_descent import MirrorDescentPGM
 

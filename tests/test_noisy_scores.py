@@ -10,10 +10,17 @@ import numpy as np
 import pytest
 
 from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.noisy_scores import (NoiseOutOfRange, NoisyScoreShape, compile_noisy_scores,
-                                 decode_noisy_score, noise_offset_bits, noise_operand,
-                                 noise_tail_delta, noise_tail_probability,
-                                 noisy_score_plaintext)
+from crypto.noisy_scores import (
+    NoiseOutOfRange,
+    NoisyScoreShape,
+    compile_noisy_scores,
+    decode_noisy_score,
+    noise_offset_bits,
+    noise_operand,
+    noise_tail_delta,
+    noise_tail_probability,
+    noisy_score_plaintext,
+)
 from crypto.private_selection import add_plaintext, indif_name
 
 K, CELLS, N, B = 6, 6, 6, 4

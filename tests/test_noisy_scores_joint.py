@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_joint_score,
-                                 joint_score_plaintext)
+from crypto.noisy_scores import (
+    NoisyScoreShape,
+    compile_noisy_scores,
+    decode_joint_score,
+    joint_score_plaintext,
+)
 from crypto.private_selection import indif_name
 from dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
 from params.noise_rules import JOINT_TAIL, SCORE_LOOKUP_BITS, score_shape_for
@@ -144,7 +148,8 @@ def test_each_servers_view_of_a_score_is_the_shapes_law_given_its_own_bits():
     score = 37
     for fixed in (np.zeros(bits, np.int64), np.ones(bits, np.int64),
                   np.array([secrets.randbits(1) for _ in range(bits)], np.int64)):
-        for ks, cs in ((lambda o: fixed, lambda o: o), (lambda o: o, lambda o: fixed)):
+        for ks, cs in ((lambda o, fixed=fixed: fixed, lambda o: o),
+                       (lambda o: o, lambda o, fixed=fixed: fixed)):
             z = [decode_joint_score(joint_score_plaintext(score, ks(o), cs(o), SHAPE), SHAPE)
                  - score for o in every]
             observed = np.bincount(np.asarray(z) + joint.span // 2, minlength=len(expected))

@@ -6,8 +6,15 @@ from fractions import Fraction
 import pytest
 
 from dp.joint_noise_accounting import JointNoiseShape
-from dp.pld_accounting import (GRID, DiscreteGaussian, PureStep, UniformSum, calibrate,
-                               delta_of, epsilon_of)
+from dp.pld_accounting import (
+    GRID,
+    DiscreteGaussian,
+    PureStep,
+    UniformSum,
+    calibrate,
+    delta_of,
+    epsilon_of,
+)
 
 
 def _loss_law(pmf: dict[int, float]) -> dict[float, float]:

@@ -8,11 +8,19 @@ import numpy as np
 import pytest
 
 from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.private_selection import (PrivateSelectionShape, add_plaintext,
-                                      compile_private_selection, indif_name)
+from crypto.private_selection import (
+    PrivateSelectionShape,
+    add_plaintext,
+    compile_private_selection,
+    indif_name,
+)
 from crypto.selection_randomness import random_priorities, random_share
-from crypto.tfhe_permute_and_flip import (SelectionShape, clear_arguments, select_plaintext,
-                                          thresholds)
+from crypto.tfhe_permute_and_flip import (
+    SelectionShape,
+    clear_arguments,
+    select_plaintext,
+    thresholds,
+)
 
 K, CELLS = 6, 6
 SELECTION = SelectionShape(candidates=3, score_bits=6, drop_bits=0, nb=3, kappa_prime=(3, 3, 4))

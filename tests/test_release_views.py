@@ -6,9 +6,9 @@ where the discrete Gaussian's mass is below 1e-300).
 * The key server knows z_KS and decrypts (c + z_CS) mod 2^k, so its view is that residue.
 
 Each must be rho-zCDP with rho = 1 / (2 sigma2) per unit of sensitivity: the Renyi divergence
-of order alpha between neighbouring counts (c, c + 1) is at most alpha rho. The first version
-of the key server centred the residue before adding z_KS; :func:`test_centring_before_the_noise_breaks_the_compute_servers_view`
-shows why that breaks the compute server's view near the wrap-around.
+of order alpha between neighbouring counts (c, c + 1) is at most alpha rho. Centring the
+residue before adding z_KS would break the compute server's view near the wrap-around:
+:func:`test_centring_before_the_noise_breaks_the_compute_servers_view` shows why.
 """
 
 from __future__ import annotations

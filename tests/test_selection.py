@@ -13,9 +13,18 @@ from scipy import stats
 
 from crypto.selection_cost import pbs_estimate
 from crypto.selection_randomness import random_priorities, random_share
-from crypto.tfhe_permute_and_flip import (SelectionShape, acceptance_weights, choose_shape,
-                                          clear_arguments, compile_selection, plan_step,
-                                          select_plaintext, step_eta, threshold_bits, thresholds)
+from crypto.tfhe_permute_and_flip import (
+    SelectionShape,
+    acceptance_weights,
+    choose_shape,
+    clear_arguments,
+    compile_selection,
+    plan_step,
+    select_plaintext,
+    step_eta,
+    threshold_bits,
+    thresholds,
+)
 from dp.permute_and_flip import pf_probabilities_exact
 
 BATCH = 40

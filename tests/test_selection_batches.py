@@ -11,15 +11,17 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from concrete import fhe
 
-from crypto.private_selection import (PrivateSelectionShape, batch_names,
-                                      compile_private_selection)
+from crypto.private_selection import PrivateSelectionShape, batch_names, compile_private_selection
 from crypto.selection_batches import BatchLayout, batch_layout, batched_select_plaintext
 from crypto.selection_cost import batched_pbs_estimate
 from crypto.selection_randomness import batch_randomness, random_share
-from crypto.tfhe_permute_and_flip import (SelectionShape, clear_arguments, select_plaintext,
-                                          thresholds)
+from crypto.tfhe_permute_and_flip import (
+    SelectionShape,
+    clear_arguments,
+    select_plaintext,
+    thresholds,
+)
 
 SELECTION = SelectionShape(candidates=5, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 3))
 LAYOUT = BatchLayout(candidates=5, size=3)

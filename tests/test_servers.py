@@ -298,19 +298,19 @@ def test_kill_both_servers_mid_session_and_finish(tmp_path):
         assert np.abs(released - true_counts(csvs)).max() < 2 ** 10
         assert len(document.accounting["entries"]) == 2
         # A fresh seed for an already-uploaded client is refused (it would mismatch).
-        with ClientAgent(ks.url, cs.url, sid, "bob", created.client_tokens["bob"],
-                         tmp_path / "other-agent-state") as agent:
-            with pytest.raises(AgentError, match="409"):
-                agent.upload(csvs["bob"])
+        with (ClientAgent(ks.url, cs.url, sid, "bob", created.client_tokens["bob"],
+                          tmp_path / "other-agent-state") as agent,
+              pytest.raises(AgentError, match="409")):
+            agent.upload(csvs["bob"])
     finally:
         ks.stop()
         cs.stop()
 
 
 def test_compute_server_says_when_the_key_server_is_unreachable(tmp_path):
-    from feddpsyn.demo import ServerProcess, free_port
     from common.credentials import new_token
     from common.serving import write_private
+    from feddpsyn.demo import ServerProcess, free_port
 
     token = tmp_path / "peer.token"
     write_private(token, new_token().encode())
@@ -371,9 +371,9 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
     """Both servers over TLS; the compute server and the agent verify with the CA file."""
     import subprocess
 
-    from feddpsyn.demo import ServerProcess, free_port
     from common.credentials import new_token
     from common.serving import write_private
+    from feddpsyn.demo import ServerProcess, free_port
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",

@@ -5,9 +5,10 @@ shape), the compute server's encrypted noisy scores decrypt to InDif plus that n
 its hard bound, the chosen pairs are PrivSyn's greedy rule (priced with its c^(2/3) split)
 on the key server's recorded scores (the decrypted value, nothing added), the key server's
 score bits are served identically on a retry, a replay returns the recorded pairs and other
-ciphertexts are refused; the 2-way release holds exactly the chosen pairs, split by PrivSyn's allocation with
-one joint noise per pair size, the shapes both servers compute from the public plan and the
-published pairs, and published - true follows each count's stated shape exactly."""
+ciphertexts are refused; the 2-way release holds exactly the chosen pairs, split by PrivSyn's
+allocation with one joint noise per pair size, the shapes both servers compute from the
+public plan and the published pairs, and published - true follows each count's stated shape
+exactly."""
 
 import contextlib
 import csv

@@ -29,8 +29,15 @@ from crypto.tfhe_permute_and_flip import select_plaintext, thresholds
 from dp.pair_selection import expected_counts_for_pairs
 from params.parameter_sets import DEFAULT_SELECTION_SET
 from params.session_plan import SessionPlan
-from tests.test_servers import (CLIENTS, SCHEMA, create_session, served_session, start_servers,
-                                true_counts, write_client_csvs)
+from tests.test_servers import (
+    CLIENTS,
+    SCHEMA,
+    create_session,
+    served_session,
+    start_servers,
+    true_counts,
+    write_client_csvs,
+)
 
 ROUNDS = 2
 

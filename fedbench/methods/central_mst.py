@@ -96,6 +96,7 @@ def _selection_scores(counts: np.ndarray, layout: MarginalLayout,
 def central_mst(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                 delta: float, seed: int) -> MethodResult:
     from synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
+    # isort: split
     from mbi import Domain, LinearMeasurement, estimation
 
     rng = np.random.default_rng(seed)
