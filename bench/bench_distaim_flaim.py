@@ -21,7 +21,7 @@ the project's default; ``--bins pgm``: private-pgm's Adult sizes). FLAIM reports
 
 Schedules (``distaim.protocol.Schedule``, ``--schedule``). ``interleaved`` is FLAIM's
 Algorithm 3 as written: AIM round t reads the clients joined by participation round t.
-``deferred`` (the default since issue 15) runs the same participation rounds first and AIM
+``deferred`` (the default) runs the same participation rounds first and AIM
 after them, every round on the clients joined by round T: the same clients upload in the
 same rounds and nothing is released earlier, so it is the same setting with one data set
 per run instead of eleven growing ones. Measured, 32 bins, plain oracle, UMAP split

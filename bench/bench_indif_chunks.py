@@ -12,14 +12,14 @@ the full pass extrapolated from seconds per modelled complexity.
 
 Run: .venv/bin/python bench/bench_indif_chunks.py [--every 6] [--dataset adult]
 
-Measured (2026-11-22, 2 cores shared with a two-process benchmark): 11 of the 66 pairs, 234
+Measured (2 cores shared with a two-process benchmark): 11 of the 66 pairs, 234
 cells; 16-cell chunks 142.7 s, mixed 95.5 s: x0.669 measured, x0.766 modelled; every score
 exact. Full P2 extrapolated 15.3 -> 10.1 min under that load.
 Adult (`--dataset adult --every 15`: 7 pairs, 1,299 cells, k = 16): mixed chunks 0.279
 s/cell on a quiet machine, every score exact (after the add-width fix), full P2 extrapolated
 56.4 min; the 16-cell baseline of that run shared the machine with the test suite, so its
 ratio (x0.462) overstates the gain (modelled: x0.799).
-With P2's XORs packed two bits a lookup (2026-11-23, ``crypto.indif.XOR_PACK``): every score
+With P2's XORs packed two bits a lookup (``crypto.indif.XOR_PACK``): every score
 exact at Fed-Heart's widths in both configurations (modelled x0.835; the run shared the 2 cores
 with about six other processes, so its seconds are not comparable). Since P2 takes M's base-4
 digits (``crypto.indif``), ``bench/bench_p2_digits.py`` times it against the one-ciphertext
@@ -38,8 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crypto.indif import (ADD_COMPLEXITY, CHUNK_COMPLEXITY, digits_of,  # noqa: E402
-                          indif_exact, indif_offset)
+from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, digits_of, indif_exact, indif_offset  # noqa: E402
 from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores  # noqa: E402
 from crypto.private_selection import indif_name  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402

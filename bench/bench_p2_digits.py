@@ -11,7 +11,7 @@ each and their ratio; then the demo's P2 (its chunk cut at its k) weighted by th
 
 Run: .venv/bin/python bench/bench_p2_digits.py [--bits 12] [--repeats 3] [--sizes 8 16 32]
 
-Measured (2026-11-23, k = 12, ``--repeats 2``, 2 cores shared with other processes, so only
+Measured (k = 12, ``--repeats 2``, 2 cores shared with other processes, so only
 the ratios count): 8 cells 205 -> 157 bootstraps, x0.588 time; 16 cells 358 -> 262, x0.662;
 32 cells 656 -> 464, x0.569; the demo's 103 chunks weighted: x0.592; every score exact. The
 demo itself then measured P2 at about 275 s against 565 s (README, "Measured").

@@ -17,7 +17,7 @@ pairs in a noisy-greedy session (1.25 million values).
 
 Run: .venv/bin/python bench/bench_sampler.py [--draws 20000] [--repeats 3] [--pool]
 
-Measured (2026-11-24, 2 cores shared with a test run, so only the ratios count): x0.317-0.340
+Measured (2 cores shared with a test run, so only the ratios count): x0.317-0.340
 a draw at the four variances (20,000 draws x 3); ``--pool``: 1,252,230 values in 105 draws,
 30 s against 90 s, and 35 s against 90 s in a second run.
 """

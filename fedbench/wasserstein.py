@@ -1,6 +1,6 @@
 """1-Wasserstein distance between real and synthetic 2-way marginals, exactly.
 
-Issue 5 asks for "Wasserstein distance per 1-way and 2-way marginal";
+The benchmark reports the Wasserstein distance of every 1-way and 2-way marginal;
 :func:`fedbench.metrics.wasserstein_one_way` is the 1-way part. For a pair of attributes the
 ground distance between cells (i, j) and (i', j') is d_a(i, i') + d_b(j, j'), where, as in the
 1-way metric, an ordered (binned continuous) attribute of n bins has positions

@@ -1,8 +1,8 @@
 """AIM (McKenna, Mullins, Sheldon, Miklau 2022, "AIM: An Adaptive and Iterative Mechanism for
 Differentially Private Synthetic Data"), with the data-touching steps behind an oracle.
 
-Whoever holds the data -- in the clear (``PlainOracle``, central AIM), secret-shared (DistAIM,
-issue 4), federated -- implements ``MarginalOracle``: the two private steps of a round.
+Whoever holds the data -- in the clear (``PlainOracle``, central AIM), secret-shared
+(DistAIM), federated -- implements ``MarginalOracle``: the two private steps of a round.
 
 * ``measure(clique, sigma2) -> ndarray``: the clique's marginal counts (flat, C order over
   the clique's attributes in the given order) plus per-cell noise of variance ``sigma2``; the
@@ -100,8 +100,7 @@ import numpy as np
 from dp.discrete_gaussian import CSPRNG, ExactSampler
 from dp.exponential_mechanism import em_rho, exponential_mechanism
 from params.layout import completion  # AIM's candidates (re-exported: fedbench, benches)
-from synthesis.graphical_model import (Clique, GraphicalModel, cells, marginal_counts,
-                                       model_size_mb)
+from synthesis.graphical_model import Clique, GraphicalModel, cells, marginal_counts, model_size_mb
 from synthesis.marginals import NoisyMarginal
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)

@@ -1,7 +1,7 @@
-"""The joint noise through both servers as real processes on 127.0.0.1 (issue 14): a session
-at eps 1 whose releases carry one noise neither server knows; the published counts minus the
-true union's follow the stated shape exactly (chi-square against its exact pmf, alpha 1e-6),
-with the stated per-count variance, half of what two servers' Gaussians would add."""
+"""The joint noise through both servers as real processes on 127.0.0.1: a session at eps 1
+whose releases carry one noise neither server knows; the published counts minus the true
+union's follow the stated shape exactly (chi-square against its exact pmf, alpha 1e-6), with
+the stated per-count variance, half of what two servers' Gaussians would add."""
 
 import csv
 from fractions import Fraction

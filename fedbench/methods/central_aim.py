@@ -19,8 +19,8 @@ Each round's fit is capped at ``synthesis.aim.ANNEALING_ROUND_ITERS`` = 100 warm
 estimator steps (the engine's rule in AIM's mode; AIM's reference code runs a fixed 1,000 mbi
 iterations a round) and the final fit at ``FINAL_ITERS`` = 2,500 (the reference's final
 ``engine.iters``). Fits run to convergence every round made annealing wait (the engine's
-docstring has why) and cost issue 14's grid 250-2,170 s a run at 2-way error 0.0862 (eps 0.5)
-against 0.0656 before the converging estimator.
+docstring has why) and cost 250-2,170 s a run over the benchmark's eps grid, at 2-way error
+0.0862 (eps 0.5) against 0.0656 before the converging estimator.
 
 Privacy: rho-zCDP with rho = budget_rho(eps, delta) under add/remove of one record of the
 union, by the engine's exact ledger (``AimResult.rho_spent`` equals rho).
