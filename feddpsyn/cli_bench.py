@@ -22,7 +22,7 @@ def bench_utility(dataset: Optional[str] = typer.Option(
                   owner_column: Optional[str] = typer.Option(
                       None, help="with --csv: a schema column naming each row's owner, for "
                                  "--partition natural"),
-                  methods: str = typer.Option("central-privsyn,concat,feddpsyn",
+                  methods: str = typer.Option("central-privsyn-pgm,concat,feddpsyn-default",
                                               help="comma-separated, or 'all'"),
                   eps: str = typer.Option("0.5,1,2"),
                   clients: str = typer.Option("4", help="comma-separated client counts"),

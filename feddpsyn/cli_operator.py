@@ -51,9 +51,10 @@ def session_create(keyserver: str = typer.Option(...),
                    parameter_set: str = "default",
                    max_rows: int = typer.Option(100_000, help="public bound on union rows"),
                    selection: str = typer.Option(
-                       "em", help="em (private selection under encryption) | noisy-greedy "
-                                  "(PrivSyn's rule: InDif noised by both servers, greedy at "
-                                  "the key server) | none (every pair)"),
+                       "noisy-greedy", help="noisy-greedy (the default: PrivSyn's rule, InDif "
+                                            "noised under encryption, greedy at the key "
+                                            "server) | em (private selection under "
+                                            "encryption) | none (every pair)"),
                    rounds: Optional[int] = typer.Option(
                        None, help="pairs the em selection chooses (default: half the pairs)"),
                    one_way_share: Optional[float] = typer.Option(

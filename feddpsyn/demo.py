@@ -208,14 +208,14 @@ def start_servers(state: Path,
     return ks, cs
 
 
-# Default selection rounds of the demo (--selection em, its default): each round over
-# Fed-Heart-Disease's 66 candidate pairs costs under two minutes on 2 cores, so it selects 4
-# pairs and the whole demo stays near 12.5 min; --rounds changes it.
+# The demo's em rounds (--selection em): each round over Fed-Heart-Disease's 66 candidate
+# pairs costs under two minutes on 2 cores, so it selects 4 pairs; --rounds changes it.
 DEMO_ROUNDS = {"fed_heart_disease": 4}
-# The demo's selection by data set: em on the bundled default; Adult's 11,926 two-way cells
-# at k = 16 make its encrypted selection take over an hour on 2 cores, so its demo releases every
-# pair unless --selection says otherwise.
-DEMO_SELECTION = {"fed_heart_disease": "em", "adult": "none"}
+# The demo's selection by data set: noisy-greedy, the servers' default and their most
+# accurate plan in bench/bench_served_vs_central.py, on the bundled default; Adult's 11,926
+# two-way cells make any encrypted selection take most of an hour on 2 cores, so its demo
+# releases every pair unless --selection says otherwise.
+DEMO_SELECTION = {"fed_heart_disease": "noisy-greedy", "adult": "none"}
 # Seconds per bootstrap of each selection phase on this project's 2-core machines, for the
 # estimate printed before the encrypted selection. Measured by the default demo itself
 # (2026-11-23, quiet machine, P2 on base-4 digits, hidden-order P3): P2 about 275 s for its
@@ -360,6 +360,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         "selected_pairs": [[schema.names[a] for a in p] for p in chosen] if chosen else None,
         "selection": _selection_summary(accounting.selection),
         "rho_spent": accounting.rho_spent,
+        "privacy": (None if created.session.privacy is None
+                    else created.session.privacy.model_dump(mode="json")),
         "noise": document.noise,
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "upload_bytes_per_client": upload_bytes,

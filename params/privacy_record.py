@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 
 from common import wire
 from dp.accounting import rho_to_eps
-from dp.pld_accounting import DiscreteGaussian, Mechanism, PureStep, UniformSum, epsilon_of
+from dp.pld_accounting import (
+    DiscreteGaussian,
+    Mechanism,
+    PureStep,
+    UniformSum,
+    epsilon_of,
+    grid_for,
+)
 from params.release_spec import release_count
 
 if TYPE_CHECKING:
@@ -74,7 +81,8 @@ def accounted_epsilon(plan: SessionPlan) -> float | None:
     """The plan's eps at its conversion delta by the pessimistic PLD, or None where a noise
     is decided at run time."""
     mechanisms = plan_mechanisms(plan)
-    return None if mechanisms is None else epsilon_of(mechanisms, plan.delta_conversion)
+    return None if mechanisms is None else epsilon_of(mechanisms, plan.delta_conversion,
+                                                      grid_for(plan.epsilon))
 
 
 def _wire(mechanism: Mechanism) -> wire.UniformSumMechanism | wire.DiscreteGaussianMechanism \
@@ -99,7 +107,8 @@ def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyReco
     return wire.PrivacyRecord(
         epsilon=plan.epsilon, delta=plan.delta, delta_reserved=delta_reserved,
         accounting="rdp" if late else "pld",
-        epsilon_accounted=None if late else epsilon_of(mechanisms, plan.delta_conversion),
+        epsilon_accounted=None if late else epsilon_of(mechanisms, plan.delta_conversion,
+                                                       grid_for(plan.epsilon)),
         mechanisms=[_wire(m) for m in mechanisms], run_time=late)
 
 
@@ -136,4 +145,6 @@ def epsilon_after(public: wire.SessionPublic, charged: list[tuple[str, Fraction]
                                            min(rounds, mechanism.count)))
         elif mechanism.name.split("/")[0] in names:
             mechanisms.append(mechanism)
-    return epsilon_of(mechanisms, public.conversion_delta()) if mechanisms else 0.0
+    if not mechanisms:
+        return 0.0
+    return epsilon_of(mechanisms, public.conversion_delta(), grid_for(record.epsilon))

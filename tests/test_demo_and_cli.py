@@ -156,7 +156,8 @@ def test_the_manual_operator_and_data_owner_workflow(tmp_path):
         result = feddpsyn("session", "create", "--keyserver", ks.url, "--operator-token-file", op,
                           "--schema", str(schema), "--clients", ",".join(CLIENTS),
                           "--epsilon", "2", "--delta", "1e-6", "--parameter-set", "test-small",
-                          "--max-rows", "1000", "--tokens-dir", str(tmp_path / "tokens"))
+                          "--max-rows", "1000", "--tokens-dir", str(tmp_path / "tokens"),
+                          "--selection", "em")
         assert result.returncode == 0, result.stderr
         sid = result.stdout.split()[1].rstrip(":")
         before = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
@@ -194,7 +195,7 @@ def test_the_manual_operator_and_data_owner_workflow(tmp_path):
         status = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
                           "--operator-token-file", op, "--json")
         ledger = json.loads(status.stdout)["ledger"]
-        # Sessions select their pairs privately by default: one round for 3 candidate pairs.
+        # em selects its pairs privately: one round for 3 candidate pairs.
         assert 0 < ledger["epsilon_spent"] <= 2
         assert [e["release"] for e in ledger["entries"]] == ["one_way", "select-0", "two_way"]
         table = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
@@ -236,8 +237,8 @@ def write_user_table(directory: Path, rows: int = 400) -> tuple[Path, Path]:
 
 
 def test_demo_on_a_table_written_by_the_test(tmp_path):
-    from params.table_codec import encode_csv
     from params.schema import Schema
+    from params.table_codec import encode_csv
 
     table, schema = write_user_table(tmp_path)
     out = tmp_path / "out"

@@ -1,7 +1,7 @@
 """The top-level packages form floors: a package imports only packages on floors below it.
 
 Every import counts, including those deferred inside functions (``ast.walk`` sees them all),
-so a loop cannot hide in a function body. The floors, bottom to top (README, "Module map"):
+so a loop cannot hide in a function body. The floors, bottom to top (docs/architecture.md):
 """
 
 import ast

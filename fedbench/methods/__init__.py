@@ -20,7 +20,7 @@ from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pair
                                            feddpsyn_noisy_greedy_joint,
                                            feddpsyn_noisy_greedy_joint_privsyn,
                                            simulated_session)
-from fedbench.methods.feddpsyn_served import (feddpsyn_served_all,
+from fedbench.methods.feddpsyn_served import (feddpsyn_default, feddpsyn_served_all,
                                               feddpsyn_served_all_pgm, feddpsyn_served_em,
                                               feddpsyn_served_em_pgm,
                                               feddpsyn_served_noisy_greedy,
@@ -51,6 +51,8 @@ METHODS = {
     "feddpsyn-served-all-pgm": feddpsyn_served_all_pgm,
     "feddpsyn-served-pgm": feddpsyn_served_em_pgm,
     "feddpsyn-served-noisy-greedy-pgm": feddpsyn_served_noisy_greedy_pgm,
+    # What the servers do by default (plan, noise, selection, synthesis).
+    "feddpsyn-default": feddpsyn_default,
     "fedprivsyn": fedprivsyn,
     "adafedprivsyn": adafedprivsyn,
     "dpdsyn": dpdsyn,

@@ -52,8 +52,8 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_served_all", "feddpsyn_served_all_pgm", "feddpsyn_served_em",
-           "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
+__all__ = ["feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
+           "feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
            "feddpsyn_served_noisy_greedy_pgm", "served_plan", "served_rounds",
            "served_selection", "served_session"]
 
@@ -167,6 +167,18 @@ def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> in
         mid = (low + high) // 2
         low, high = (mid, high) if accepted(mid) else (low, mid)
     return low
+
+
+def feddpsyn_default(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """Exactly what the servers do by default: the plan ``SessionPlan.build`` makes for the
+    request's defaults (``wire.SessionCreate``: selection noisy-greedy, noise auto), its
+    noises and selection, and ``feddpsyn synthesize``'s default synthesis (auto)."""
+    from common import wire
+
+    request = wire.SessionCreate(schema=schema.to_dict(), clients=["a"],
+                                 budget=wire.BudgetSpec(epsilon=epsilon, delta=delta))
+    return served_session(records, owner, schema, epsilon, delta, seed,
+                          request.selection.mode, request.selection.rounds, "auto")
 
 
 def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodResult:
