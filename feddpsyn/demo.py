@@ -218,7 +218,7 @@ DEMO_ROUNDS = {"fed_heart_disease": 4}
 DEMO_SELECTION = {"fed_heart_disease": "noisy-greedy", "adult": "none"}
 # Seconds per bootstrap of each selection phase on this project's 2-core machines, for the
 # estimate printed before the encrypted selection. Measured by the default demo itself
-# (2026-11-23, quiet machine, P2 on base-4 digits, hidden-order P3): P2 about 275 s for its
+# (quiet machine, P2 on base-4 digits, hidden-order P3): P2 about 275 s for its
 # 30,683 planned bootstraps, P3 about 90 s a round (360 s for 48,444). Machines of this kind
 # differ (up to 1.7x per bootstrap between two of them).
 SECONDS_PER_BOOTSTRAP = {"p2": 0.0090, "p3": 0.0074, "noise": 0.0074}

@@ -133,6 +133,10 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_noisy_greedys_two_way_is_split_with_an_envelope_and_the_worst_case_reserve",
         ],
         "test_preprocess": ["test_the_whole_adult_file_encodes_without_errors"],
+        "test_privacy_record": [
+            "test_an_auditor_finds_the_plan_spends_the_eps_asked",
+            "test_the_ledger_reports_the_records_eps_once_everything_is_charged",
+        ],
         "test_selection": ["test_model_frequencies_match_the_exact_distribution"],
     },
 }
