@@ -28,7 +28,8 @@ from params.selection_plan import DEFAULT_SPLITS
 __all__ = ["default_split", "group_weight"]
 
 # The shares are floats (``params.release_spec.split_share`` rounds them down to 1e-12);
-# rounded down here to 1e-9 so that they never add up to more than 1.
+# the 1-ways' is rounded down here to 1e-9 and the 2-ways take the rest, so that they add
+# up to exactly 1.
 _SHARE_GRID = 10 ** 9
 
 
@@ -43,5 +44,6 @@ def default_split(selection: SelectionMode | str, one_way_cells: list[int],
     if selection != SelectionMode.NONE:
         return dict(DEFAULT_SPLITS[SelectionMode(selection)])
     one, two = group_weight(one_way_cells), group_weight(two_way_cells)
-    share = math.floor(one / (one + two) * _SHARE_GRID) / _SHARE_GRID
-    return {"one_way": share, "two_way": math.floor((1 - share) * _SHARE_GRID) / _SHARE_GRID}
+    units = math.floor(one / (one + two) * _SHARE_GRID)
+    # Integer units of 1e-9, so the two shares' decimals add up to exactly 1.
+    return {"one_way": units / _SHARE_GRID, "two_way": (_SHARE_GRID - units) / _SHARE_GRID}

@@ -11,6 +11,7 @@ alone (:func:`noise_draws`), so it is drawn before any data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -36,8 +37,11 @@ NOISE_TAIL_SIGMAS = 40
 
 def split_share(rho_total: Fraction, fraction: float) -> Fraction:
     """One part of the session's rho: the split's fraction rounded down to 1e-12, so the parts
-    never exceed the whole."""
-    return rho_total * Fraction(int(fraction * 10 ** 12), 10 ** 12)
+    never exceed the whole. The fraction is read as the decimal it prints as (0.940341631,
+    not the binary float below it), so shares written to 1e-12 that add up to 1 give parts
+    that add up to the whole exactly."""
+    exact = Fraction(repr(float(fraction)))
+    return rho_total * Fraction(math.floor(exact * 10 ** 12), 10 ** 12)
 
 
 def two_way_rho(rho_total: Fraction, split: dict[str, float],
