@@ -1,3 +1,85 @@
-"""feddpsyn: federated DP synthetic tables with two non-colluding servers (FedDPSyn)."""
+"""feddpsyn: federated DP synthetic tables with two non-colluding servers (FedDPSyn).
+
+The public API, by task (``docs/api.md`` has an example of each):
+
+* **Describe the table**: :class:`Schema` (load, check, fingerprint) and
+  :func:`draft_schema` (a first schema read from a CSV, to be finished by hand: it is not DP).
+* **Open a session** (the operator): the key server's request body :class:`SessionCreate`,
+  with its :class:`BudgetSpec` and :class:`SelectionRequest`; ``feddpsyn session create``
+  sends it.
+* **Contribute a table** (a data owner): :class:`ClientAgent` encodes a CSV, uploads it
+  masked to both servers and fetches the release.
+* **Synthesize**: :func:`marginals_from_release` reads a release into
+  :class:`NoisyMarginal` s, and :func:`synthesize` turns them into synthetic rows.
+* **Plan and audit the privacy**: :class:`SessionPlan` is the public plan both servers
+  follow; its :class:`PrivacyRecord` lists every noise as a mechanism
+  (:class:`UniformSum`, :class:`DiscreteGaussian`, :class:`PureStep`), and
+  :func:`epsilon_of` re-accounts it.
+
+Every name is imported on first use (PEP 562): ``import feddpsyn`` stays as cheap as the
+command line needs, and only the names that need them pull pydantic, the FHE compiler
+(``SessionPlan``) or the PLD accountant.
+
+>>> from feddpsyn import BudgetSpec
+>>> BudgetSpec(epsilon=1.0, delta=1e-5).split is None
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# By task, in the order of the module docstring.
+__all__ = [
+    "Schema", "draft_schema",
+    "SessionCreate", "BudgetSpec", "SelectionRequest",
+    "ClientAgent",
+    "marginals_from_release", "NoisyMarginal", "synthesize",
+    "SessionPlan", "PrivacyRecord", "epsilon_of", "UniformSum", "DiscreteGaussian", "PureStep",
+]
+
+# Each public name -> the module it lives in. All are lazy, not only the heavy ones: the
+# command line's entry point (``feddpsyn.cli``) imports this package first, and pydantic
+# alone would add a few tenths of a second to every ``feddpsyn`` command.
+_LAZY = {
+    "Schema": "params.schema",
+    "draft_schema": "clients.schema_draft",
+    "SessionCreate": "common.wire",
+    "BudgetSpec": "common.wire",
+    "SelectionRequest": "common.wire",
+    "ClientAgent": "clients.agent",
+    "marginals_from_release": "synthesis.marginals",
+    "NoisyMarginal": "synthesis.marginals",
+    "synthesize": "synthesis.synthesize",
+    "SessionPlan": "params.session_plan",
+    "PrivacyRecord": "common.wire",
+    "epsilon_of": "dp.pld_accounting",
+    "UniformSum": "dp.pld_accounting",
+    "DiscreteGaussian": "dp.pld_accounting",
+    "PureStep": "dp.pld_accounting",
+}
+
+if TYPE_CHECKING:
+    from clients.agent import ClientAgent
+    from clients.schema_draft import draft_schema
+    from common.wire import BudgetSpec, PrivacyRecord, SelectionRequest, SessionCreate
+    from dp.pld_accounting import DiscreteGaussian, PureStep, UniformSum, epsilon_of
+    from params.schema import Schema
+    from params.session_plan import SessionPlan
+    from synthesis.marginals import NoisyMarginal, marginals_from_release
+    from synthesis.synthesize import synthesize
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
