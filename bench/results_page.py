@@ -122,6 +122,32 @@ def is_joint_scores(d: dict) -> bool:
     return str(d.get("bench", "")).endswith("bench_joint_scores.py")
 
 
+def is_served_vs_central(d: dict) -> bool:
+    return "bench_served_vs_central.py" in str(d.get("command", ""))
+
+
+def render_served_vs_central(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## Served plans against the curator", "",
+           "2-way L1 of the servers' plans and the central references on the shipped "
+           "tables (4 uniform owners): mean +- sd over the repeats, and each method's ratio "
+           "to the best central method of its table and eps.", ""]
+    for path, d in files:
+        out += [f"### `{rel(path)}`", ""]
+        if d.get("covers"):
+            out += [f"Covers: {d['covers']}", ""]
+        rows = [[e["table"], f"`{e['method']}`", num(e["eps"]), pm(e["mean"], e["sd"]),
+                 str(e["repeats"]),
+                 "-" if e.get("ratio_to_best_central") is None
+                 else fixed(e["ratio_to_best_central"], 2)]
+                for e in sorted(d["results"], key=lambda e: (e["table"], e["eps"],
+                                                             e["method"]))]
+        out += table(["table", "method", "eps", "2-way L1", "repeats", "/ best central"],
+                     rows)
+        out += [""] + provenance(command=d.get("command"), commit=d.get("commit"),
+                                 started=d.get("date")) + [""]
+    return out
+
+
 def render_online(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## Adult's online phase through both servers", ""]
     for path, d in files:
@@ -331,6 +357,7 @@ def render_other(files: list[tuple[Path, dict]]) -> list[str]:
 
 
 KINDS = [  # (test, renderer), in the page's order; the first test that matches wins
+    (is_served_vs_central, render_served_vs_central),
     (is_online, render_online),
     (is_demo_ratio, render_demo_ratio),
     (is_joint_noise, render_joint_noise),
