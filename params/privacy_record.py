@@ -107,8 +107,7 @@ def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyReco
     return wire.PrivacyRecord(
         epsilon=plan.epsilon, delta=plan.delta, delta_reserved=delta_reserved,
         accounting="rdp" if late else "pld",
-        epsilon_accounted=None if late else epsilon_of(mechanisms, plan.delta_conversion,
-                                                       grid_for(plan.epsilon)),
+        epsilon_accounted=None if late else accounted_epsilon(plan),
         mechanisms=[_wire(m) for m in mechanisms], run_time=late)
 
 

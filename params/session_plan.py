@@ -34,7 +34,7 @@ from dp.noise_pool import NoiseDraw
 from params import plan_record, run_time
 from params.layout import MarginalLayout
 from params.modes import NoiseMode, SelectionMode
-from dp.pld_accounting import calibrate, epsilon_of, grid_for
+from dp.pld_accounting import calibrate
 from params.budget_split import default_split
 from params.privacy_record import accounted_epsilon, plan_mechanisms
 from params.noise_rules import (JOINT_TAIL, envelope_shape_for, joint_shape_for,
@@ -139,8 +139,7 @@ class SessionPlan:
                 built[rho] = cls._settled(*args, split_two_way=split_two_way,
                                           joint_scores=joint_scores, rho_total=rho)
             candidate = built[rho]
-            return epsilon_of(plan_mechanisms(candidate), candidate.delta_conversion,
-                              grid_for(plan.epsilon))
+            return accounted_epsilon(candidate)
 
         start_eps = epsilon_at(plan.rho_total)
         if start_eps > plan.epsilon:
@@ -187,8 +186,7 @@ class SessionPlan:
                                                 split_two_way=split_two_way,
                                                 joint_scores=joint_scores, rho_total=total)
                 candidate = built[total]
-                return epsilon_of(plan_mechanisms(candidate), candidate.delta_conversion,
-                                  grid_for(epsilon))
+                return accounted_epsilon(candidate)
 
             ratio = (epsilon * (1 + CALIBRATION_LOW) / 2) / eps
             start = rho + parts[name] * Fraction(ratio * ratio - 1).limit_denominator(10 ** 9)

@@ -72,7 +72,9 @@ def test_an_auditor_finds_the_plan_spends_the_eps_asked(selection, rounds, epsil
     assert record["delta"] == 1e-5 and record["epsilon"] == epsilon
     audited = audit(record)
     assert 0.97 * epsilon <= audited <= epsilon
-    assert audited == pytest.approx(record["epsilon_accounted"], rel=1e-6)
+    # The plan accounts on a grid at least as coarse as the auditor's (dp.pld_accounting's
+    # grid_for), and a coarser pessimistic grid can only report more.
+    assert audited <= record["epsilon_accounted"] * (1 + 1e-9) <= epsilon
 
 
 def test_the_ledger_reports_the_records_eps_once_everything_is_charged():
