@@ -43,7 +43,11 @@ def params_command(schema: Optional[Path] = typer.Option(
         except ValueError as exc:
             fail(f"set {name}: {exc}")
         report = plan.selection.report(plan.pair_cells())
+        record = plan.to_public("params", ["owner"]).privacy
         report.update(default=name == DEFAULT_SELECTION_SET,
+                      accounting=record.accounting,
+                      epsilon_accounted=record.epsilon_accounted,
+                      rho_total=float(plan.rho_total),
                       bootstraps=plan.selection.bootstraps(plan.pair_cells()),
                       chunk_sizes_used=list(plan.used_chunk_sizes()),
                       delta_conversion=plan.delta_conversion, delta_terms=plan.delta_terms(),
@@ -77,6 +81,12 @@ def params_command(schema: Optional[Path] = typer.Option(
         typer.echo(f"  delta {delta:g} = conversion {r['delta_conversion']:.4e} + reserved "
                    f"terms (the selection's failures x (1 + e^eps); the joint noise's "
                    f"conditioning mass as is): {terms}")
+        typer.echo(
+            f"  privacy: eps {r['epsilon_accounted']:.4f} of {epsilon:g} by the exact PLD of "
+            f"every noise (rho {r['rho_total']:.6g} calibrated on it)"
+            if r["accounting"] == "pld" else
+            f"  privacy: eps {epsilon:g} by the Renyi bound (a release decided at run time); "
+            f"rho {r['rho_total']:.6g}")
         for name, rel in r["releases"].items():
             shape = ("" if rel["joint"] is None else
                      f" ({rel['joint']['uniforms']} uniforms of {rel['joint']['bits']} bits)")

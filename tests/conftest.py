@@ -121,6 +121,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_runner_in_worker_processes_keeps_row_order_and_plots_heterogeneity",
             "test_runner_writes_results_summary_and_plots",
         ],
+        "test_cli_parameters": ALL,
         "test_free_port": ALL,
         "test_joint_noise_accounting": [
             "test_fed_heart_demo_session_keeps_its_epsilon_with_joint_noise",

@@ -1,0 +1,19 @@
+"""``feddpsyn params`` reports each selection set's plan with its accounted privacy."""
+
+import json
+
+from typer.testing import CliRunner
+
+from feddpsyn.cli import app
+
+
+def test_params_reports_the_plans_pld_figure_for_em_and_the_renyi_bound_for_noisy_greedy():
+    runner = CliRunner()
+    em = runner.invoke(app, ["params", "--selection", "em", "--rounds", "4", "--json"])
+    assert em.exit_code == 0, em.output
+    for row in json.loads(em.output):
+        assert row["accounting"] == "pld"
+        assert 0.97 <= row["epsilon_accounted"] <= 1.0
+    greedy = runner.invoke(app, ["params", "--selection", "noisy-greedy"])
+    assert greedy.exit_code == 0, greedy.output
+    assert "privacy: eps 1 by the Renyi bound (a release decided at run time)" in greedy.output
