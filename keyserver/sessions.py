@@ -127,6 +127,10 @@ def published_plan(public: wire.SessionPublic,
         # the stored facts (a session created since the facts were kept) check that rule.
         again = again.model_copy(update={"selection": again.selection.model_copy(
             update={"batch_size": None})})
+    if public.privacy is None:
+        # A record written before sessions published a privacy record: its budget is the
+        # zCDP conversion's, and the plan read back from it is accounted that way.
+        again = again.model_copy(update={"privacy": None})
     differs = _differences(public, again)
     if differs:
         raise PlanMismatch("its public record, read by this server, publishes other values "

@@ -165,6 +165,20 @@ def test_em_batches_the_record_states_survive_a_rule_change(sessions, tmp_path, 
             SessionPlan.from_public(public.model_copy(update={"selection": selection}))
 
 
+def test_a_record_written_before_the_privacy_record_still_loads(sessions, tmp_path):
+    """A session created before records carried ``privacy`` (its rho is the zCDP
+    conversion's) is read back after an upgrade, accounted as it was planned."""
+    ids = []
+    for request, plan, public in sessions.values():
+        legacy = public.model_copy(update={"privacy": None})
+        ids.append(_create(_registry(tmp_path),
+                           (request, replace(plan, accounting="rdp"), legacy)))
+    restarted = KeyServer(tmp_path)
+    assert restarted.sessions.runnable_session_ids() == ids
+    for session_id in ids:
+        assert restarted.plan(session_id).accounting == "rdp"
+
+
 def test_a_rule_the_record_does_not_state_refuses_the_session(sessions, tmp_path,
                                                             monkeypatch):
     """em's candidate batches in a record written before it stated their size: derived from
