@@ -30,6 +30,7 @@ from dp.pld_accounting import (
     epsilon_of,
     grid_for,
 )
+from params.modes import SelectionMode
 from params.release_spec import release_count
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ __all__ = ["plan_mechanisms", "run_time_releases", "privacy_record", "record_mec
 def run_time_releases(plan: SessionPlan) -> list[str]:
     """The releases whose noise is decided at run time (noisy-greedy's split 2-way release,
     or its even fallback: both depend on how many pairs the selection keeps)."""
-    if plan.selection is None or plan.selection.mode != "noisy-greedy":
+    if plan.selection is None or plan.selection.mode != SelectionMode.NOISY_GREEDY:
         return []
     return [r.name for r in plan.releases if r.name == "two_way" and not r.marginal_keys]
 
@@ -66,10 +67,10 @@ def plan_mechanisms(plan: SessionPlan, *, fixed_only: bool = False) -> list[Mech
         for part in spec.parts or (spec,):
             out.append(_release_mechanism(part.name, part, release_count(part)))
     selection = plan.selection
-    if selection is not None and selection.mode == "em":
+    if selection is not None and selection.mode == SelectionMode.EM:
         out.append(PureStep("selection_rounds", float(selection.step.epsilon_total),
                             selection.rounds))
-    if selection is not None and selection.mode == "noisy-greedy":
+    if selection is not None and selection.mode == SelectionMode.NOISY_GREEDY:
         scores = selection.score_joint
         out.append(UniformSum("selection_scores", scores.uniforms, scores.bits, selection.pairs)
                    if scores is not None else
