@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from common import wire
-from common.serving import write_private
+from common.files import write_private
 from crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
 from params.layout import MarginalLayout
 from params.schema import Schema

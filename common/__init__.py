@@ -2,7 +2,10 @@
 
 ``common.wire`` holds the typed REST bodies (both ends import the same definitions, so the
 OpenAPI documents are the contract); ``common.serving`` the servers' shared plumbing
-(durable SQLite, a bounded background worker, error shape, body limit, atomic private
-files); ``common.credentials`` the one way a bearer token is issued, stored and checked.
-It imports no other package of this project.
+(durable SQLite, a bounded background worker, error shape, body limit);
+``common.files`` atomic private files (the servers' and the client agent's);
+``common.credentials`` the one way a bearer token is issued, stored and checked. Only
+``serving`` and ``credentials`` import the web framework (``wire`` builds its path-parameter
+types on first use), so the client agent runs without it. It imports no other package of
+this project.
 """

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +24,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Re-exported: the servers import it from here; the client agent from common.files.
+from common.files import write_private as write_private
 
 log = logging.getLogger("feddpsyn")
 
@@ -155,27 +157,6 @@ class BodyLimit:
         except Exception:
             if not refused:
                 raise
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write atomically with mode 0600 (temporary file, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class Database:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Annotated, Any, Literal
-
-from fastapi import Path as PathParam
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,10 +16,31 @@ ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 _ID_RE = re.compile(ID_PATTERN)
 
 # Path parameters: ids are checked before any lookup, so no odd byte reaches a URL or a file.
-SessionId = Annotated[str, PathParam(pattern=ID_PATTERN)]
-ClientId = Annotated[str, PathParam(pattern=ID_PATTERN)]
-ReleaseName = Annotated[str, PathParam(pattern=ID_PATTERN)]
-RoundIndex = Annotated[int, PathParam(ge=0, le=100_000)]
+# Only the servers' routes use them, and they need the web framework: they are built on
+# first use (module __getattr__ below), so the client agent, which imports this module for
+# its bodies, runs without fastapi installed.
+if TYPE_CHECKING:
+    from fastapi import Path as PathParam
+
+    SessionId = Annotated[str, PathParam(pattern=ID_PATTERN)]
+    ClientId = Annotated[str, PathParam(pattern=ID_PATTERN)]
+    ReleaseName = Annotated[str, PathParam(pattern=ID_PATTERN)]
+    RoundIndex = Annotated[int, PathParam(ge=0, le=100_000)]
+
+_PATH_PARAMETERS = ("SessionId", "ClientId", "ReleaseName", "RoundIndex")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PATH_PARAMETERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from fastapi import Path as PathParam
+
+    built = {"SessionId": Annotated[str, PathParam(pattern=ID_PATTERN)],
+             "ClientId": Annotated[str, PathParam(pattern=ID_PATTERN)],
+             "ReleaseName": Annotated[str, PathParam(pattern=ID_PATTERN)],
+             "RoundIndex": Annotated[int, PathParam(ge=0, le=100_000)]}
+    globals().update(built)  # later lookups skip this hook
+    return built[name]
 
 
 class StrictModel(BaseModel):
