@@ -16,6 +16,7 @@ audience's commands live in their own module.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import typer
@@ -31,6 +32,7 @@ from feddpsyn import (
     cli_synthesize,
 )
 from feddpsyn.distaim_cli import app as distaim_app
+from feddpsyn.extras import missing_extra_message
 
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
 
@@ -66,7 +68,16 @@ app.command()(cli_demo.demo)
 
 
 def main() -> None:
-    app()
+    """The ``feddpsyn`` command. A command whose role's extra is not installed (a data
+    owner's bare install has no server) says which one to install, in one line."""
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        message = missing_extra_message(exc, sys.argv[1:])
+        if message is None:
+            raise
+        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
