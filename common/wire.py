@@ -265,8 +265,22 @@ class PureMechanism(StrictModel):
     count: int = Field(ge=1)
 
 
-PrivacyMechanism = Annotated[UniformSumMechanism | DiscreteGaussianMechanism | PureMechanism,
-                             Field(discriminator="noise")]
+class GaussianBoundMechanism(StrictModel):
+    """A release whose noise is decided at run time (noisy-greedy's 2-way release, split over
+    the pairs its selection keeps), bounded whatever the selection: its trade-off function is
+    at least that of the Gaussian mechanism of sensitivity 1 and variance 1 / (2 rho) composed
+    with a mechanism that reveals the record with probability ``eta``
+    (``docs/privacy-plan.md``, "The split 2-way release")."""
+
+    name: str = Field(max_length=200)
+    noise: Literal["gaussian_bound"] = "gaussian_bound"
+    rho: str = Field(pattern=r"^[0-9]+(/[0-9]+)?$",
+                     description="mu^2 / 2 of the bounding Gaussian, an exact rational p/q")
+    eta: float = Field(ge=0, lt=1)
+
+
+PrivacyMechanism = Annotated[UniformSumMechanism | DiscreteGaussianMechanism | PureMechanism
+                             | GaussianBoundMechanism, Field(discriminator="noise")]
 
 
 class PrivacyRecord(StrictModel):
@@ -281,9 +295,10 @@ class PrivacyRecord(StrictModel):
     delta_reserved: float = Field(ge=0, description="delta held for failure terms outside "
                                                     "the mechanisms")
     accounting: Literal["pld", "rdp"] = Field(
-        description="pld: the mechanisms are every noise the session adds, and the budget "
-                    "was calibrated on their composed PLD; rdp: some noise is decided at run "
-                    "time (run_time), and the guarantee is the plan's Renyi bound")
+        description="pld: the mechanisms are every noise the session adds (a release decided "
+                    "at run time by its gaussian_bound), and the budget was calibrated on their "
+                    "composed PLD; rdp: the plan's Renyi bound (a session planned without "
+                    "calibration)")
     epsilon_accounted: float | None = Field(
         default=None, description="pld: the mechanisms' eps at delta - delta_reserved by the "
                                   "pessimistic PLD (at most epsilon)")

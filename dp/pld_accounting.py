@@ -48,9 +48,10 @@ from fractions import Fraction
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
+from dp.gaussian_domination import mu_at_least
 from dp.joint_noise_accounting import JointNoiseShape
 
-__all__ = ["UniformSum", "DiscreteGaussian", "PureStep", "Mechanism", "GRID",
+__all__ = ["UniformSum", "DiscreteGaussian", "PureStep", "GaussianBound", "Mechanism", "GRID",
            "mechanism_pld", "session_pld", "epsilon_of", "delta_of", "calibrate", "grid_for"]
 
 # The PLDs' loss grid. Each composition's pessimistic rounding costs at most one grid step of
@@ -88,7 +89,18 @@ class PureStep:
     count: int
 
 
-Mechanism = UniformSum | DiscreteGaussian | PureStep
+@dataclass(frozen=True)
+class GaussianBound:
+    """A release decided at run time, dominated whatever the run time decides by the Gaussian
+    mechanism G_mu, mu = sqrt(2 rho) (sensitivity 1), composed with f_(0, eta), the mechanism
+    that reveals the record with probability ``eta`` (``dp.gaussian_domination``)."""
+
+    name: str
+    rho: Fraction
+    eta: float
+
+
+Mechanism = UniformSum | DiscreteGaussian | PureStep | GaussianBound
 
 
 @functools.lru_cache(maxsize=256)
@@ -118,6 +130,21 @@ def _pure_pld(epsilon: float, grid: float) -> pld_lib.PrivacyLossDistribution:
                                            value_discretization_interval=grid)
 
 
+@functools.lru_cache(maxsize=256)
+def _bound_pld(rho: Fraction, eta: float, grid: float) -> pld_lib.PrivacyLossDistribution:
+    # sigma = 1 / mu with mu rounded up: the bound's Gaussian never has more noise than stated.
+    sigma = 1 / mu_at_least(rho)
+    while sigma * sigma * 2 * rho > 1:  # bounded: float rounding is off by a few ulps
+        sigma = math.nextafter(sigma, 0.0)
+    gaussian = pld_lib.from_gaussian_mechanism(
+        sigma, sensitivity=1, pessimistic_estimate=True, value_discretization_interval=grid)
+    if eta <= 0:
+        return gaussian
+    reveal = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(0.0, float(eta)),
+                                             value_discretization_interval=grid)
+    return gaussian.compose(reveal)
+
+
 def mechanism_pld(mechanism: Mechanism, grid: float = GRID) -> pld_lib.PrivacyLossDistribution:
     """The composed PLD of one mechanism of the record (all of its counts or steps)."""
     if isinstance(mechanism, UniformSum):
@@ -127,6 +154,8 @@ def mechanism_pld(mechanism: Mechanism, grid: float = GRID) -> pld_lib.PrivacyLo
         one, times = _gaussian_pld(Fraction(mechanism.sigma2), grid), mechanism.counts_per_record
     elif isinstance(mechanism, PureStep):
         one, times = _pure_pld(float(mechanism.epsilon), grid), mechanism.count
+    elif isinstance(mechanism, GaussianBound):
+        one, times = _bound_pld(Fraction(mechanism.rho), float(mechanism.eta), grid), 1
     else:
         raise TypeError(f"not a mechanism of the privacy record: {mechanism!r}")
     if times < 1:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from crypto.joint_noise import check_room, choose_shape
 from crypto.noisy_scores import NoisyScoreShape
+from dp.gaussian_domination import mu_at_most, shape_dominated
 from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
 from dp.joint_noise_accounting import (
     JointNoiseShape,
@@ -32,7 +33,8 @@ from params.parameter_sets import ParameterSet
 if TYPE_CHECKING:
     from params.release_spec import ReleaseSpec
 
-__all__ = ["JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP", "JOINT_DELTA_SHARE",
+__all__ = ["GAUSSIAN_BOUND_SHARE", "bound_eta", "dominated_shape", "dominated_envelope",
+           "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP", "JOINT_DELTA_SHARE",
            "SCORE_LOOKUP_BITS", "SCORE_MAX_UNIFORMS", "fewest_matching", "joint_shape_for",
            "conditioning_refusal", "pair_failure_cap", "group_shape_for", "envelope_shape_for",
            "least_variance_within", "run_time_group_shape", "score_shape_for"]
@@ -48,6 +50,13 @@ JOINT_MAX_BITS_PER_CALL = 1 << 16
 JOINT_VARIANCE_CAP = Fraction(5, 4)
 # A joint release's conditioning mass may take at most this share of the conversion's delta.
 JOINT_DELTA_SHARE = 0.01
+# A split release accounted by its Gaussian bound (``dp.gaussian_domination``): the share of
+# the conversion's delta its eta may take, over every pair. A sum of uniforms has a bounded
+# support, so its largest losses exceed any Gaussian's; eta buys them. At eta 1e-8 per count
+# a shape of 64 uniforms of 4 bits is dominated by a Gaussian of 0.965 its sigma, 30 of 5
+# bits by 0.919 (measured with ``dp.gaussian_domination.dominated``); a tenth of delta costs
+# the session about 2% of eps at delta 1e-5.
+GAUSSIAN_BOUND_SHARE = 0.1
 # noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
 # is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
 # caps the uniforms at 30). Measured at the servers' plans (``bench/bench_joint_scores.py``,
@@ -278,3 +287,77 @@ def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conver
     if refused:
         return None, refused
     return best, ""
+
+
+def bound_eta(delta_conversion: float, pairs: int) -> float:
+    """eta per count of a split release accounted by its Gaussian bound: the release's
+    GAUSSIAN_BOUND_SHARE of the conversion's delta over every pair (whatever the selection
+    keeps, its etas add up to at most the share)."""
+    return GAUSSIAN_BOUND_SHARE * delta_conversion / pairs
+
+
+@functools.lru_cache(maxsize=4096)
+def dominated_shape(rho_per_marginal: Fraction, eta: float, max_bits: int, max_span: int,
+                    top_weight: int, max_variance: Fraction | None = None
+                    ) -> JointNoiseShape | None:
+    """The joint shape of least variance that is (sqrt(2 rho), eta)-Gaussian-dominated
+    (``dp.gaussian_domination``) within the caps (at most ``max_bits`` encrypted bits per
+    count, span at most ``max_span``, weights at most ``top_weight``), or None. Per width only
+    the fewest dominated uniforms can be the answer (one more uniform is independent noise
+    added: a post-processing, so domination is kept), found by bisection; shapes of variance
+    above ``max_variance`` (default: twice the Gaussian's, what the two servers' own noises
+    give) are not searched. Cached: both servers resolve the release on every chunk
+    request."""
+    mu = mu_at_most(rho_per_marginal)
+
+    def ok(uniforms: int, bits: int) -> bool:
+        return shape_dominated(uniforms, bits, mu, eta)
+
+    best = None
+    # The variance cap also bounds the pmfs the search builds.
+    limit = 1 / rho_per_marginal if max_variance is None else Fraction(max_variance)
+    for bits in range(1, min(MAX_SHAPE_BITS, top_weight.bit_length()) + 1):  # bounded
+        if best is not None and JointNoiseShape(2, bits).variance >= best.variance:
+            break  # wider uniforms only add variance from here on
+        one = Fraction((4 ** bits) - 1, 12)
+        most = min(max_bits // bits, max_span // ((1 << bits) - 1),
+                   int(limit / one)) // 2 * 2
+        if most < 2 or not ok(most, bits):
+            continue
+        shape = JointNoiseShape(fewest_matching(most, lambda n, b=bits: ok(n, b)), bits)
+        if best is None or shape.variance < best.variance:
+            best = shape
+    return best
+
+
+def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: float,
+                       max_rows: int, parameters: ParameterSet
+                       ) -> tuple[JointNoiseShape | None, str]:
+    """The envelope of a split 2-way release accounted by its Gaussian bound: the dominated
+    shape (:func:`dominated_shape`) at the smallest per-marginal budget any selection gives
+    (every pair kept, the smallest pair's share), among those within the rule's caps
+    (encrypted bits per call, the count width's room), the cheapest whose variance is within
+    a tenth of the least; or None with the reason (the release is then two-server)."""
+    weights = [allocation_weight(slot.size) for slot in layout.two_way]
+    smallest = Fraction(rho) * min(weights) / sum(weights, start=Fraction(0))
+    eta = bound_eta(delta_conversion, len(layout.two_way))
+    max_bits = JOINT_MAX_BITS_PER_CALL // parameters.chunk_cells
+    max_span = 2 * ((1 << (parameters.count_bits - 1)) - 1 - max_rows)
+    if max_span < 2:
+        return None, f"max_rows {max_rows} leaves no room in {parameters.count_bits}-bit counts"
+    least = dominated_shape(smallest, eta, max_bits, max_span, 1 << (MAX_SHAPE_BITS - 1))
+    if least is None:
+        return None, (f"no joint shape within {max_bits} encrypted bits per count and span "
+                      f"{max_span} is dominated by its Gaussian bound")
+    cheapest = least
+    for _ in range(64):  # bounded: each pass lowers the encrypted bits per count
+        shape = dominated_shape(smallest, eta, cheapest.ciphertexts - 1, max_span,
+                                1 << (MAX_SHAPE_BITS - 1))
+        if shape is None or shape.variance > least.variance * Fraction(11, 10):
+            break
+        cheapest = shape
+    try:
+        check_room(cheapest, max_rows, parameters.count_bits)
+    except ValueError as exc:
+        return None, str(exc)
+    return cheapest, ""

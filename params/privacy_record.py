@@ -24,6 +24,7 @@ from common import wire
 from dp.accounting import rho_to_eps
 from dp.pld_accounting import (
     DiscreteGaussian,
+    GaussianBound,
     Mechanism,
     PureStep,
     UniformSum,
@@ -31,7 +32,9 @@ from dp.pld_accounting import (
     grid_for,
 )
 from params.modes import SelectionMode
+from params.noise_rules import GAUSSIAN_BOUND_SHARE
 from params.release_spec import release_count
+from params.run_time import bounded
 
 if TYPE_CHECKING:
     from params.session_plan import SessionPlan
@@ -55,14 +58,20 @@ def _release_mechanism(name: str, spec, counts: int) -> Mechanism:
 
 
 def plan_mechanisms(plan: SessionPlan, *, fixed_only: bool = False) -> list[Mechanism] | None:
-    """Every noise of the plan (module docstring), or None where a release's noise is decided
-    at run time (``fixed_only``: the fixed ones alone)."""
+    """Every noise of the plan (module docstring), a split release bounded by its Gaussian
+    (:func:`params.run_time.bounded`) as that bound; None where a release's noise is decided
+    at run time without one (``fixed_only``: the fixed ones alone)."""
     late = set(run_time_releases(plan))
-    if late and not fixed_only:
+    gaussian = bool(late) and bounded(plan) and all(
+        plan.release(name).split_pending for name in late)
+    if late and not (fixed_only or gaussian):
         return None
     out: list[Mechanism] = []
     for spec in plan.releases:
         if spec.name in late:
+            if gaussian and not fixed_only:
+                out.append(GaussianBound(spec.name, spec.rho,
+                                         GAUSSIAN_BOUND_SHARE * plan.delta_conversion))
             continue
         for part in spec.parts or (spec,):
             out.append(_release_mechanism(part.name, part, release_count(part)))
@@ -96,6 +105,9 @@ def _wire(mechanism: Mechanism) -> wire.UniformSumMechanism | wire.DiscreteGauss
         return wire.DiscreteGaussianMechanism(name=mechanism.name,
                                               sigma2=str(Fraction(mechanism.sigma2)),
                                               counts_per_record=mechanism.counts_per_record)
+    if isinstance(mechanism, GaussianBound):
+        return wire.GaussianBoundMechanism(name=mechanism.name, rho=str(Fraction(mechanism.rho)),
+                                           eta=mechanism.eta)
     return wire.PureMechanism(name=mechanism.name, epsilon=mechanism.epsilon,
                               count=mechanism.count)
 
@@ -104,11 +116,12 @@ def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyReco
     """The plan's privacy record (module docstring); ``delta_reserved``: its reserved delta
     terms in all (``SessionPlan.delta_terms``)."""
     late = run_time_releases(plan)
-    mechanisms = plan_mechanisms(plan, fixed_only=True) or []
+    exact = plan_mechanisms(plan)
+    mechanisms = exact if exact is not None else plan_mechanisms(plan, fixed_only=True) or []
     return wire.PrivacyRecord(
         epsilon=plan.epsilon, delta=plan.delta, delta_reserved=delta_reserved,
-        accounting="rdp" if late else "pld",
-        epsilon_accounted=None if late else accounted_epsilon(plan),
+        accounting="pld" if exact is not None and plan.accounting == "pld" else "rdp",
+        epsilon_accounted=None if exact is None else accounted_epsilon(plan),
         mechanisms=[_wire(m) for m in mechanisms], run_time=late)
 
 
@@ -120,6 +133,8 @@ def record_mechanisms(record: wire.PrivacyRecord) -> list[Mechanism]:
             out.append(UniformSum(m.name, m.uniforms, m.bits, m.counts_per_record))
         elif isinstance(m, wire.DiscreteGaussianMechanism):
             out.append(DiscreteGaussian(m.name, Fraction(m.sigma2), m.counts_per_record))
+        elif isinstance(m, wire.GaussianBoundMechanism):
+            out.append(GaussianBound(m.name, Fraction(m.rho), m.eta))
         else:
             out.append(PureStep(m.name, m.epsilon, m.count))
     return out

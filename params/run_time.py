@@ -17,17 +17,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from crypto.joint_noise import check_room
 from dp.accounting import gaussian_sigma2
+from dp.gaussian_domination import mu_at_most, shape_dominated
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.privsyn_allocation import allocation_groups
 from params.modes import SelectionMode
-from params.noise_rules import pair_failure_cap, run_time_group_shape
+from params.noise_rules import bound_eta, dominated_shape, pair_failure_cap, run_time_group_shape
 from params.release_spec import ReleaseSpec, selected_release
 
 if TYPE_CHECKING:
     from params.session_plan import SessionPlan
 
-__all__ = ["resolve", "split_release", "noise_statement", "cell_noises", "per_count_variance"]
+__all__ = ["resolve", "bounded", "split_release", "noise_statement", "cell_noises",
+           "per_count_variance"]
 
 
 def resolve(plan: SessionPlan, release: ReleaseSpec,
@@ -43,10 +46,20 @@ def resolve(plan: SessionPlan, release: ReleaseSpec,
         return replace(release, marginal_keys=plan.keys_of_pairs(selected))
     keys = plan.keys_of_pairs(selected)
     if keys and release.split_pending:
-        split, _ = split_release(plan, release, keys)
+        split, why = split_release(plan, release, keys)
         if split is not None:
             return split
+        if bounded(plan):
+            # The Gaussian bound covers the split release only: fail closed.
+            raise ValueError(f"the split 2-way release has no dominated shape: {why}")
     return selected_release(release, keys)
+
+
+def bounded(plan: SessionPlan) -> bool:
+    """Whether the plan's split 2-way release is accounted by its Gaussian bound (a
+    calibrated noisy-greedy plan: ``params.privacy_record``) rather than its Renyi curve."""
+    return (plan.accounting == "pld" and plan.selection is not None
+            and plan.selection.mode == SelectionMode.NOISY_GREEDY)
 
 
 def split_release(plan: SessionPlan, release: ReleaseSpec,
@@ -65,9 +78,12 @@ def split_release(plan: SessionPlan, release: ReleaseSpec,
     top_weight = max(max(s.weights()) for s in plan.joint_shapes())
     parts = []
     for pairs, rho in allocation_groups(cells, chosen, release.rho):
-        shape, why = run_time_group_shape(
-            rho / len(pairs), plan.rho_total, plan.delta_conversion, plan.max_rows,
-            plan.parameters, cap, release.joint, plan.joint_columns, top_weight)
+        if bounded(plan):
+            shape, why = _dominated_group_shape(plan, release, rho / len(pairs), top_weight)
+        else:
+            shape, why = run_time_group_shape(
+                rho / len(pairs), plan.rho_total, plan.delta_conversion, plan.max_rows,
+                plan.parameters, cap, release.joint, plan.joint_columns, top_weight)
         if shape is None:
             return None, f"pairs of {cells[pairs[0]]} cells: {why}"
         parts.append(ReleaseSpec(f"{release.name}/{cells[pairs[0]]}",
@@ -76,10 +92,33 @@ def split_release(plan: SessionPlan, release: ReleaseSpec,
     split = replace(release, marginal_keys=keys,
                     sigma2=gaussian_sigma2(release.rho, len(keys)), parts=tuple(parts))
     variance, even = per_count_variance(plan, split), 2 * split.sigma2
-    if variance >= even:
+    if variance >= even and not bounded(plan):
         return None, (f"its mean variance per count {float(variance):.3g} is not below "
                       f"the even two-server release's {float(even):.3g}")
     return split, ""
+
+
+def _dominated_group_shape(plan: SessionPlan, release: ReleaseSpec, rho_per_marginal: Fraction,
+                           top_weight: int) -> tuple[JointNoiseShape | None, str]:
+    """A group's shape under the Gaussian bound: the least-variance shape the envelope's
+    circuit carries that is (sqrt(2 rho_g), eta)-dominated; the envelope itself if the search
+    finds none below it (it is dominated at the smallest per-marginal budget any selection
+    gives, so at every group's: ``params.noise_rules.dominated_envelope``). Verified here,
+    not assumed, with its room in the count width."""
+    eta = bound_eta(plan.delta_conversion, len(plan.layout.two_way))
+    envelope = release.joint
+    shape = (dominated_shape(Fraction(rho_per_marginal), eta, plan.joint_columns,
+                             envelope.span, top_weight)
+             or dominated_shape(Fraction(rho_per_marginal), eta, plan.joint_columns,
+                                envelope.span, top_weight, envelope.variance)
+             or envelope)
+    if not shape_dominated(shape.uniforms, shape.bits, mu_at_most(rho_per_marginal), eta):
+        return None, "no shape within the envelope is dominated by its Gaussian budget"
+    try:
+        check_room(shape, plan.max_rows, plan.parameters.count_bits)
+    except ValueError as exc:
+        return None, str(exc)
+    return shape, ""
 
 
 def noise_statement(release: ReleaseSpec) -> str:

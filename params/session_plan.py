@@ -19,6 +19,7 @@ The public record (``params.plan_record``) and the run-time resolution of a rele
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -37,7 +38,7 @@ from params.modes import NoiseMode, SelectionMode
 from dp.pld_accounting import calibrate
 from params.budget_split import default_split
 from params.privacy_record import accounted_epsilon, plan_mechanisms
-from params.noise_rules import (JOINT_TAIL, envelope_shape_for, joint_shape_for,
+from params.noise_rules import (JOINT_TAIL, dominated_envelope, envelope_shape_for, joint_shape_for,
                                 pair_failure_cap, score_shape_for)
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.release_spec import (ReleaseSpec, noise_draws, noise_label, release_count,
@@ -101,11 +102,14 @@ class SessionPlan:
                 rounds, selection_set, noise)
         split_two_way, joint_scores = True, True
         for _ in range(3):  # bounded: each retry drops one joint part
-            plan = cls._settled(*args, split_two_way=split_two_way, joint_scores=joint_scores)
+            plan = cls._settled(*args, split_two_way=split_two_way, joint_scores=joint_scores,
+                                exact=calibrated)
             try:
-                plan.check_joint()
                 if calibrated and plan_mechanisms(plan) is not None:
+                    # Confirmed by the composed PLD of its noises (the start of the
+                    # calibration fails closed if it is above eps).
                     return cls._calibrated(plan, args, split_two_way, joint_scores)
+                plan.check_joint()
                 return plan
             except ValueError:
                 # The split release and the joint scores are counted as zCDP on the
@@ -137,7 +141,7 @@ class SessionPlan:
         def epsilon_at(rho: Fraction) -> float:
             if rho not in built:
                 built[rho] = cls._settled(*args, split_two_way=split_two_way,
-                                          joint_scores=joint_scores, rho_total=rho)
+                                          joint_scores=joint_scores, rho_total=rho, exact=True)
             candidate = built[rho]
             return accounted_epsilon(candidate)
 
@@ -184,7 +188,8 @@ class SessionPlan:
                     grown[name] = float((parts[name] + total - rho) / total)
                     built[total] = cls._settled(schema, pairs, epsilon, delta, grown, *rest,
                                                 split_two_way=split_two_way,
-                                                joint_scores=joint_scores, rho_total=total)
+                                                joint_scores=joint_scores, rho_total=total,
+                                                exact=True)
                 candidate = built[total]
                 return accounted_epsilon(candidate)
 
@@ -204,7 +209,8 @@ class SessionPlan:
     @classmethod
     def _settled(cls, schema, pairs, epsilon, delta, split, parameter_set, max_rows,
                  selection, rounds, selection_set, noise, split_two_way,
-                 joint_scores=True, rho_total: Fraction | None = None) -> SessionPlan:
+                 joint_scores=True, rho_total: Fraction | None = None,
+                 exact: bool = False) -> SessionPlan:
         """:meth:`_build` at the conversion delta that leaves room for the reserved terms
         (a short fixed-point iteration, bounded, fails closed); ``rho_total``: the budget
         to plan with (default: the zCDP conversion's at that delta)."""
@@ -212,7 +218,7 @@ class SessionPlan:
         for _ in range(8):
             plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
                               parameter_set, max_rows, selection, rounds, selection_set,
-                              noise, split_two_way, joint_scores, rho_total)
+                              noise, split_two_way, joint_scores, rho_total, exact)
             need = sum(plan.delta_terms().values())
             if need <= reserved:
                 break
@@ -235,7 +241,7 @@ class SessionPlan:
                delta_conversion: float, split, parameter_set: str, max_rows: int,
                selection: SelectionMode | str, rounds, selection_set, noise: NoiseMode,
                split_two_way: bool = True, joint_scores: bool = True,
-               rho_total: Fraction | None = None) -> SessionPlan:
+               rho_total: Fraction | None = None, exact: bool = False) -> SessionPlan:
         params = get_parameter_set(parameter_set)
         layout = MarginalLayout.build(schema.domain_sizes, pairs)
         if not layout.two_way:
@@ -285,10 +291,15 @@ class SessionPlan:
             delta_conversion, max_rows).check_capacity(max_rows)
         if noise != NoiseMode.TWO_SERVER:
             releases = tuple(cls._with_noise(r, noise, rho_total, delta_conversion, max_rows,
-                                             params, chosen, layout, split_two_way)
+                                             params, chosen, layout, split_two_way, exact)
                              for r in releases)
+        # exact: every noise is fixed before any data, or noisy-greedy's split release is
+        # bounded by its Gaussian (``params.privacy_record``); the plan is then accounted by
+        # its composed PLD. noisy-greedy's even release keeps the Renyi bound.
+        late = chosen is not None and chosen.mode == SelectionMode.NOISY_GREEDY
+        accounting = "pld" if exact and (not late or releases[1].split_pending) else "rdp"
         plan = cls(schema, layout, params, epsilon, delta, rho_total, releases,
-                   chosen, delta_conversion, max_rows)
+                   chosen, delta_conversion, max_rows, accounting)
         plan.check_capacity(max_rows)
         return plan
 
@@ -311,14 +322,17 @@ class SessionPlan:
     def _with_noise(spec: ReleaseSpec, noise: NoiseMode, rho_total: Fraction,
                     delta_conversion: float, max_rows: int, params: ParameterSet,
                     chosen: SelectionPlan | None, layout: MarginalLayout,
-                    split_two_way: bool = True) -> ReleaseSpec:
+                    split_two_way: bool = True, exact: bool = False) -> ReleaseSpec:
         """``spec`` with the joint shape the rule gives it (``params.noise_rules``);
         noisy-greedy's 2-way release: its envelope and PrivSyn's split, or the even two-server
         release."""
         if (spec.name == "two_way" and chosen is not None
                 and chosen.mode == SelectionMode.NOISY_GREEDY):
-            shape, why = (envelope_shape_for(layout, spec.rho, rho_total, delta_conversion,
-                                             max_rows, params) if split_two_way else
+            envelope = dominated_envelope if exact else functools.partial(
+                envelope_shape_for, rho_total=rho_total)
+            shape, why = (envelope(layout=layout, rho=spec.rho,
+                                   delta_conversion=delta_conversion, max_rows=max_rows,
+                                   parameters=params) if split_two_way else
                           (None, "the conversion's orders do not confirm the session with "
                                  "its split release"))
             allocation = "privsyn" if shape is not None else "even"
@@ -348,6 +362,8 @@ class SessionPlan:
                    for r in self.releases)
 
     def _split_reserve(self) -> float:
+        if self.accounting == "pld":
+            return 0.0  # its eta is inside the Gaussian bound, accounted in the PLD
         pairs = len(self.layout.two_way)
         return pairs * pair_failure_cap(self.delta_conversion, pairs)
 

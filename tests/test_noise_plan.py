@@ -65,9 +65,12 @@ MIXED = Schema.from_dict({"name": "mixed", "columns": [
     for i, size in enumerate((2, 3, 4, 6))]})
 
 
-def mixed_plan(eps=1.0, noise="auto"):
+def mixed_plan(eps=1.0, noise="auto", calibrated=False):
+    """noisy-greedy on mixed pair sizes; uncalibrated by default: the split release under its
+    Renyi rule (a session planned without calibration, or recorded before it). The Gaussian
+    bound's rule is ``tests/test_gaussian_bound.py``'s."""
     return SessionPlan.build(MIXED, None, eps, 1e-6, None, "test-small", 2000,
-                             selection="noisy-greedy", noise=noise)
+                             selection="noisy-greedy", noise=noise, calibrated=calibrated)
 
 
 def test_noisy_greedys_two_way_is_split_with_an_envelope_and_the_worst_case_reserve():

@@ -47,6 +47,12 @@ def audit(record: dict) -> float:
             sigma = math.sqrt(float(Fraction(m["sigma2"])))
             one = pld_lib.from_discrete_gaussian_mechanism(math.nextafter(sigma, 0))
             times = m["counts_per_record"]
+        elif m["noise"] == "gaussian_bound":
+            # The Gaussian mechanism of variance 1 / (2 rho), then a reveal with prob. eta.
+            sigma = math.nextafter(1 / math.sqrt(2 * float(Fraction(m["rho"]))), 0)
+            one = pld_lib.from_gaussian_mechanism(sigma).compose(
+                pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(0.0, m["eta"])))
+            times = 1
         else:
             assert m["noise"] == "pure"
             one = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(m["epsilon"]))
@@ -62,13 +68,15 @@ def _record(plan: SessionPlan) -> dict:
 
 
 @pytest.mark.parametrize("epsilon", [0.3, 1.0, 4.0])
-@pytest.mark.parametrize("selection,rounds", [("none", None), ("em", 4)])
+@pytest.mark.parametrize("selection,rounds", [("none", None), ("em", 4),
+                                              ("noisy-greedy", None)])
 def test_an_auditor_finds_the_plan_spends_the_eps_asked(selection, rounds, epsilon):
     schema = Schema.load(FED_HEART)
     plan = SessionPlan.build(schema, None, epsilon, 1e-5, None, "default", 1143,
                              selection=selection, rounds=rounds, noise="auto")
     record = _record(plan)
-    assert record["accounting"] == "pld" and not record["run_time"]
+    assert record["accounting"] == "pld"
+    assert record["run_time"] == (["two_way"] if selection == "noisy-greedy" else [])
     assert record["delta"] == 1e-5 and record["epsilon"] == epsilon
     audited = audit(record)
     assert 0.97 * epsilon <= audited <= epsilon
@@ -91,14 +99,22 @@ def test_the_ledger_reports_the_records_eps_once_everything_is_charged():
     assert sum((rho for _, rho in charges), Fraction(0)) <= plan.rho_total
 
 
-def test_noisy_greedys_record_names_the_release_it_decides_at_run_time():
+def test_noisy_greedys_record_bounds_the_release_it_decides_at_run_time():
     schema = Schema.load(FED_HEART)
     plan = SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143,
                              selection="noisy-greedy", noise="auto")
     record = _record(plan)
-    assert record["accounting"] == "rdp" and record["run_time"] == ["two_way"]
-    assert record["epsilon_accounted"] is None
-    assert {m["name"] for m in record["mechanisms"]} == {"one_way", "selection_scores"}
+    assert record["accounting"] == "pld" and record["run_time"] == ["two_way"]
+    bound = [m for m in record["mechanisms"] if m["noise"] == "gaussian_bound"]
+    assert [m["name"] for m in bound] == ["two_way"]
+    assert Fraction(bound[0]["rho"]) == plan.release("two_way").rho
+    assert {m["name"] for m in record["mechanisms"]} == {"one_way", "selection_scores",
+                                                         "two_way"}
+    # Uncalibrated (the bench's what-if plans): the Renyi bound, the release unnamed.
+    old = _record(SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143,
+                                    selection="noisy-greedy", noise="auto", calibrated=False))
+    assert old["accounting"] == "rdp" and old["epsilon_accounted"] is None
+    assert {m["name"] for m in old["mechanisms"]} == {"one_way", "selection_scores"}
 
 
 # A tiny session: two binary columns, every pair (one), joint noise where it fits.

@@ -170,9 +170,10 @@ def test_a_record_written_before_the_privacy_record_still_loads(sessions, tmp_pa
     conversion's) is read back after an upgrade, accounted as it was planned."""
     ids = []
     for request, plan, public in sessions.values():
-        legacy = public.model_copy(update={"privacy": None})
-        ids.append(_create(_registry(tmp_path),
-                           (request, replace(plan, accounting="rdp"), legacy)))
+        old = replace(plan, accounting="rdp")  # as the record's fields describe it then
+        legacy = old.to_public(public.session_id, CLIENTS, plan.selection.bootstraps(
+            plan.pair_cells())).model_copy(update={"privacy": None})
+        ids.append(_create(_registry(tmp_path), (request, old, legacy)))
     restarted = KeyServer(tmp_path)
     assert restarted.sessions.runnable_session_ids() == ids
     for session_id in ids:
