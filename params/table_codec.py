@@ -14,13 +14,22 @@ value. Two documented policies relax the default:
 * ``drop``: every row with any invalid value is dropped.
 
 Both policies report what they did (counts per column) so nothing happens unseen.
+
+**Memory does not grow with the file.** :func:`stream_csv` reads a file a line at a time
+(the header first, so a wrong header fails before the rest is read) and
+:func:`encode_csv_chunks` hands the encoded rows on in chunks of a bounded number of rows;
+the client agent counts each chunk and drops it (``clients.counting``). A file is read only
+as far as its first problem, so the error named is the first in the file's order.
+:func:`read_csv` and :func:`encode_csv` keep the whole table, for callers that need it.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -32,8 +41,18 @@ from params.schema import CategoricalColumn, ContinuousColumn, Schema, normalise
 
 InvalidPolicy = Literal["error", "clamp", "drop"]
 
-__all__ = ["InvalidValueError", "EncodedTable", "MISSING_MARKERS", "encode_csv", "encode_rows",
-           "find_problems", "read_csv", "decode_records"]
+__all__ = ["InvalidValueError", "EncodedTable", "EncodingTally", "MISSING_MARKERS", "encode_csv",
+           "encode_csv_chunks", "encode_rows", "find_problems", "read_csv", "stream_csv",
+           "decode_records"]
+
+# Rows encoded before a chunk is handed on (about 1 MB of bins at 10 columns).
+CHUNK_ROWS = 16384
+# The longest physical line read: far above any row a schema admits (the csv module refuses a
+# field over 128 KiB), so only a file that is no table (one endless line) reaches it.
+LINE_LIMIT = 16 * 1024 * 1024
+# Distinct texts remembered per column before the memo is emptied (a column of unique
+# decimals would otherwise grow it with the file).
+_CACHE_LIMIT = 1 << 16
 
 
 class InvalidValueError(ValueError):
@@ -48,12 +67,29 @@ class EncodedTable:
     clamped: Counter = field(default_factory=Counter)  # column -> values clamped
 
     def summary(self) -> str:
-        parts = [f"{len(self.records)} rows encoded of {self.rows_read} read"]
-        if self.dropped:
-            parts.append("dropped: " + ", ".join(f"{c}={n}" for c, n in self.dropped.items()))
-        if self.clamped:
-            parts.append("clamped: " + ", ".join(f"{c}={n}" for c, n in self.clamped.items()))
-        return "; ".join(parts)
+        return _summary(len(self.records), self.rows_read, self.dropped, self.clamped)
+
+
+@dataclass
+class EncodingTally:
+    """What a streamed encoding did (:func:`encode_csv_chunks`), without the rows."""
+
+    rows_read: int = 0
+    rows_kept: int = 0
+    dropped: Counter = field(default_factory=Counter)  # column -> rows dropped for it
+    clamped: Counter = field(default_factory=Counter)  # column -> values clamped
+
+    def summary(self) -> str:
+        return _summary(self.rows_kept, self.rows_read, self.dropped, self.clamped)
+
+
+def _summary(kept: int, read: int, dropped: Counter, clamped: Counter) -> str:
+    parts = [f"{kept} rows encoded of {read} read"]
+    if dropped:
+        parts.append("dropped: " + ", ".join(f"{c}={n}" for c, n in dropped.items()))
+    if clamped:
+        parts.append("clamped: " + ", ".join(f"{c}={n}" for c, n in clamped.items()))
+    return "; ".join(parts)
 
 
 # Text a data owner's export writes for "no value" (pandas, R, SQL dumps, UCI's "?"). A
@@ -68,31 +104,71 @@ def encode_rows(rows: list[list[str]], header: list[str], schema: Schema, *,
                 lines: list[int] | None = None) -> EncodedTable:
     """Encode already-split rows; ``source`` names the file in error messages and
     ``lines`` gives each row's first line in the file (default: row r is line r + 1)."""
+    table = EncodedTable(records=np.zeros((0, len(schema.columns)), dtype=np.int64),
+                         rows_read=0)
+    numbered = zip(rows, lines if lines else range(2, len(rows) + 2))
+    chunks = list(_encode_chunks(numbered, header, schema, source, on_invalid, table,
+                                 max(1, len(rows))))
+    if chunks:
+        table.records = chunks[0]
+    return table
+
+
+def _encode_chunks(records: Iterable[tuple[list[str], int]], header: list[str],
+                   schema: Schema, source: str, on_invalid: InvalidPolicy,
+                   table: EncodedTable | EncodingTally, chunk_rows: int
+                   ) -> Iterator[np.ndarray]:
+    """The bins of ``records`` ((row, its first line) each), ``chunk_rows`` rows at a time
+    (the last chunk shorter; none for no rows kept); ``table`` counts what was read, dropped
+    and clamped. The header is checked before the first record is taken."""
     if on_invalid not in ("error", "clamp", "drop"):
         raise ValueError(f"unknown --on-invalid policy {on_invalid!r}")
     header = [normalise_text(h) for h in header]
     positions = _header_positions(header, schema, source)
-    out = np.zeros((len(rows), len(schema.columns)), dtype=np.int64)
-    kept = 0
-    table = EncodedTable(records=out, rows_read=len(rows))
+    width = len(schema.columns)
+    fields = len(header)
     cache: list[dict[str, _Reading]] = [{} for _ in schema.columns]
-    for r, row in enumerate(rows, start=1):
-        where = f"{source}: row {r} (line {lines[r - 1] if lines else r + 1})"
-        if len(row) != len(header):
-            if on_invalid == "error":
-                raise InvalidValueError(f"{where}: has {len(row)} fields, header has "
-                                        f"{len(header)}")
-            table.dropped["<row length>"] += 1
-            continue
-        encoded, bad_column = _encode_row(row, positions, schema, where, on_invalid, table,
-                                          cache)
-        if bad_column is not None:
-            table.dropped[bad_column] += 1
-            continue
-        out[kept] = encoded
-        kept += 1
-    table.records = out[:kept]
-    return table
+    # The bins of the texts already read as valid: a row of known valid values is encoded
+    # by lookups alone; any other row takes the full path (and its errors) below.
+    bins: list[dict[str, int]] = [{} for _ in schema.columns]
+    lookups = list(zip(positions, bins))
+    kept: list[list[int]] = []
+    for r, (row, line) in enumerate(records, start=1):
+        table.rows_read += 1
+        try:
+            encoded = [known[row[pos]] for pos, known in lookups] if len(row) == fields \
+                else None
+        except KeyError:
+            encoded = None
+        if encoded is None:
+            where = f"{source}: row {r} (line {line})"
+            if len(row) != fields:
+                if on_invalid == "error":
+                    raise InvalidValueError(f"{where}: has {len(row)} fields, header has "
+                                            f"{fields}")
+                table.dropped["<row length>"] += 1
+                continue
+            encoded, bad_column = _encode_row(row, positions, schema, where, on_invalid, table,
+                                              cache, bins)
+            if bad_column is not None:
+                table.dropped[bad_column] += 1
+                continue
+        kept.append(encoded)
+        if len(kept) == chunk_rows:
+            yield _as_records(kept, width, table)
+            kept = []
+            for memo in (*cache, *bins):
+                if len(memo) > _CACHE_LIMIT:
+                    memo.clear()
+    if kept:
+        yield _as_records(kept, width, table)
+
+
+def _as_records(rows: list[list[int]], width: int,
+                table: EncodedTable | EncodingTally) -> np.ndarray:
+    if isinstance(table, EncodingTally):
+        table.rows_kept += len(rows)
+    return np.array(rows, dtype=np.int64).reshape(len(rows), width)
 
 
 def _header_positions(header: list[str], schema: Schema, source: str) -> list[int]:
@@ -152,14 +228,15 @@ def _read_value(column, raw: str) -> _Reading:
                     column.bin_of(column.clamp(value)))
 
 
-def _encode_row(row, positions, schema, where, on_invalid, table, cache):
+def _encode_row(row, positions, schema, where, on_invalid, table, cache, bins):
     encoded = []
-    for pos, column, seen in zip(positions, schema.columns, cache):
+    for pos, column, seen, known in zip(positions, schema.columns, cache, bins):
         # Exports repeat values endlessly (ages, codes): read each distinct text once.
         reading = seen.get(row[pos])
         if reading is None:
             reading = seen[row[pos]] = _read_value(column, row[pos])
         if reading.bin is not None:
+            known[row[pos]] = reading.bin
             encoded.append(reading.bin)
             continue
         if reading.clamped_bin is not None and on_invalid == "clamp":
@@ -177,8 +254,12 @@ def _preview(items, limit: int = 6) -> str:
     return shown + (", ..." if len(items) > limit else "")
 
 
-def read_csv(path: str | Path) -> tuple[list[str], list[list[str]], list[int]]:
-    """(header, data rows, each row's first line number) of a CSV file.
+@contextmanager
+def stream_csv(path: str | Path
+               ) -> Iterator[tuple[list[str], Iterator[tuple[list[str], int]]]]:
+    """(header, an iterator of (data row, its first line number)) of a CSV file, read a
+    line at a time: the header is read (and an empty file refused) on entry, each row as it
+    is taken.
 
     UTF-8 with or without a byte-order mark; CRLF, LF or CR line ends; quoted fields may hold
     commas and line breaks; blank lines are skipped (and line numbers stay true). Errors
@@ -186,52 +267,101 @@ def read_csv(path: str | Path) -> tuple[list[str], list[list[str]], list[int]]:
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        fh = path.open("r", encoding="utf-8-sig", errors="strict", newline="")
     except FileNotFoundError:
         raise InvalidValueError(f"{path}: file not found") from None
     except OSError as exc:
         raise InvalidValueError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise InvalidValueError(f"{path}: line {line}: not UTF-8 text (byte "
-                                f"{data[exc.start]:#04x}); save the file as UTF-8") from None
+    with fh:
+        records = _records(path, fh)
+        header = next(records, None)
+        if header is None:
+            raise InvalidValueError(f"{path}: empty file (no header)")
+        yield header[0], records
+
+
+def _records(path: Path, fh) -> Iterator[tuple[list[str], int]]:
+    """Every non-blank record of an open file with its first line."""
     # strict: a quote left open is an error, not the rest of the file swallowed in one field.
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    rows: list[list[str]] = []
-    lines: list[int] = []
-    header = None
+    reader = csv.reader(_bounded_lines(path, fh), strict=True)
     previous_end = 0
     try:
         for record in reader:
             start, previous_end = previous_end + 1, reader.line_num
-            if not record:
-                continue  # a blank line is not a record
-            if header is None:
-                header = record
-            else:
-                rows.append(record)
-                lines.append(start)
+            if record:  # a blank line is not a record
+                yield record, start
     except csv.Error as exc:
         raise InvalidValueError(f"{path}: line {reader.line_num}: malformed CSV ({exc})") from None
-    if header is None:
-        raise InvalidValueError(f"{path}: empty file (no header)")
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+
+
+def _bounded_lines(path: Path, fh) -> Iterator[str]:
+    """The file's physical lines (ends kept), none longer than :data:`LINE_LIMIT`."""
+    number = 0
+    while True:
+        line = fh.readline(LINE_LIMIT)
+        if not line:
+            return
+        number += 1
+        if len(line) == LINE_LIMIT and not line.endswith("\n"):
+            raise InvalidValueError(f"{path}: line {number}: longer than {LINE_LIMIT} "
+                                    "characters: not a table (is this file a CSV?)")
+        yield line
+
+
+def _not_utf8(path: Path, block: int = 1 << 20) -> InvalidValueError:
+    """The error for a file that is not UTF-8, naming the line and the first bad byte
+    (found again from the start, a block at a time: only on this path)."""
+    newlines = 0
+    with path.open("rb") as raw:
+        first = raw.read(len(codecs.BOM_UTF8))
+        carry = b"" if first == codecs.BOM_UTF8 else first
+        while True:
+            read = raw.read(block)
+            data = carry + read
+            try:
+                _, consumed = codecs.utf_8_decode(data, "strict", not read)
+            except UnicodeDecodeError as exc:
+                line = newlines + data[:exc.start].count(b"\n") + 1
+                return InvalidValueError(f"{path}: line {line}: not UTF-8 text (byte "
+                                         f"{data[exc.start]:#04x}); save the file as UTF-8")
+            if not read:
+                return InvalidValueError(f"{path}: not UTF-8 text; save the file as UTF-8")
+            newlines += data[:consumed].count(b"\n")
+            carry = data[consumed:]
+
+
+def read_csv(path: str | Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """(header, data rows, each row's first line number) of a CSV file, the whole file in
+    memory (:func:`stream_csv` reads it a line at a time; its rules and errors)."""
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    with stream_csv(path) as (header, records):
+        for row, line in records:
+            rows.append(row)
+            lines.append(line)
     return header, rows, lines
 
 
 def find_problems(path: str | Path, schema: Schema, limit: int = 20) -> tuple[list[str], int]:
     """Every problem of a CSV against a schema, one line each naming file, row, line and
-    column: (the first ``limit`` lines, the total count). A header problem stops there."""
-    header, rows, lines = read_csv(path)
-    try:
-        positions = _header_positions([normalise_text(h) for h in header], schema, str(path))
-    except InvalidValueError as exc:
-        return [str(exc)], 1
+    column: (the first ``limit`` lines, the total count). A header problem stops there. The
+    file is read a line at a time."""
+    with stream_csv(path) as (header, records):
+        try:
+            positions = _header_positions([normalise_text(h) for h in header], schema,
+                                          str(path))
+        except InvalidValueError as exc:
+            return [str(exc)], 1
+        return _problems(path, header, records, positions, schema, limit)
+
+
+def _problems(path, header, records, positions, schema, limit) -> tuple[list[str], int]:
     found: list[str] = []
     total = 0
     cache: list[dict[str, _Reading]] = [{} for _ in schema.columns]
-    for r, (row, line) in enumerate(zip(rows, lines), start=1):
+    for r, (row, line) in enumerate(records, start=1):
         where = f"{path}: row {r} (line {line})"
         if len(row) != len(header):
             problems = [f"{where}: has {len(row)} fields, header has {len(header)}"]
@@ -245,6 +375,10 @@ def find_problems(path: str | Path, schema: Schema, limit: int = 20) -> tuple[li
                     problems.append(f"{where}, column '{column.name}': {reading.problem}")
         total += len(problems)
         found.extend(problems[:max(0, limit - len(found))])
+        if r % CHUNK_ROWS == 0:
+            for seen in cache:
+                if len(seen) > _CACHE_LIMIT:
+                    seen.clear()
     return found, total
 
 
@@ -255,6 +389,19 @@ def encode_csv(path: str | Path, schema: Schema, *,
     header, rows, lines = read_csv(path)
     return encode_rows(rows, header, schema, source=str(path), on_invalid=on_invalid,
                        lines=lines)
+
+
+def encode_csv_chunks(path: str | Path, schema: Schema, *, on_invalid: InvalidPolicy = "error",
+                      tally: EncodingTally | None = None,
+                      chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+    """:func:`encode_csv`'s bins, rules and errors, streamed: the file is read a line at a
+    time (the header checked first) and the bins handed on ``chunk_rows`` rows at a time, so
+    memory does not grow with the file; ``tally`` counts what was read, kept, dropped and
+    clamped. Concatenated, the chunks are :func:`encode_csv`'s records."""
+    tally = tally if tally is not None else EncodingTally()
+    with stream_csv(path) as (header, records):
+        yield from _encode_chunks(records, header, schema, str(path), on_invalid, tally,
+                                  chunk_rows)
 
 
 _WIDEST_DRAW = 2 ** 62
