@@ -24,7 +24,10 @@ Conservative conversions:
   and counts the rest as infinite loss, so that tail is inside the reported delta;
 * a sum of uniforms is exact: its integer pmf (``JointNoiseShape.counts``) goes in as
   log-masses; the outputs only one neighbour can produce (its edges) are infinite loss,
-  counted in full in delta, so no conditioning is needed here.
+  counted in full in delta, so no conditioning is needed here;
+* a release decided at run time enters as its Gaussian bound (:class:`GaussianBound`): the
+  Gaussian mechanism with mu = sqrt(2 rho) rounded up, composed with a reveal of probability
+  eta (``dp.gaussian_domination`` proves each run-time noise within it).
 
 Tightness is the point of this module: the zCDP conversion (``dp.accounting``) leaves about
 a tenth of the noise scale unspent at eps near 1; the plan calibrates its budget against

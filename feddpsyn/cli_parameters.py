@@ -56,7 +56,8 @@ def params_command(schema: Optional[Path] = typer.Option(
                                          "joint": None if r.joint is None else
                                          {"uniforms": r.joint.uniforms, "bits": r.joint.bits},
                                          "per_count_variance": float(r.per_count_variance),
-                                         "two_server_variance": float(2 * r.sigma2)}
+                                         "two_server_variance": float(2 * r.sigma2),
+                                         "split": r.split_pending}
                                 for r in plan.releases})
         rows.append(report)
     if as_json:
@@ -90,6 +91,11 @@ def params_command(schema: Optional[Path] = typer.Option(
         for name, rel in r["releases"].items():
             shape = ("" if rel["joint"] is None else
                      f" ({rel['joint']['uniforms']} uniforms of {rel['joint']['bits']} bits)")
+            if rel.get("split"):
+                typer.echo(f"  release {name}: split at run time over the kept pairs (PrivSyn's "
+                           f"c^(2/3) shares), one joint noise per pair size; its envelope"
+                           f"{shape} is the smallest pair's with every pair kept")
+                continue
             typer.echo(f"  release {name}: {rel['noise']} noise{shape}, variance per count "
                        f"{rel['per_count_variance']:.4g} (two servers' Gaussians: "
                        f"{rel['two_server_variance']:.4g})")
