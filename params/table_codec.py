@@ -157,9 +157,10 @@ def _encode_chunks(records: Iterable[tuple[list[str], int]], header: list[str],
         if len(kept) == chunk_rows:
             yield _as_records(kept, width, table)
             kept = []
-            for memo in (*cache, *bins):
-                if len(memo) > _CACHE_LIMIT:
-                    memo.clear()
+            for seen, known in zip(cache, bins):
+                if len(seen) > _CACHE_LIMIT or len(known) > _CACHE_LIMIT:
+                    seen.clear()
+                    known.clear()
     if kept:
         yield _as_records(kept, width, table)
 
