@@ -27,6 +27,7 @@ from common import wire
 from common.credentials import new_token
 from common.serving import write_private
 from dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
 from params.modes import SelectionMode
 from params.schema import Schema
 from params.operator_bound import stated_max_rows
@@ -298,29 +299,29 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         t = time.time()
         with ClientAgent(ks.url, cs.url, session_id, client_ids[0],
                          created.client_tokens[client_ids[0]], out / "client-state") as agent:
-            last, shown = "", 0.0
             if timeout is None:
                 # The wait bounds the loop, not the work: a fixed hour stopped Adult's em
                 # demo (estimated 84 min, P2 alone took 54) with the servers mid-round.
                 timeout = max(3600.0, DEADLINE_FACTOR * estimate)
-            deadline = time.time() + timeout
-            while True:
+            planned = len(created.session.releases)
+
+            def poll() -> list[Step] | None:
                 status = agent.status()
-                work = agent.compute_status().detail if status.state == "computing" else ""
-                line = (f"{status.state}: releases done {status.releases_done or '-'}"
-                        + (f"; {status.detail}" if status.detail else "")
-                        + (f"; compute server: {work}" if work else ""))
-                if line.split("; compute server")[0] != last.split("; compute server")[0] or (
-                        line != last and time.time() - shown > 10):
-                    say(f"[demo] {line} ({time.time() - t:.0f} s)")
-                    last, shown = line, time.time()
                 if status.state == "released":
-                    break
-                if time.time() > deadline:
+                    return None
+                compute = agent.compute_status() if status.state == "computing" else None
+                return session_steps(status, compute, planned)
+
+            # A bar per phase on a terminal; plain lines through `say` otherwise (and always
+            # when the caller collects them).
+            with ProgressDisplay(prefix="[demo] ", say=say,
+                                 live=None if say is print else False) as display:
+                try:
+                    wait_for(poll, timeout=timeout, display=display)
+                except TimeoutError:
                     raise RuntimeError(f"session not released after {timeout:.0f} s (the "
                                        "servers' state is kept); see "
-                                       f"{out / 'state'}/*.log")
-                time.sleep(0.5)
+                                       f"{out / 'state'}/*.log") from None
             document = agent.release()
         phases["encrypt_aggregate_release"] = time.time() - t
         (out / "release.json").write_text(document.model_dump_json(by_alias=True, indent=1))

@@ -39,6 +39,7 @@ from distaim.plan import delta_reserve
 from distaim.protocol import Layout, client_vector
 from dp.accounting import rho_to_eps
 from feddpsyn.demo import ServerProcess, dataset, free_port, split_csv
+from feddpsyn.progress import ProgressDisplay, Step, wait_for
 from params.schema import Schema
 from params.table_codec import decode_records, encode_csv
 from synthesis.evaluate import workload_error
@@ -127,16 +128,23 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
 
         t = time.time()
         run_session(urls, operator, session_id)
-        deadline = time.time() + timeout
-        while True:
+        last = [""]
+
+        def poll() -> list[Step] | None:
             states = [s["state"] for s in session_status(urls, operator, session_id)]
             if all(s == "done" for s in states):
-                break
+                return None
+            last[0] = ", ".join(f"server {x} {s}" for x, s in enumerate(states, start=1))
             if "failed" in states:
-                raise RuntimeError(f"MPC run failed: {states}; see {out / 'state'}")
-            if time.time() > deadline:
-                raise RuntimeError(f"MPC run not done after {timeout} s: {states}")
-            time.sleep(1)
+                raise RuntimeError(f"MPC run failed ({last[0]}); see {out / 'state'}")
+            return [Step("MPC run: servers done", states.count("done"), len(states), last[0])]
+
+        with ProgressDisplay(prefix="[distaim] ", say=say,
+                             live=None if say is print else False) as display:
+            try:
+                wait_for(poll, timeout=timeout, every=1.0, display=display)
+            except TimeoutError:
+                raise RuntimeError(f"MPC run not done after {timeout} s ({last[0]})") from None
         results = session_results(urls, operator, session_id)
         phases["mpc_aim"] = time.time() - t
     finally:
