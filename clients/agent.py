@@ -10,10 +10,27 @@ Design concerns:
   same seed and masked vector, which both servers recognise as already stored. Transient
   failures (connection errors, 5xx) are retried a bounded number of times with backoff;
   4xx errors are reported at once with the server's message.
+* **The table is read in bounded memory** (``clients.counting``): a line at a time, counted
+  in chunks of rows, with the codec's one-line errors; a 1 GB CSV needs a few hundred MB.
+* **Nothing empty by mistake.** A table with no row to count (a header only, or every row
+  dropped) is refused before anything is sent; an owner who truly holds no records for the
+  session uploads its zero counts on purpose (``allow_empty``), since the session waits for
+  every owner's upload.
+* **One seed, one count vector.** The key server sees every masked vector sent to it, also
+  one it refuses: two count vectors under the same masks would show it their difference (a
+  header-only upload is the masks themselves). The digest of the masked upload sent with the
+  saved seed is saved beside it before anything is sent, and a different table under that
+  seed is refused here, before any request.
+* **A mistaken upload can be replaced** (``replace``) until the compute server starts on
+  the session's uploads: with a fresh seed (drawn and saved aside first, kept only once the
+  compute server took it), sent to the compute server, then the new masked vector to the key
+  server, both with ``replace=true`` (``keyserver.uploads``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,12 +39,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from clients.counting import count_csv
 from common import wire
 from common.files import write_private
 from crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
 from params.layout import MarginalLayout
 from params.schema import Schema
-from params.table_codec import EncodedTable, InvalidPolicy, encode_csv
+from params.table_codec import EncodingTally, InvalidPolicy
 
 __all__ = ["AgentError", "ClientAgent", "UploadResult"]
 
@@ -44,6 +62,7 @@ class UploadResult:
     seed_receipt: wire.UploadReceipt
     masked_receipt: wire.UploadReceipt
     bytes_sent: int
+    replaced: bool = False  # a stored upload was replaced by this one
 
 
 class ClientAgent:
@@ -97,19 +116,22 @@ class ClientAgent:
         return wire.SessionPublic.model_validate_json(response.content)
 
     def encode(self, csv_path: Path, on_invalid: InvalidPolicy = "error",
-               public: wire.SessionPublic | None = None) -> tuple[EncodedTable, np.ndarray]:
-        """Encode the CSV with the session's schema and compute all of its marginal counts."""
+               public: wire.SessionPublic | None = None) -> tuple[EncodingTally, np.ndarray]:
+        """All of the CSV's marginal counts in the session's layout, read in bounded memory,
+        and what the encoding read, kept, dropped and clamped."""
         public = public or self.session()
         schema = Schema.from_dict(public.schema_)
-        table = encode_csv(csv_path, schema, on_invalid=on_invalid)
         layout = MarginalLayout.build(schema.domain_sizes, [tuple(p) for p in public.pairs])
-        counts = layout.counts(table.records)
-        if counts.size != public.total_cells:
+        if layout.total_cells != public.total_cells:
             raise AgentError("layout mismatch with the session (different schema version?)")
-        return table, counts
+        counts, tally = count_csv(csv_path, schema, layout, on_invalid=on_invalid)
+        return tally, counts
+
+    def _seed_path(self) -> Path:
+        return self.state_dir / self.session_id / f"{self.client_id}.seed"
 
     def _seed(self) -> bytes:
-        path = self.state_dir / self.session_id / f"{self.client_id}.seed"
+        path = self._seed_path()
         if path.exists():
             seed = path.read_bytes()
             if len(seed) != SEED_BYTES:
@@ -121,36 +143,91 @@ class ClientAgent:
         return seed
 
     def upload(self, csv_path: Path, on_invalid: InvalidPolicy = "error",
-               progress: Callable[[str], None] = lambda _: None) -> UploadResult:
+               progress: Callable[[str], None] = lambda _: None, *,
+               allow_empty: bool = False, replace: bool = False) -> UploadResult:
+        """Encode, count, mask and send this owner's table (module docstring); ``replace``
+        replaces an upload already stored, ``allow_empty`` sends zero counts on purpose."""
         started = time.time()
         public = self.session()
         if self.client_id not in public.clients:
             raise AgentError(f"client {self.client_id!r} is not part of session "
                              f"{self.session_id}")
         progress(f"encoding {csv_path}")
-        table, counts = self.encode(csv_path, on_invalid, public)
+        tally, counts = self.encode(csv_path, on_invalid, public)
+        if tally.rows_kept == 0 and not allow_empty:
+            raise AgentError(_empty_message(csv_path, tally))
         k = public.parameter_set["count_bits"]
         if counts.max(initial=0) >= 1 << k:
             raise AgentError(f"a count exceeds 2^{k}: the session's parameter set is too small")
-        seed = self._seed()
-        masks = expand_masks(seed, self.session_id, self.client_id, counts.size, k)
-        masked = mask_counts(counts, masks, k)
-        progress("uploading seed to the compute server")
-        seed_body = wire.SeedUpload(seed_hex=seed.hex()).model_dump_json()
-        seed_receipt = wire.UploadReceipt.model_validate_json(self._request(
-            self._cs, "PUT", f"/sessions/{self.session_id}/clients/{self.client_id}/seed",
-            content=seed_body, headers={"Content-Type": "application/json"}).content)
+        query = {"replace": "true"} if replace else {}
+        seed_url = f"/sessions/{self.session_id}/clients/{self.client_id}/seed"
+        if replace and self._seed_path().exists():
+            seed, seed_receipt = self._replace_seed(seed_url, progress)
+            masked_body = self._masked_body(seed, counts, k)
+            write_private(self._sent_path(), _digest(masked_body))
+        else:
+            seed = self._seed()
+            masked_body = self._masked_body(seed, counts, k)
+            self._check_same_upload(masked_body, csv_path)
+            write_private(self._sent_path(), _digest(masked_body))
+            progress("uploading seed to the compute server")
+            seed_receipt = self._put(self._cs, seed_url, _seed_body(seed), query)
         progress(f"uploading {counts.size} masked counts to the key server")
-        masked_body = wire.MaskedUpload(
-            commitment=seed_commitment(seed, self.session_id, self.client_id),
-            values=masked.tolist()).model_dump_json()
-        masked_receipt = wire.UploadReceipt.model_validate_json(self._request(
-            self._ks, "PUT", f"/sessions/{self.session_id}/clients/{self.client_id}/masked",
-            content=masked_body, headers={"Content-Type": "application/json"}).content)
-        return UploadResult(rows=len(table.records), cells=int(counts.size),
+        masked_receipt = self._put(
+            self._ks, f"/sessions/{self.session_id}/clients/{self.client_id}/masked",
+            masked_body, query)
+        return UploadResult(rows=tally.rows_kept, cells=int(counts.size),
                             seconds=time.time() - started, seed_receipt=seed_receipt,
                             masked_receipt=masked_receipt,
-                            bytes_sent=len(seed_body) + len(masked_body))
+                            bytes_sent=len(_seed_body(seed)) + len(masked_body),
+                            replaced=replace and masked_receipt.stored)
+
+    def _masked_body(self, seed: bytes, counts: np.ndarray, k: int) -> str:
+        masks = expand_masks(seed, self.session_id, self.client_id, counts.size, k)
+        return wire.MaskedUpload(
+            commitment=seed_commitment(seed, self.session_id, self.client_id),
+            values=mask_counts(counts, masks, k).tolist()).model_dump_json()
+
+    def _sent_path(self) -> Path:
+        """The digest of the masked upload last sent with the saved seed."""
+        return self._seed_path().with_name(f"{self.client_id}.sent")
+
+    def _check_same_upload(self, masked_body: str, csv_path: Path) -> None:
+        """Refuse, before anything is sent, another count vector under a seed already used:
+        the key server, refusing it, would still have seen both, and their difference is the
+        difference of the two tables."""
+        path = self._sent_path()
+        if path.exists() and path.read_bytes() != _digest(masked_body):
+            raise AgentError(
+                f"{csv_path}: this owner already sent a different table to session "
+                f"{self.session_id} under the seed saved in {self._seed_path()}; sending "
+                "another under the same seed would show the key server the difference of "
+                "the two. Nothing was sent. To replace the upload, run again with --replace "
+                "(a fresh seed)")
+
+    def _put(self, client: httpx.Client, url: str, body: str, params: dict[str, str]
+             ) -> wire.UploadReceipt:
+        response = self._request(client, "PUT", url, content=body, params=params,
+                                 headers={"Content-Type": "application/json"})
+        return wire.UploadReceipt.model_validate_json(response.content)
+
+    def _replace_seed(self, url: str, progress: Callable[[str], None]
+                      ) -> tuple[bytes, wire.UploadReceipt]:
+        """A fresh seed in the place of the saved one: saved aside, sent with replace=true,
+        and kept as this client's seed only once the compute server took it (a refusal
+        leaves the saved seed, which the servers still hold, as it was)."""
+        path = self._seed_path()
+        pending = path.with_name(path.name + ".new")
+        seed = new_seed()
+        write_private(pending, seed)
+        progress("replacing the seed at the compute server")
+        try:
+            receipt = self._put(self._cs, url, _seed_body(seed), {"replace": "true"})
+        except AgentError:
+            pending.unlink(missing_ok=True)
+            raise
+        os.replace(pending, path)
+        return seed, receipt
 
     def status(self) -> wire.SessionStatus:
         response = self._request(self._ks, "GET", f"/sessions/{self.session_id}/status")
@@ -164,3 +241,20 @@ class ClientAgent:
     def release(self) -> wire.ReleaseDocument:
         response = self._request(self._ks, "GET", f"/sessions/{self.session_id}/release")
         return wire.ReleaseDocument.model_validate_json(response.content)
+
+
+def _digest(body: str) -> bytes:
+    return hashlib.sha256(body.encode()).hexdigest().encode()
+
+
+def _seed_body(seed: bytes) -> str:
+    return wire.SeedUpload(seed_hex=seed.hex()).model_dump_json()
+
+
+def _empty_message(csv_path: Path, tally: EncodingTally) -> str:
+    what = ("has a header and no data rows" if tally.rows_read == 0
+            else f"has no row left to count ({tally.summary()})")
+    return (f"{csv_path}: {what}: nothing to upload, and zero counts sent by mistake would "
+            "hold the session's place for this owner's table. Check the file; if this owner "
+            "really holds no records for the session, upload on purpose with --allow-empty "
+            "(its counts are all zero; the session waits for every owner's upload)")

@@ -390,6 +390,16 @@ class LedgerEntry(DocumentModel):
     at: float
 
 
+class UploadReplacement(DocumentModel):
+    """A client's masked vector replaced before the session's uploads closed: the old one
+    and its ciphertexts were deleted and never summed."""
+
+    client_id: str
+    old_digest: str
+    new_digest: str
+    at: float
+
+
 class LedgerView(StrictModel):
     session_id: str
     rho_total: str
@@ -397,6 +407,27 @@ class LedgerView(StrictModel):
     epsilon_spent: float
     delta: float
     entries: list[LedgerEntry]
+    uploads_replaced: list[UploadReplacement] = Field(
+        default_factory=list, description="every replaced upload, in order (no budget is "
+                                          "spent: nothing of a replaced upload is released)")
+
+
+class UploadDigest(StrictModel):
+    commitment: str = Field(pattern=r"^[0-9a-f]{64}$")
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$",
+                        description="SHA-256 of the upload's ciphertexts")
+
+
+class UploadsClose(StrictModel):
+    """The compute server's word that it holds exactly these uploads, one per client, and
+    will sum nothing else: the key server closes the session's uploads on it."""
+
+    uploads: dict[str, UploadDigest] = Field(max_length=10_000)
+
+
+class UploadsClosed(StrictModel):
+    session_id: str
+    closed: float = Field(description="when the uploads closed (seconds since the epoch)")
 
 
 class ReleaseManifest(StrictModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Query
 
 from common import wire
 from common.credentials import member_check, own_client_check
@@ -47,8 +47,12 @@ def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
     @clients.put("/{session_id}/clients/{client_id}/seed", response_model=wire.UploadReceipt,
                  dependencies=[Depends(own_client)])
     def upload_seed(session_id: wire.SessionId, client_id: wire.ClientId,
-                    body: wire.SeedUpload) -> wire.UploadReceipt:
-        receipt = service.store_seed(session_id, client_id, body)
+                    body: wire.SeedUpload,
+                    replace: bool = Query(False, description=(
+                        "replace this client's stored seed (and drop the ciphertexts of its "
+                        "old upload) while the session's uploads are open; 409 once this "
+                        "server started on them"))) -> wire.UploadReceipt:
+        receipt = service.store_seed(session_id, client_id, body, replace)
         worker.wake()
         return receipt
 

@@ -13,8 +13,17 @@ Design concerns:
   retry after a crash re-sends the same ciphertexts (which the key server recognises)
   instead of drawing new noise.
 * **A mismatched client is never summed.** The key server forwards each masked vector's
-  seed commitment; a client whose seed here does not match it blocks the session with a
-  clear record.
+  seed commitment; a client counts as uploaded only when its seed here matches it (until
+  then the session waits, its status naming the client), and a mismatch found when the
+  sums start blocks the session with a clear record.
+* **Uploads close before anything is summed.** An owner may replace its upload (a fresh seed
+  here with ``replace=true``, then its masked vector at the key server) until this server
+  starts on the session: it then closes the uploads at the key server, naming the commitment
+  and ciphertext digest of every client's upload it holds (``keyserver.uploads``). From then
+  on a seed is not replaced here (409), and a close the key server refuses (an upload
+  replaced since it was fetched) reopens them: the stale copy is dropped and fetched again.
+  A replaced seed takes the old one's place; the ciphertexts of the old upload are dropped
+  with it, so nothing of a replaced upload is ever summed.
 """
 
 from __future__ import annotations
@@ -62,6 +71,11 @@ CREATE TABLE IF NOT EXISTS outputs (
 CREATE TABLE IF NOT EXISTS releases (
     session_id TEXT NOT NULL, release TEXT NOT NULL, result_json TEXT NOT NULL,
     PRIMARY KEY (session_id, release));
+CREATE TABLE IF NOT EXISTS seeds_replaced (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, replaced REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS uploads_closed (
+    session_id TEXT PRIMARY KEY, closed REAL NOT NULL, uploads_json TEXT NOT NULL,
+    confirmed INTEGER NOT NULL);
 """
 
 
@@ -167,22 +181,49 @@ class ComputeServer:
         return json.loads(row["token_hashes_json"])
 
     # ------------------------------------------------------------ client seeds
-    def store_seed(self, session_id: str, client_id: str,
-                   upload: wire.SeedUpload) -> wire.UploadReceipt:
+    def store_seed(self, session_id: str, client_id: str, upload: wire.SeedUpload,
+                   replace: bool = False) -> wire.UploadReceipt:
         self.public(session_id)
         digest = hashlib.sha256(bytes.fromhex(upload.seed_hex)).hexdigest()
         with self.db.transaction() as conn:
             row = conn.execute("SELECT seed_hex FROM seeds WHERE session_id = ? AND "
                                "client_id = ?", (session_id, client_id)).fetchone()
-            if already_stored(row and row["seed_hex"], upload.seed_hex, "seed", client_id):
-                return wire.UploadReceipt(session_id=session_id, client_id=client_id,
-                                          stored=False, digest=digest)
+            try:
+                if already_stored(row and row["seed_hex"], upload.seed_hex, "seed", client_id):
+                    return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                              stored=False, digest=digest)
+            except ServiceError as exc:
+                if not replace:
+                    raise ServiceError(409, f"{exc.message}; to replace it before the session "
+                                            "computes on it, upload again with replace=true "
+                                            "(feddpsyn client upload --replace)") from None
             # An identical retry is answered above even after release; anything new is late.
             if conn.execute("SELECT 1 FROM releases WHERE session_id = ?",
                             (session_id,)).fetchone():
                 raise ServiceError(409, "session already released; uploads are closed")
-            conn.execute("INSERT INTO seeds VALUES (?, ?, ?, ?)",
-                         (session_id, client_id, upload.seed_hex, time.time()))
+            if row is None:
+                conn.execute("INSERT INTO seeds VALUES (?, ?, ?, ?)",
+                             (session_id, client_id, upload.seed_hex, time.time()))
+                return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                          stored=True, digest=digest)
+            if conn.execute("SELECT 1 FROM uploads_closed WHERE session_id = ?",
+                            (session_id,)).fetchone():
+                raise ServiceError(409, f"client {client_id!r}: this server has started on the "
+                                        "session's uploads, so the stored seed can no longer "
+                                        "be replaced")
+            conn.execute("UPDATE seeds SET seed_hex = ?, received = ? WHERE session_id = ? "
+                         "AND client_id = ?", (upload.seed_hex, time.time(), session_id,
+                                               client_id))
+            # The old upload's ciphertexts go with its seed; the new ones are fetched when
+            # the key server holds them.
+            conn.execute("DELETE FROM ciphertexts WHERE session_id = ? AND client_id = ?",
+                         (session_id, client_id))
+            conn.execute("INSERT INTO seeds_replaced VALUES (?, ?, ?)",
+                         (session_id, client_id, time.time()))
+            (self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin").unlink(
+                missing_ok=True)
+        log.info("session %s: client %s replaced its seed; its old ciphertexts are dropped",
+                 session_id, client_id)
         return wire.UploadReceipt(session_id=session_id, client_id=client_id, stored=True,
                                   digest=digest)
 
@@ -191,29 +232,44 @@ class ComputeServer:
             return [r["release"] for r in conn.execute(
                 "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
 
+    def _matched(self, session_id: str) -> tuple[set[str], list[str]]:
+        """(the clients whose seed here matches the commitment of the ciphertexts held, the
+        clients with both whose seed does not: a replacement under way)."""
+        with self.db.connect() as conn:
+            seeds = {r["client_id"]: bytes.fromhex(r["seed_hex"]) for r in conn.execute(
+                "SELECT client_id, seed_hex FROM seeds WHERE session_id = ?", (session_id,))}
+            commitments = {r["client_id"]: r["commitment"] for r in conn.execute(
+                "SELECT client_id, commitment FROM ciphertexts WHERE session_id = ?",
+                (session_id,))}
+        both = sorted(set(seeds) & set(commitments))
+        matched = {c for c in both
+                   if seed_commitment(seeds[c], session_id, c) == commitments[c]}
+        return matched, [c for c in both if c not in matched]
+
     def status(self, session_id: str) -> wire.SessionStatus:
         public = self.public(session_id)
         with self.db.connect() as conn:
-            seeds = {r["client_id"] for r in conn.execute(
-                "SELECT client_id FROM seeds WHERE session_id = ?", (session_id,))}
-            ciphers = {r["client_id"] for r in conn.execute(
-                "SELECT client_id FROM ciphertexts WHERE session_id = ?", (session_id,))}
             blocked = conn.execute("SELECT blocked FROM sessions WHERE id = ?",
                                    (session_id,)).fetchone()["blocked"]
-        ready = seeds & ciphers
+        ready, waiting = self._matched(session_id)
         done = self.releases_done(session_id)
+        detail = blocked or self._progress.get(session_id, "")
         if blocked:
             state = "blocked"
         elif len(done) == len(public.releases):
             state = "released"
         elif len(ready) < len(public.clients):
             state = "collecting"
+            if waiting:
+                detail = (f"clients {waiting}: the seed here and the masked vector at the key "
+                          "server are of different uploads (a replacement under way): waiting "
+                          "for the matching one")
         else:
             state = "computing"
         return wire.SessionStatus(
             session_id=session_id, state=state, clients_uploaded=sorted(ready),
             clients_missing=[c for c in public.clients if c not in ready],
-            releases_done=done, detail=blocked or self._progress.get(session_id, ""))
+            releases_done=done, detail=detail)
 
     # ------------------------------------------------------------ the job
     def step(self) -> None:
@@ -225,29 +281,107 @@ class ComputeServer:
             status = self.status(session_id)
             if status.state in ("released", "blocked"):
                 continue
-            self._fetch_ciphertexts(session_id)
-            if self.status(session_id).state == "computing":
+            if not self._uploads_closed(session_id):
+                self._fetch_ciphertexts(session_id)
+            if self.status(session_id).state == "computing" and self._close_uploads(session_id):
                 self._run_releases(session_id)
 
-    def _fetch_ciphertexts(self, session_id: str) -> None:
+    def _uploads_closed(self, session_id: str) -> bool:
         with self.db.connect() as conn:
-            have = {r["client_id"] for r in conn.execute(
-                "SELECT client_id FROM ciphertexts WHERE session_id = ?", (session_id,))}
+            row = conn.execute("SELECT confirmed FROM uploads_closed WHERE session_id = ?",
+                               (session_id,)).fetchone()
+        return row is not None and bool(row["confirmed"])
+
+    def _close_uploads(self, session_id: str) -> bool:
+        """Close the session's uploads at the key server on the ones held here (module
+        docstring): True once closed; False (reopened, stale copies dropped) if the key
+        server holds another upload of some client."""
+        if self._uploads_closed(session_id):
+            return True
+        with self.db.transaction() as conn:
+            # From here no seed is replaced, until the key server refuses the close.
+            held = {r["client_id"]: {"commitment": r["commitment"], "digest": r["digest"]}
+                    for r in conn.execute("SELECT client_id, commitment, digest FROM "
+                                          "ciphertexts WHERE session_id = ?", (session_id,))}
+            conn.execute("INSERT OR REPLACE INTO uploads_closed VALUES (?, ?, ?, 0)",
+                         (session_id, time.time(), json.dumps(held, sort_keys=True)))
+        ready, _ = self._matched(session_id)
+        directory = self.session_dir(session_id) / "ciphertexts"
+        intact = {c for c, h in held.items() if (directory / f"{c}.bin").exists() and
+                  hashlib.sha256((directory / f"{c}.bin").read_bytes()).hexdigest()
+                  == h["digest"]}
+        if ready != set(held) or intact != set(held) \
+                or set(held) != set(self.public(session_id).clients):
+            # A seed replaced between the status and the close, or a copy not as recorded.
+            with self.db.transaction() as conn:
+                for client_id in set(held) - intact:
+                    conn.execute("DELETE FROM ciphertexts WHERE session_id = ? AND "
+                                 "client_id = ?", (session_id, client_id))
+            self._reopen(session_id)
+            return False
+        response = self.peer_request("POST", f"/peer/sessions/{session_id}/uploads/close",
+                                     content=wire.UploadsClose.model_validate(
+                                         {"uploads": held}).model_dump_json(),
+                                     headers={"Content-Type": "application/json"})
+        if response.status_code == 409:
+            log.info("session %s: the key server holds newer uploads (%s); fetching them",
+                     session_id, wire.error_detail(response, 300))
+            self._reopen(session_id)
+            self._fetch_ciphertexts(session_id)
+            return False
+        if response.status_code != 200:
+            raise RuntimeError(f"key server answered the close of the uploads: "
+                               f"{response.status_code} {wire.error_detail(response, 300)}")
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE uploads_closed SET confirmed = 1 WHERE session_id = ?",
+                         (session_id,))
+        log.info("session %s: uploads closed (%d clients)", session_id, len(held))
+        return True
+
+    def _reopen(self, session_id: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM uploads_closed WHERE session_id = ? AND confirmed = 0",
+                         (session_id,))
+
+    def _fetch_ciphertexts(self, session_id: str) -> None:
+        """Bring the copies here in line with the key server's index: a copy of an upload
+        the key server no longer lists (replaced) is dropped, a listed one fetched."""
         index = self._http.get(f"/peer/sessions/{session_id}/ciphertexts")
         index.raise_for_status()
+        listed = {entry["client_id"]: entry["digest"] for entry in index.json()}
+        with self.db.connect() as conn:
+            have = {r["client_id"]: r["digest"] for r in conn.execute(
+                "SELECT client_id, digest FROM ciphertexts WHERE session_id = ?",
+                (session_id,))}
+        stale = [c for c, digest in have.items() if listed.get(c) != digest]
+        if stale:
+            with self.db.transaction() as conn:
+                if conn.execute("SELECT 1 FROM uploads_closed WHERE session_id = ?",
+                                (session_id,)).fetchone():
+                    return  # closing on the copies held: the key server decides
+                for client_id in stale:
+                    conn.execute("DELETE FROM ciphertexts WHERE session_id = ? AND "
+                                 "client_id = ? AND digest = ?",
+                                 (session_id, client_id, have[client_id]))
+            log.info("session %s: dropped the replaced ciphertexts of clients %s", session_id,
+                     sorted(stale))
         for entry in index.json():
             client_id = entry["client_id"]
-            if client_id in have:
+            if client_id in have and client_id not in stale:
                 continue
             blob = self._http.get(f"/peer/sessions/{session_id}/ciphertexts/{client_id}")
             blob.raise_for_status()
             if hashlib.sha256(blob.content).hexdigest() != entry["digest"]:
                 raise RuntimeError(f"ciphertexts of {client_id} do not match their digest")
             self._validate_ciphertexts(session_id, client_id, blob.content)
-            write_private(self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin",
-                          blob.content)
             with self.db.transaction() as conn:
-                conn.execute("INSERT OR IGNORE INTO ciphertexts VALUES (?, ?, ?, ?)",
+                # The file and its row together: a seed replaced meanwhile drops both.
+                if conn.execute("SELECT 1 FROM ciphertexts WHERE session_id = ? AND "
+                                "client_id = ?", (session_id, client_id)).fetchone():
+                    continue
+                write_private(self.session_dir(session_id) / "ciphertexts" /
+                              f"{client_id}.bin", blob.content)
+                conn.execute("INSERT INTO ciphertexts VALUES (?, ?, ?, ?)",
                              (session_id, client_id, entry["commitment"], entry["digest"]))
 
     def _validate_ciphertexts(self, session_id: str, client_id: str, data: bytes) -> None:

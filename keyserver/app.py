@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from common import wire
@@ -21,6 +21,8 @@ from keyserver.service import KeyServer
 log = logging.getLogger("feddpsyn.keyserver")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+REPLACE_HELP = ("replace this client's stored masked vector (masked with a fresh seed) while "
+                "the session's uploads are open; 409 once the compute server started on them")
 
 
 def create_app(state_dir: Path, peer_token: str, *,
@@ -75,8 +77,10 @@ def create_app(state_dir: Path, peer_token: str, *,
     @clients.put("/{session_id}/clients/{client_id}/masked", response_model=wire.UploadReceipt,
                  dependencies=[Depends(own_client)])
     def upload_masked(session_id: wire.SessionId, client_id: wire.ClientId,
-                      body: wire.MaskedUpload) -> wire.UploadReceipt:
-        receipt = service.store_masked(session_id, client_id, body)
+                      body: wire.MaskedUpload,
+                      replace: bool = Query(False, description=REPLACE_HELP)
+                      ) -> wire.UploadReceipt:
+        receipt = service.store_masked(session_id, client_id, body, replace)
         worker.wake()
         return receipt
 
@@ -90,6 +94,10 @@ def create_app(state_dir: Path, peer_token: str, *,
     @peers.get("/{session_id}", response_model=wire.PeerSession)
     def peer_session(session_id: wire.SessionId) -> wire.PeerSession:
         return service.peer_session(session_id)
+
+    @peers.post("/{session_id}/uploads/close", response_model=wire.UploadsClosed)
+    def close_uploads(session_id: wire.SessionId, body: wire.UploadsClose) -> wire.UploadsClosed:
+        return service.close_uploads(session_id, body)
 
     @peers.get("/{session_id}/ciphertexts", response_model=list[dict[str, str]])
     def ciphertext_index(session_id: wire.SessionId) -> list[dict[str, str]]:

@@ -31,6 +31,7 @@ from crypto.aggregation import decode_release, publish_counts
 from keyserver.ledger import PrivacyLedger
 from keyserver.selection import SelectionRole
 from keyserver.sessions import SessionRegistry
+from keyserver.uploads import uploads_closed
 from params.session_plan import SessionPlan
 
 __all__ = ["RELEASES_SQL", "Releases"]
@@ -98,6 +99,10 @@ class Releases:
                                     f"{manifest.chunks}")
         self._check_noise_statement(plan, name, spec, manifest)
         with self.db.transaction() as conn:
+            if not uploads_closed(conn, session_id):
+                # Every release sums closed uploads only (keyserver.uploads): none replaced.
+                raise ServiceError(409, "the session's uploads are not closed: the compute "
+                                        "server closes them before it sums anything")
             if not self._ledger.charged_for(conn, session_id, name, manifest.digest()):
                 self._ledger.check_budget(conn, plan, session_id, name, spec.rho)
                 conn.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?, ?, ?)",

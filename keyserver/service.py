@@ -113,9 +113,12 @@ class KeyServer:
     def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
         return self.sessions.pool_noise(session_id, label, positions)
 
-    def store_masked(self, session_id: str, client_id: str,
-                     upload: wire.MaskedUpload) -> wire.UploadReceipt:
-        return self.uploads.store_masked(session_id, client_id, upload)
+    def store_masked(self, session_id: str, client_id: str, upload: wire.MaskedUpload,
+                     replace: bool = False) -> wire.UploadReceipt:
+        return self.uploads.store_masked(session_id, client_id, upload, replace)
+
+    def close_uploads(self, session_id: str, uploads: wire.UploadsClose) -> wire.UploadsClosed:
+        return self.uploads.close(session_id, uploads)
 
     def run_encryption_job(self) -> int:
         """One pass of the offline job: clients' masked vectors first (they gate the
@@ -160,7 +163,8 @@ class KeyServer:
 
     # ------------------------------------------------------------- views over every part
     def ledger(self, session_id: str) -> wire.LedgerView:
-        return self.privacy_ledger.view(session_id, self.public(session_id))
+        view = self.privacy_ledger.view(session_id, self.public(session_id))
+        return view.model_copy(update={"uploads_replaced": self.uploads.replacements(session_id)})
 
     def status(self, session_id: str) -> wire.SessionStatus:
         public = self.public(session_id)

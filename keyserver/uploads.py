@@ -7,13 +7,25 @@ Design concerns:
 * **Idempotent, and closed once anything is released.** The same upload again is answered
   ``stored=false``; a different one is refused; a new upload after the first ledger entry is
   refused, because the releases already charged would not cover it.
+* **An owner may replace its upload until the compute server starts on it.** A different
+  masked vector sent with ``replace=true`` takes the place of the stored one: the old vector
+  and its ciphertexts are deleted, the row names the new commitment, and the replacement is
+  recorded (``masked_replaced``, in the ledger view and the log). It must be masked with a
+  fresh seed (a commitment this client never used here): two count vectors under the same
+  masks would show this server their difference, so a reused commitment is refused and
+  this server keeps seeing only uniform values. The compute server closes the uploads
+  (:meth:`MaskedUploads.close`) before it sums anything, naming the commitment and
+  ciphertext digest of every client's upload it holds; the close succeeds only if they are
+  the current ones, and from then on nothing is replaced (409), so no release ever sums an
+  old vector and no replaced upload is ever summed with its client's new seed.
 * **Re-entrant encryption.** The job encrypts whatever is stored and not yet encrypted, so a
-  restart resumes it.
+  restart resumes it; a vector replaced while it was being encrypted is encrypted again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 
@@ -26,7 +38,7 @@ from crypto.blobs import pack_blobs
 from keyserver.ledger import PrivacyLedger
 from keyserver.sessions import SessionRegistry
 
-__all__ = ["UPLOADS_SQL", "MaskedUploads"]
+__all__ = ["UPLOADS_SQL", "MaskedUploads", "uploads_closed"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -35,7 +47,20 @@ CREATE TABLE IF NOT EXISTS masked (
     session_id TEXT NOT NULL, client_id TEXT NOT NULL, commitment TEXT NOT NULL,
     digest TEXT NOT NULL, received REAL NOT NULL, cipher_digest TEXT,
     PRIMARY KEY (session_id, client_id));
+CREATE TABLE IF NOT EXISTS masked_replaced (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, old_commitment TEXT NOT NULL,
+    old_digest TEXT NOT NULL, new_digest TEXT NOT NULL, replaced REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS uploads_closed (
+    session_id TEXT PRIMARY KEY, closed REAL NOT NULL, uploads_json TEXT NOT NULL);
 """
+
+
+def uploads_closed(conn, session_id: str) -> bool:
+    """True once the compute server closed the session's uploads, or (a session closed
+    before uploads were closed explicitly) once anything was charged."""
+    return conn.execute("SELECT 1 FROM uploads_closed WHERE session_id = ? UNION ALL "
+                        "SELECT 1 FROM ledger WHERE session_id = ? LIMIT 1",
+                        (session_id, session_id)).fetchone() is not None
 
 
 class MaskedUploads:
@@ -46,9 +71,10 @@ class MaskedUploads:
         self._sessions = sessions
         self._ledger = ledger
         self.db: Database = sessions.db
+        self._mismatched: set[str] = set()  # upload digests whose file is another's, logged
 
-    def store_masked(self, session_id: str, client_id: str,
-                     upload: wire.MaskedUpload) -> wire.UploadReceipt:
+    def store_masked(self, session_id: str, client_id: str, upload: wire.MaskedUpload,
+                     replace: bool = False) -> wire.UploadReceipt:
         public = self._sessions.public(session_id)
         k = public.parameter_set["count_bits"]
         if len(upload.values) != public.total_cells:
@@ -59,40 +85,136 @@ class MaskedUploads:
             raise ServiceError(422, f"masked values must be integers in [0, 2^{k})")
         vector = values.astype(np.int64)
         digest = hashlib.sha256(upload.commitment.encode() + vector.tobytes()).hexdigest()
-        path = self._sessions.session_dir(session_id) / "masked" / f"{client_id}.npy"
+        directory = self._sessions.session_dir(session_id)
+        path = directory / "masked" / f"{client_id}.npy"
         with self.db.transaction() as conn:
-            row = conn.execute("SELECT digest FROM masked WHERE session_id = ? AND "
+            row = conn.execute("SELECT commitment, digest FROM masked WHERE session_id = ? AND "
                                "client_id = ?", (session_id, client_id)).fetchone()
-            if already_stored(row and row["digest"], digest, "masked vector", client_id):
-                return wire.UploadReceipt(session_id=session_id, client_id=client_id,
-                                          stored=False, digest=digest)
-            # An identical retry is answered above even after release; anything new is late.
-            if self._ledger.has_entries(conn, session_id):
+            try:
+                if already_stored(row and row["digest"], digest, "masked vector", client_id):
+                    # An identical retry is answered even after release; anything new is late.
+                    return wire.UploadReceipt(session_id=session_id, client_id=client_id,
+                                              stored=False, digest=digest)
+            except ServiceError as exc:
+                if not replace:
+                    raise ServiceError(409, f"{exc.message}; to replace it before the session "
+                                            "computes on it, upload again with replace=true "
+                                            "(feddpsyn client upload --replace)") from None
+            if row is None and self._ledger.has_entries(conn, session_id):
                 raise ServiceError(409, "session already released; uploads are closed")
+            if row is not None:
+                self._check_replaceable(conn, session_id, client_id, upload.commitment)
             write_private(path, vector.tobytes())
-            conn.execute("INSERT INTO masked VALUES (?, ?, ?, ?, ?, NULL)",
-                         (session_id, client_id, upload.commitment, digest, time.time()))
+            if row is None:
+                conn.execute("INSERT INTO masked VALUES (?, ?, ?, ?, ?, NULL)",
+                             (session_id, client_id, upload.commitment, digest, time.time()))
+            else:
+                conn.execute("UPDATE masked SET commitment = ?, digest = ?, received = ?, "
+                             "cipher_digest = NULL WHERE session_id = ? AND client_id = ?",
+                             (upload.commitment, digest, time.time(), session_id, client_id))
+                conn.execute("INSERT INTO masked_replaced VALUES (?, ?, ?, ?, ?, ?)",
+                             (session_id, client_id, row["commitment"], row["digest"], digest,
+                              time.time()))
+                (directory / "ciphertexts" / f"{client_id}.bin").unlink(missing_ok=True)
+        if row is not None:
+            log.info("session %s: client %s replaced its masked vector (digest %s... -> "
+                     "%s...); the old one and its ciphertexts are deleted", session_id,
+                     client_id, row["digest"][:12], digest[:12])
         return wire.UploadReceipt(session_id=session_id, client_id=client_id, stored=True,
                                   digest=digest)
+
+    @staticmethod
+    def _check_replaceable(conn, session_id: str, client_id: str, commitment: str) -> None:
+        """409 unless a stored upload may be replaced by one with ``commitment``."""
+        if uploads_closed(conn, session_id):
+            raise ServiceError(409, f"client {client_id!r}: the compute server has started on "
+                                    "this session's uploads, so the stored masked vector can "
+                                    "no longer be replaced")
+        used = {r["old_commitment"] for r in conn.execute(
+            "SELECT old_commitment FROM masked_replaced WHERE session_id = ? AND "
+            "client_id = ?", (session_id, client_id))}
+        current = conn.execute("SELECT commitment FROM masked WHERE session_id = ? AND "
+                               "client_id = ?", (session_id, client_id)).fetchone()
+        if commitment in used or commitment == current["commitment"]:
+            raise ServiceError(409, f"client {client_id!r}: a replacement must be masked with a "
+                                    "fresh seed (this commitment was used before): the same "
+                                    "masks on two count vectors would show this server their "
+                                    "difference")
+
+    def close(self, session_id: str, uploads: wire.UploadsClose) -> wire.UploadsClosed:
+        """Close the session's uploads on the compute server's word that it holds exactly
+        these (commitment, ciphertext digest) per client, before it sums anything. 409 if any
+        is not the current one (replaced since it was fetched, or not encrypted yet): nothing
+        closes, and the compute server fetches again. Idempotent."""
+        public = self._sessions.public(session_id)
+        named = {c: (u.commitment, u.digest) for c, u in uploads.uploads.items()}
+        if sorted(named) != sorted(public.clients):
+            raise ServiceError(422, f"the uploads to close must name every client of the "
+                                    f"session {public.clients}, no other")
+        with self.db.transaction() as conn:
+            closed = conn.execute("SELECT closed, uploads_json FROM uploads_closed WHERE "
+                                  "session_id = ?", (session_id,)).fetchone()
+            if closed is not None:
+                if {c: tuple(v) for c, v in json.loads(closed["uploads_json"]).items()} \
+                        != named:
+                    raise ServiceError(409, "the session's uploads were closed on other "
+                                            "uploads than these")
+                return wire.UploadsClosed(session_id=session_id, closed=closed["closed"])
+            current = {r["client_id"]: (r["commitment"], r["cipher_digest"]) for r in
+                       conn.execute("SELECT client_id, commitment, cipher_digest FROM masked "
+                                    "WHERE session_id = ?", (session_id,))}
+            stale = sorted(c for c in public.clients if current.get(c) != named[c])
+            if stale:
+                raise ServiceError(409, f"uploads of clients {stale} are not the current ones "
+                                        "(replaced, or not encrypted yet): fetch them again")
+            now = time.time()
+            conn.execute("INSERT INTO uploads_closed VALUES (?, ?, ?)",
+                         (session_id, now, json.dumps(named, sort_keys=True)))
+        log.info("session %s: uploads closed (%d clients); none can be replaced from now on",
+                 session_id, len(named))
+        return wire.UploadsClosed(session_id=session_id, closed=now)
+
+    def replacements(self, session_id: str) -> list[wire.UploadReplacement]:
+        """Every replaced upload of the session, in order."""
+        with self.db.connect() as conn:
+            rows = conn.execute("SELECT client_id, old_digest, new_digest, replaced FROM "
+                                "masked_replaced WHERE session_id = ? ORDER BY replaced",
+                                (session_id,)).fetchall()
+        return [wire.UploadReplacement(client_id=r["client_id"], old_digest=r["old_digest"],
+                                       new_digest=r["new_digest"], at=r["replaced"])
+                for r in rows]
 
     def run_encryption_job(self) -> int:
         """Encrypt every stored masked vector not yet encrypted. Returns how many it did."""
         with self.db.connect() as conn:
-            todo = conn.execute("SELECT session_id, client_id FROM masked "
+            todo = conn.execute("SELECT session_id, client_id, commitment, digest FROM masked "
                                 "WHERE cipher_digest IS NULL").fetchall()
         done = 0
         for row in todo:
-            self._encrypt_client(row["session_id"], row["client_id"])
-            done += 1
+            if self._encrypt_client(row["session_id"], row["client_id"], row["commitment"],
+                                    row["digest"]):
+                done += 1
         return done
 
-    def _encrypt_client(self, session_id: str, client_id: str) -> None:
+    def _encrypt_client(self, session_id: str, client_id: str, commitment: str,
+                        digest: str) -> bool:
+        """Encrypt the stored vector of upload ``digest``; False (nothing written) if the
+        file is not that upload or the upload was replaced meanwhile."""
         public = self._sessions.public(session_id)
         params = public.parameter_set
         position = public.clients.index(client_id)
         directory = self._sessions.session_dir(session_id)
-        vector = np.frombuffer((directory / "masked" / f"{client_id}.npy").read_bytes(),
-                               dtype=np.int64)
+        data = (directory / "masked" / f"{client_id}.npy").read_bytes()
+        if hashlib.sha256(commitment.encode() + data).hexdigest() != digest:
+            # A replacement cut short between its file and its record: the client's retry
+            # of the replacement writes both again.
+            if digest not in self._mismatched:
+                self._mismatched.add(digest)
+                log.warning("session %s: the stored masked vector of client %s is not the "
+                            "one recorded; waiting for its upload again", session_id,
+                            client_id)
+            return False
+        vector = np.frombuffer(data, dtype=np.int64)
         keys = self._sessions.keys(session_id)
         chunk = params["chunk_cells"]
         started = time.time()
@@ -101,14 +223,22 @@ class MaskedUploads:
             padded = np.zeros(chunk, dtype=np.int64)
             padded[:c.stop - c.start] = vector[c.start:c.stop]
             blobs.append(keys.encrypt_chunk(position, padded))
-        data = pack_blobs(blobs)
-        write_private(directory / "ciphertexts" / f"{client_id}.bin", data)
+        packed = pack_blobs(blobs)
         with self.db.transaction() as conn:
+            # Written only if the upload is still the one encrypted (not replaced meanwhile).
+            current = conn.execute("SELECT digest FROM masked WHERE session_id = ? AND "
+                                   "client_id = ?", (session_id, client_id)).fetchone()
+            if current is None or current["digest"] != digest:
+                log.info("session %s: client %s replaced its upload during its encryption; "
+                         "encrypting the new one", session_id, client_id)
+                return False
+            write_private(directory / "ciphertexts" / f"{client_id}.bin", packed)
             conn.execute("UPDATE masked SET cipher_digest = ? WHERE session_id = ? AND "
-                         "client_id = ?", (hashlib.sha256(data).hexdigest(), session_id,
+                         "client_id = ?", (hashlib.sha256(packed).hexdigest(), session_id,
                                            client_id))
         log.info("session %s: encrypted client %s (%d values, %.2f s)", session_id, client_id,
                  len(vector), time.time() - started)
+        return True
 
     def ciphertext_index(self, session_id: str) -> list[dict]:
         self._sessions.public(session_id)

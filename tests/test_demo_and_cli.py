@@ -360,4 +360,5 @@ def test_client_check_prints_one_fact_a_line(tmp_path):
     empty.write_text(good.read_text().splitlines()[0] + "\n")
     result = feddpsyn("client", "check", "--csv", str(empty), "--schema", str(schema))
     assert result.returncode == 0 and result.stdout.endswith(
-        "  warning: a header and no data rows: every count is zero\n")
+        "  warning: a header and no data rows: every count is zero; client upload refuses "
+        "it unless --allow-empty\n")

@@ -1,0 +1,674 @@
+"""Where the served default loses to a trusted curator: a what-if ladder, one factor at a time.
+
+``feddpsyn-default`` (noisy-greedy, joint noises, Private-PGM) trails ``central-privsyn-pgm``
+(PrivSyn's selection and allocation, discrete Gaussians, the same estimator) on small tables.
+The two differ in a handful of choices; this script runs a plaintext session with a switch
+for each (:class:`WhatIf`) and measures the 2-way L1 as the switches move from the served
+default toward the curator, cumulatively and each alone, on the runner's splits and seeds.
+
+The factors, each read from the code that makes the choice:
+
+* ``max_rows`` (``params.operator_bound.stated_max_rows``): the row bound the plan's widths,
+  bootstrap count and failure terms are sized for: "stated" (rows + 10% + 10, with room for
+  the row-bound check's margin), or "rows" (the exact count; the check is then skipped).
+* ``reserves``: the delta the plan keeps out of the conversion (bootstraps, the row bound,
+  the joint noises' conditioning mass) and the Gaussian bound's eta
+  (``params.noise_rules.GAUSSIAN_BOUND_SHARE``): "served", or "none" (the plan built at a
+  delta raised so that its conversion delta less eta is the requested delta).
+* ``budget``: rho_total: "served" (the plan's, calibrated on the composed PLD of its
+  noises), "central" (``fedbench.methods.base.budget_rho``: the zCDP conversion the curator
+  uses), or "gaussian-pld" (the rho at which one Gaussian mechanism is exactly (eps,
+  delta)-DP: what a curator with exact accounting would spend).
+* ``noise``: "served" (each release's joint shape, the 2-way groups' dominated shapes of
+  ``params.run_time``, or two servers' Gaussians where the plan falls back), "gaussian" (one
+  exact discrete Gaussian per count at each part's own rho), or only part of it:
+  "gaussian-2way" (the 2-way groups), "gaussian-1way" (the 1-ways and the scores).
+* ``split``: "served" (1-ways a fixed 10% as one release of even noise, scores 10%, the kept
+  pairs 80% by c^(2/3): ``params.selection_plan.DEFAULT_SPLITS``), "privsyn" (scores 10%;
+  the 1-ways and the kept pairs share the other 90% by c^(2/3) per marginal,
+  ``dp.privsyn_allocation``; where the scores read the released 1-ways, those are released
+  first at the served 10% and topped up after the selection to their c^(2/3) share, the two
+  releases combined by inverse variance), or "one_way=<share>" (the served release with the
+  1-ways' share set to <share> and the 2-ways' to 0.9 - <share>).
+* ``greedy``: "served" (``dp.privsyn_allocation.greedy_select_allocated``: the kept pairs
+  priced at the 2-way share, Gaussian noise, the 1-ways not in it), "privsyn"
+  (``fedbench.methods.central_privsyn.privsyn_greedy``: the 1-ways in the allocation, priced
+  at the publication budget), or "shape" (the served rule, each group priced with the
+  variance of the joint shape it would get instead of its Gaussian's).
+* ``score``: "served" (InDif against expected counts from the released noisy 1-ways,
+  sensitivity 1, ``fedbench.methods.feddpsyn_sim.pair_scores``), "exact-k" (the same score,
+  same noise, against the data's own 1-ways: not private, a diagnostic of what the noisy
+  1-ways cost the scores), or "central" (PrivSyn's score from the data's own 1-ways,
+  sensitivity 4 on a 2^-10 grid, its discrete Gaussian: ``central_privsyn``).
+* ``synthesis``: "auto" (the servers' default: Private-PGM, GUM when every pair is kept),
+  "pgm" or "gum" (``synthesis.synthesize``).
+* ``selection``: "noisy-greedy" or "none" (every pair: the served all-pairs plan).
+
+Every noise is the exact one its release would carry (joint shapes through
+``crypto.joint_noise``'s integer model, discrete Gaussians from ``dp.discrete_gaussian``),
+added in plaintext: the servers' released value is the count plus that noise exactly (the
+count width has room, ``SessionPlan.check_capacity``). A what-if session is not accounted:
+each changes one choice and keeps the others, so only the rungs that equal a real method
+(the served default, central PrivSyn) carry a privacy claim; the anchors are those methods
+themselves, run on the same splits.
+
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python bench/bench_gap_sources.py \\
+        --cases fed_heart_disease:0.3,mroz:0.3,wages:4 --repeats 5 \\
+        --json bench/results/gap_sources.json --out /tmp/gap_sources
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import math
+import platform
+import statistics
+import sys
+from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_served_vs_central import _commit, _table  # noqa: E402
+from crypto.joint_noise import draw_bits, joint_noise_plaintext  # noqa: E402
+from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
+from dp.gaussian_domination import gaussian_delta  # noqa: E402
+from dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
+from dp.privsyn_allocation import allocation_groups, allocation_weight, greedy_select_allocated  # noqa: E402
+from fedbench.methods import METHODS  # noqa: E402
+from fedbench.methods.base import MethodResult, budget_rho  # noqa: E402
+from fedbench.methods.central_privsyn import (  # noqa: E402
+    INDIF_SENSITIVITY,
+    SCORE_GRID_BITS,
+    indif_grid_scores,
+    privsyn_greedy,
+)
+from fedbench.methods.feddpsyn_served import _score_noise, served_plan  # noqa: E402
+from fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
+from fedbench.runner import Setting, run_utility  # noqa: E402
+from params.modes import NoiseMode  # noqa: E402
+from params.noise_rules import (  # noqa: E402
+    GAUSSIAN_BOUND_SHARE,
+    JOINT_MAX_BITS_PER_CALL,
+    MAX_SHAPE_BITS,
+    bound_eta,
+    dominated_shape,
+)
+from params.operator_bound import stated_max_rows  # noqa: E402
+from params.run_time import _dominated_group_shape  # noqa: E402
+from params.schema import Schema  # noqa: E402
+from params.session_plan import SessionPlan  # noqa: E402
+from synthesis.marginals import NoisyMarginal  # noqa: E402
+from synthesis.synthesize import synthesize_records  # noqa: E402
+
+SCORE_SHARE = Fraction(1, 10)  # both plans give the selection a tenth of rho
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One choice per factor (module docstring); the defaults are the served default's."""
+
+    selection: str = "noisy-greedy"
+    max_rows: str = "stated"
+    reserves: str = "served"
+    budget: str = "served"
+    noise: str = "served"
+    split: str = "served"
+    greedy: str = "served"
+    score: str = "served"
+    synthesis: str = "auto"
+
+    def changed(self) -> dict:
+        base = WhatIf()
+        return {k: v for k, v in asdict(self).items() if v != getattr(base, k)}
+
+
+SERVED = WhatIf()
+CENTRAL = WhatIf(max_rows="rows", reserves="none", budget="central", noise="gaussian",
+                 split="privsyn", greedy="privsyn", score="central", synthesis="pgm")
+
+# The cumulative ladder from the served default to central PrivSyn: each rung changes one
+# more factor; the last is central PrivSyn's release (``central-privsyn-pgm``).
+LADDER = [
+    ("served", SERVED),
+    ("+max_rows=rows", replace(SERVED, max_rows="rows")),
+    ("+reserves=none", replace(SERVED, max_rows="rows", reserves="none")),
+    ("+noise=gaussian", replace(SERVED, max_rows="rows", reserves="none", noise="gaussian")),
+    ("+split=privsyn", replace(SERVED, max_rows="rows", reserves="none", noise="gaussian",
+                               split="privsyn")),
+    ("+greedy=privsyn", replace(SERVED, max_rows="rows", reserves="none", noise="gaussian",
+                                split="privsyn", greedy="privsyn")),
+    ("+score=central", replace(SERVED, max_rows="rows", reserves="none", noise="gaussian",
+                               split="privsyn", greedy="privsyn", score="central")),
+    ("+synthesis=pgm", replace(SERVED, max_rows="rows", reserves="none", noise="gaussian",
+                               split="privsyn", greedy="privsyn", score="central",
+                               synthesis="pgm")),
+    ("+budget=central", CENTRAL),
+]
+# Each factor alone, from the served default.
+ALONE = [
+    ("max_rows=rows", replace(SERVED, max_rows="rows")),
+    ("reserves=none", replace(SERVED, reserves="none")),
+    ("noise=gaussian", replace(SERVED, noise="gaussian")),
+    ("noise=gaussian-1way", replace(SERVED, noise="gaussian-1way")),
+    ("noise=gaussian-2way", replace(SERVED, noise="gaussian-2way")),
+    ("split=privsyn", replace(SERVED, split="privsyn")),
+    ("greedy=privsyn", replace(SERVED, greedy="privsyn")),
+    ("greedy=shape", replace(SERVED, greedy="shape")),
+    ("split=privsyn,greedy=privsyn", replace(SERVED, split="privsyn", greedy="privsyn")),
+    ("score=exact-k", replace(SERVED, score="exact-k")),
+    ("score=central", replace(SERVED, score="central")),
+    ("synthesis=pgm", replace(SERVED, synthesis="pgm")),
+    ("budget=central", replace(SERVED, budget="central")),
+]
+# Plan changes the servers could make, and the curator at exact accounting.
+CANDIDATES = [
+    ("plan:one_way=0.2", replace(SERVED, split="one_way=0.2")),
+    ("plan:one_way=0.3", replace(SERVED, split="one_way=0.3")),
+    ("plan:split=privsyn,greedy=privsyn,greedy=shape", replace(
+        SERVED, split="privsyn", greedy="privsyn-shape")),
+    ("central:budget=gaussian-pld", replace(CENTRAL, budget="gaussian-pld")),
+]
+# Toward the curator's every-pair release with GUM (``central-privsyn-all``).
+EVERY_PAIR = [
+    ("served+synthesis=gum", replace(SERVED, synthesis="gum")),
+    ("all:served", WhatIf(selection="none", synthesis="gum")),
+    ("all:+noise=gaussian", WhatIf(selection="none", synthesis="gum", noise="gaussian")),
+    ("all:+split=0.2/0.8", WhatIf(selection="none", synthesis="gum", noise="gaussian",
+                                  split="one_way=0.2")),
+    ("all:+budget=gaussian-pld", WhatIf(selection="none", synthesis="gum", noise="gaussian",
+                                        split="one_way=0.2", budget="gaussian-pld")),
+]
+GROUPS = {"ladder": LADDER, "alone": ALONE, "candidates": CANDIDATES, "every_pair": EVERY_PAIR}
+ANCHORS = ["feddpsyn-default", "central-privsyn-pgm"]
+
+
+# --- the budget --------------------------------------------------------------------------
+
+def gaussian_pld_rho(epsilon: float, delta: float) -> Fraction:
+    """The rho = mu^2 / 2 of the one Gaussian mechanism G_mu that is exactly (eps, delta)-DP
+    (``dp.gaussian_domination.gaussian_delta``, bisection): the budget of a plan whose
+    noises are all Gaussians (they compose to one), accounted exactly."""
+    lo, hi = 1e-6, 100.0
+    for _ in range(200):  # bounded bisection
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(gaussian_delta(mid, epsilon)) <= delta else (lo, mid)
+    return Fraction(lo * lo / 2).limit_denominator(10 ** 15)
+
+
+def _split_arg(cfg: WhatIf) -> dict | None:
+    if not cfg.split.startswith("one_way="):
+        return None
+    one = float(cfg.split.split("=")[1])
+    if cfg.selection == "none":
+        return {"one_way": one, "two_way": round(1 - one, 12)}
+    return {"one_way": one, "selection": float(SCORE_SHARE), "two_way": round(0.9 - one, 12)}
+
+
+_PLANS: dict = {}
+
+
+def _plan(schema: Schema, rows: int, epsilon: float, delta: float, cfg: WhatIf) -> SessionPlan:
+    """The plan whose noises the what-if session uses: the servers' (``served_plan``), with
+    the plan-level switches (max_rows, reserves, split, budget) applied (kept per table,
+    rows, budget and switches)."""
+    key = (tuple(schema.names), tuple(schema.domain_sizes), rows, epsilon, delta,
+           cfg.selection, cfg.max_rows, cfg.reserves, cfg.budget, cfg.split)
+    if key not in _PLANS:
+        _PLANS[key] = _build_plan(schema, rows, epsilon, delta, cfg)
+    return _PLANS[key]
+
+
+def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
+                cfg: WhatIf) -> SessionPlan:
+    selection = cfg.selection
+    if cfg.max_rows == "stated":
+        max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, None, "auto")
+    else:
+        max_rows = rows
+    split = _split_arg(cfg)
+    if cfg.split == "privsyn":
+        split = None  # the served plan; the publication is re-shared at run time
+
+    def build(at_delta: float) -> SessionPlan:
+        return SessionPlan.build(schema, None, epsilon, at_delta, split, "default", max_rows,
+                                 selection=selection, noise="auto")
+
+    if cfg.budget == "served" and split is None and cfg.max_rows == "stated" \
+            and cfg.reserves == "served":
+        plan = served_plan(schema, rows, epsilon, delta, selection, None)
+    else:
+        plan = build(delta)
+    if cfg.reserves == "none" and cfg.budget == "served":
+        for _ in range(2):  # two fixed-point steps: the reserves scale with delta
+            eta = GAUSSIAN_BOUND_SHARE if selection == "noisy-greedy" else 0.0
+            usable = plan.delta_conversion * (1 - eta)
+            plan = build(plan.delta * delta / usable)
+    if cfg.budget in ("central", "gaussian-pld"):
+        if cfg.budget == "central":
+            rho = budget_rho(epsilon, delta)
+        elif selection == "none":
+            # The curator's every-pair plan: two-server Gaussians accounted by their PLD,
+            # one of them added (``central_privsyn_all``).
+            rho = SessionPlan.build(schema, None, epsilon, delta, split, "default",
+                                    max(rows, 1), noise="two-server").rho_total
+        else:
+            rho = gaussian_pld_rho(epsilon, delta)
+        plan = SessionPlan._settled(schema, None, epsilon, delta, split or None, "default",
+                                    max_rows, selection, None, None, NoiseMode.AUTO,
+                                    split_two_way=True, rho_total=rho, exact=True)
+    return plan
+
+
+# --- the noises ---------------------------------------------------------------------------
+
+def _joint(shape, size: int) -> tuple[np.ndarray, float]:
+    noise = joint_noise_plaintext(shape, draw_bits(size, shape), draw_bits(size, shape))
+    return np.asarray(noise, dtype=np.int64), float(shape.variance)
+
+
+def _gaussian(sigma2: Fraction, size: int) -> tuple[np.ndarray, float]:
+    return discrete_gaussian_vector(Fraction(sigma2), size), float(sigma2)
+
+
+def _spec_noise(spec, size: int, gaussian: bool) -> tuple[np.ndarray, float]:
+    """A planned release's noise: its joint shape, else the two servers' Gaussians; or one
+    Gaussian of the release's sigma2 (M / (2 rho))."""
+    if gaussian:
+        return _gaussian(spec.sigma2, size)
+    if spec.joint is not None:
+        return _joint(spec.joint, size)
+    a, _ = _gaussian(spec.sigma2, size)
+    b, _ = _gaussian(spec.sigma2, size)
+    return a + b, 2 * float(spec.sigma2)
+
+
+def _rational(x: float | Fraction) -> Fraction:
+    return Fraction(x).limit_denominator(10 ** 15) if isinstance(x, float) else Fraction(x)
+
+
+def _group_noise(plan: SessionPlan, rho_per_marginal: Fraction, size: int, gaussian: bool,
+                 notes: dict) -> tuple[np.ndarray, float]:
+    """A run-time group's noise at ``rho_per_marginal``: the dominated shape the servers give a
+    split release's group (``params.run_time``) within the plan's envelope, or one Gaussian
+    of 1 / (2 rho). A group with no dominated shape (the servers would fail closed) gets the
+    Gaussian, and is counted in ``notes``."""
+    rho_per_marginal = _rational(rho_per_marginal)
+    if not gaussian:
+        shape = _group_shape(plan, rho_per_marginal)
+        if shape is not None:
+            return _joint(shape, size)
+        notes["no_shape"] = notes.get("no_shape", 0) + 1
+        print(f"[gap] no dominated shape at rho {float(rho_per_marginal):.3g} per marginal: "
+              "a Gaussian instead", file=sys.stderr)
+    return _gaussian(1 / (2 * rho_per_marginal), size)
+
+
+def _group_shape(plan: SessionPlan, rho_per_marginal: Fraction):
+    """The servers' shape for a run-time group (``params.run_time``: the least-variance
+    dominated shape within the 2-way envelope). Below the envelope's budget (a 1-way
+    top-up can be smaller than any pair's share) the same search without the envelope's
+    caps: the shape a release sized for it would carry."""
+    envelope = plan.release("two_way")
+    if envelope.joint is None or not plan.joint_shapes():
+        return None
+    top = max(max(s.weights()) for s in plan.joint_shapes())
+    shape, _ = _dominated_group_shape(plan, envelope, rho_per_marginal, top)
+    if shape is None:
+        eta = bound_eta(plan.delta_conversion, len(plan.layout.two_way))
+        room = 2 * ((1 << (plan.parameters.count_bits - 1)) - 1 - plan.max_rows)
+        shape = dominated_shape(rho_per_marginal, eta,
+                                JOINT_MAX_BITS_PER_CALL // plan.parameters.chunk_cells, room,
+                                1 << (MAX_SHAPE_BITS - 1))
+    return shape
+
+
+# --- the session ----------------------------------------------------------------------------
+
+def _marginal(slot, counts: np.ndarray, noise: np.ndarray, variance: float) -> NoisyMarginal:
+    values = counts[slot.offset:slot.offset + slot.size] + noise
+    return NoisyMarginal(slot.attrs, values.reshape(slot.shape).astype(float), variance)
+
+
+def _scores(cfg: WhatIf, plan: SessionPlan, union: np.ndarray, one_way: list | None,
+            rows: int) -> dict:
+    """The noisy scores the greedy rule reads (``score``, ``noise``)."""
+    layout, selection = plan.layout, plan.selection
+    pairs = [slot.attrs for slot in layout.two_way]
+    if cfg.score == "central":
+        grid = 1 << SCORE_GRID_BITS
+        sigma2 = Fraction((INDIF_SENSITIVITY * grid) ** 2 * len(pairs)) / (2 * selection.rho)
+        exact = indif_grid_scores(union, layout, rows)
+        noise = discrete_gaussian_vector(sigma2, len(pairs))
+        return {p: (exact[p] + int(z)) / grid for p, z in zip(pairs, noise, strict=True)}
+    if cfg.score == "exact-k":
+        exact_one = [union[s.offset:s.offset + s.size] for s in layout.one_way]
+        expected = expected_counts_for_pairs(exact_one, pairs, max(rows, selection.max_rows))
+        counts = {s.attrs: union[s.offset:s.offset + s.size] for s in layout.two_way}
+        scores = indif_scores(counts, expected)
+    else:
+        _, scores = pair_scores(plan, union, one_way, selection.max_rows)
+    if cfg.noise in ("gaussian", "gaussian-1way"):
+        noise = discrete_gaussian_vector(selection.noise_sigma2, len(pairs))
+    else:
+        noise, _ = _score_noise(plan, len(pairs))
+    return {p: scores[p] + int(z) for p, z in zip(pairs, noise, strict=True)}
+
+
+_RATIOS: dict = {}
+
+
+def _shape_ratio(plan: SessionPlan, log_rho: float) -> float:
+    """Variance of the dominated shape at a per-marginal rho over its Gaussian's 1 / (2 rho)
+    (on a grid of log rho, for the greedy rule's pricing)."""
+    key = (id(plan), log_rho)
+    if key not in _RATIOS:
+        rho = _rational(math.exp(log_rho))
+        shape = _group_shape(plan, rho)
+        _RATIOS[key] = 1.0 if shape is None else float(shape.variance) * 2 * float(rho)
+    return _RATIOS[key]
+
+
+def _priced_ratio(plan: SessionPlan, rho: float) -> float:
+    return _shape_ratio(plan, round(math.log(rho) * 8) / 8)
+
+
+def _greedy(cfg: WhatIf, plan: SessionPlan, noisy: dict, rho_total: Fraction) -> list:
+    cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
+    one_cells = [slot.size for slot in plan.layout.one_way]
+    rho_two = float(plan.release("two_way").rho)
+    if cfg.greedy == "served":
+        return greedy_select_allocated(noisy, cells, plan.release("two_way").rho)
+    if cfg.greedy == "privsyn":
+        return privsyn_greedy(noisy, cells, one_cells, rho_total - plan.selection.rho)
+    # "shape" / "privsyn-shape": the rule priced with each group's own shape variance.
+    weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
+    base = 0.0
+    budget = rho_two
+    if cfg.greedy == "privsyn-shape":
+        base = sum(float(allocation_weight(c)) for c in one_cells)
+        budget = float(rho_total - plan.selection.rho)
+    scale = math.sqrt(2 / math.pi)
+
+    def error(selected: list) -> float:
+        total = base + sum(weight[p] for p in selected)
+        noise = 0.0
+        for p in selected:
+            rho_p = budget * weight[p] / total
+            noise += scale * cells[p] * math.sqrt(_priced_ratio(plan, rho_p) / (2 * rho_p))
+        return sum(v for p, v in noisy.items() if p not in selected) + noise
+
+    return greedy_by_error(list(noisy), error)
+
+
+def _waterfill(weights: list[float], floor: list[float], budget: float) -> list[float]:
+    """Final per-marginal rho f_i = max(floor_i, lam w_i) with sum_i (f_i - floor_i) = budget
+    (bisection on lam): PrivSyn's c^(2/3) shares where a first release has not already
+    given a marginal more."""
+    def spent(lam: float) -> float:
+        return sum(max(f, lam * w) - f for w, f in zip(weights, floor, strict=True))
+
+    lo, hi = 0.0, (budget + sum(floor)) / min(weights)
+    for _ in range(200):  # bounded bisection
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) <= budget else (lo, mid)
+    return [max(f, lo * w) for w, f in zip(weights, floor, strict=True)]
+
+
+def whatif_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
+                   delta: float, seed: int, cfg: WhatIf) -> MethodResult:
+    """One plaintext session under ``cfg`` (module docstring). The owners' counts add up to
+    the union's, which is all a release depends on."""
+    rows = len(records)
+    plan = _plan(schema, rows, epsilon, delta, cfg)
+    layout = plan.layout
+    union = layout.counts(records)
+    rho_total = plan.rho_total
+    notes: dict = {"whatif": cfg.changed(), "rho_total": float(rho_total),
+                   "max_rows": plan.max_rows,
+                   "delta_conversion": plan.delta_conversion, "dp": "what-if"}
+    gauss_one = cfg.noise in ("gaussian", "gaussian-1way")
+    gauss_two = cfg.noise in ("gaussian", "gaussian-2way")
+    one_spec = plan.release("one_way")
+    noisy: list[NoisyMarginal] = []
+
+    if cfg.selection == "none":
+        for spec in plan.releases:
+            for slot in plan.slots_of(spec):
+                noise, var = _spec_noise(spec, slot.size, gauss_one if spec.name == "one_way"
+                                         else gauss_two)
+                noisy.append(_marginal(slot, union, noise, var))
+        chosen = [slot.attrs for slot in layout.two_way]
+    else:
+        # The 1-ways released before the selection: the served 10% (the scores read them).
+        first: list[NoisyMarginal] = []
+        if cfg.score != "central" or cfg.split != "privsyn":
+            for slot in layout.one_way:
+                noise, var = _spec_noise(one_spec, slot.size, gauss_one)
+                first.append(_marginal(slot, union, noise, var))
+            if cfg.max_rows == "stated" and cfg.noise == "served" \
+                    and not cfg.split.startswith("one_way="):
+                bound = plan.check_row_bound([m.counts.ravel() for m in first])
+                if not bound.holds:
+                    raise RuntimeError(f"the servers would refuse this union: {bound.message()}")
+        scores = _scores(cfg, plan, union, first, rows)
+        chosen = _greedy(cfg, plan, scores, rho_total)
+        if cfg.split == "privsyn":
+            noisy = _privsyn_release(plan, union, chosen, first, gauss_one, gauss_two, notes)
+        else:
+            noisy = list(first)
+            if chosen:
+                noisy += _served_two_way(plan, union, chosen, gauss_two, notes)
+    notes["selected_pairs"] = chosen
+    synth = synthesize_records(schema, noisy, cfg.synthesis, None, np.random.default_rng(seed))
+    return MethodResult(synth, Fraction(1), Fraction(1), notes=notes)
+
+
+def _served_two_way(plan: SessionPlan, union: np.ndarray, chosen: list, gaussian: bool,
+                    notes: dict) -> list[NoisyMarginal]:
+    """The kept pairs at the plan's 2-way rho, c^(2/3) per pair size: the servers' resolved
+    split release (``SessionPlan.resolve``), or one Gaussian per group at its own rho."""
+    out = []
+    two = plan.release("two_way")
+    if not gaussian and two.split_pending:
+        resolved = plan.resolve(two, chosen)
+        for part in resolved.parts or (resolved,):
+            for slot in plan.slots_of(part):
+                noise, var = _spec_noise(part, slot.size, False)
+                out.append(_marginal(slot, union, noise, var))
+        return out
+    cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
+    for pairs, rho in allocation_groups(cells, chosen, two.rho):
+        for p in pairs:
+            slot = plan.layout.slot(p)
+            noise, var = _group_noise(plan, rho / len(pairs), slot.size, gaussian, notes)
+            out.append(_marginal(slot, union, noise, var))
+    return out
+
+
+def _privsyn_release(plan: SessionPlan, union: np.ndarray, chosen: list,
+                     first: list[NoisyMarginal], gauss_one: bool, gauss_two: bool,
+                     notes: dict) -> list[NoisyMarginal]:
+    """PrivSyn's publication: the 1-ways and the kept pairs share rho - rho_selection by
+    c^(2/3) per marginal. A first 1-way release (``first``) is part of it: each 1-way is
+    topped up to its share by a second release (:func:`_waterfill`), the two combined by
+    inverse variance; the kept pairs share the rest."""
+    layout = plan.layout
+    slots = list(layout.one_way) + [layout.slot(p) for p in chosen]
+    weights = [float(allocation_weight(s.size)) for s in slots]
+    publish = float(plan.rho_total - plan.selection.rho)
+    d = len(layout.one_way)
+    floor = [float(plan.release("one_way").rho) / d] * d if first else [0.0] * d
+    floor += [0.0] * len(chosen)
+    final = _waterfill(weights, floor, publish - sum(floor))
+    out = []
+    for i, slot in enumerate(slots):
+        extra = final[i] - floor[i]
+        gaussian = gauss_one if i < d else gauss_two
+        if extra <= publish * 1e-9:
+            out.append(first[i])
+            continue
+        noise, var = _group_noise(plan, extra, slot.size, gaussian, notes)
+        second = _marginal(slot, union, noise, var)
+        if i < d and first:
+            a, b = first[i], second
+            w_a, w_b = 1 / a.variance, 1 / b.variance
+            combined = (w_a * a.counts + w_b * b.counts) / (w_a + w_b)
+            out.append(NoisyMarginal(slot.attrs, combined, 1 / (w_a + w_b)))
+        else:
+            out.append(second)
+    return out
+
+
+# --- the driver -----------------------------------------------------------------------------
+
+def register(rungs: list[tuple[str, WhatIf]]) -> list[str]:
+    """The rungs as bench methods (``gap:<name>``), for ``fedbench.runner.run_utility``."""
+    names = []
+    for name, cfg in rungs:
+        method = f"gap:{name}"
+        METHODS[method] = functools.partial(whatif_session, cfg=cfg)
+        names.append(method)
+    return names
+
+
+def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dict]:
+    """Mean and sd of the 2-way L1 per method, and each one's place in the gap between the
+    served default and central PrivSyn (0: the default, 1: the curator)."""
+    out = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        two = [float(r["two_way"]) for r in rows if r["method"] == method]
+        name = method.removeprefix("gap:")
+        out.append({"table": table, "eps": eps, "method": method,
+                    "group": rungs.get(name, ("anchor", None))[0],
+                    "whatif": (rungs[name][1].changed() if name in rungs else None),
+                    "mean": statistics.fmean(two),
+                    "sd": statistics.stdev(two) if len(two) > 1 else 0.0,
+                    "selected_pairs_mean": statistics.fmean(
+                        float(r["selected_pairs"]) for r in rows if r["method"] == method),
+                    "repeats": len(two)})
+    by = {e["method"]: e["mean"] for e in out}
+    served, central = by.get("gap:served"), by.get("gap:+budget=central")
+    if served is not None and central is not None and served != central:
+        gap = served - central
+        ladder = [f"gap:{n}" for n, _ in LADDER]
+        for e in out:
+            e["position_in_gap"] = (served - e["mean"]) / gap
+            if e["method"] in ladder and e["method"] != ladder[0]:
+                before = ladder[ladder.index(e["method"]) - 1]
+                if before in by:
+                    e["step_share_of_gap"] = (by[before] - e["mean"]) / gap
+            if e["group"] == "alone":
+                e["alone_share_of_gap"] = (served - e["mean"]) / gap
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="fed_heart_disease:0.3,mroz:0.3,wages:4",
+                        help="table:eps,...")
+    parser.add_argument("--groups", default="ladder,alone,candidates",
+                        help=f"rung groups, of {sorted(GROUPS)}")
+    parser.add_argument("--every-pair-cases", default="wages:4",
+                        help="cases that also run the every-pair group and central-privsyn-all")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--out", type=Path, required=True, help="per-run rows, per case")
+    parser.add_argument("--json", type=Path, required=True,
+                        help="the summary to write (refused if it exists)")
+    parser.add_argument("--merge", default="",
+                        help="instead of running: merge these summaries (a,b,...) into --json")
+    args = parser.parse_args()
+    if args.json.exists():
+        raise SystemExit(f"{args.json} exists: results are never overwritten")
+    if args.merge:
+        merge([Path(p) for p in args.merge.split(",")], args.json)
+        return
+    every_pair = set(filter(None, args.every_pair_cases.split(",")))
+    entries, plans = [], []
+    for case in args.cases.split(","):
+        table, eps_text = case.split(":")
+        eps = float(eps_text)
+        rungs = {name: (group, cfg) for group in args.groups.split(",")
+                 for name, cfg in GROUPS[group]}
+        anchors = list(ANCHORS)
+        if case in every_pair:
+            rungs.update({name: ("every_pair", cfg) for name, cfg in EVERY_PAIR})
+            anchors += ["feddpsyn-served-all", "central-privsyn-all"]
+        methods = anchors + register([(n, c) for n, (_, c) in rungs.items()])
+        csv, schema, target = _table(table)
+        rows = run_utility(csv, schema, target, methods, [eps], [Setting(4, "uniform", None)],
+                           args.repeats, args.out / f"{table}_{eps_text}", args.delta)
+        entries += summarise(rows, table, eps, rungs)
+        plans += plan_facts(table, schema, _train_rows(csv, schema), eps, args.delta)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "what": "2-way L1 of what-if sessions between the served default "
+                    "(feddpsyn-default) and central PrivSyn (central-privsyn-pgm), one factor "
+                    "changed at a time (bench/bench_gap_sources.py's docstring); 4 uniform "
+                    "owners; mean and sd over repeats; position_in_gap 0 = the default's "
+                    "what-if, 1 = the curator's",
+            "command": "OMP_NUM_THREADS=1 nice -n 19 python bench/bench_gap_sources.py "
+                       + " ".join(sys.argv[1:]),
+            "commit": _commit(), "machine": platform.node(),
+            "date": datetime.date.today().isoformat(), "delta": args.delta,
+            "plans": plans, "results": entries}, indent=1) + "\n")
+
+
+def merge(parts: list[Path], out: Path) -> None:
+    """One summary from runs made separately (e.g. a table per process): every part's
+    command, commit and machine are kept with its results."""
+    docs = [json.loads(p.read_text()) for p in parts]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "what": docs[0]["what"],
+        "command": " && ".join(d["command"] for d in docs),
+        "runs": [{k: d[k] for k in ("command", "commit", "machine", "date")} for d in docs],
+        "commit": docs[0]["commit"], "machine": docs[0]["machine"], "date": docs[0]["date"],
+        "delta": docs[0]["delta"],
+        "plans": [p for d in docs for p in d["plans"]],
+        "results": [r for d in docs for r in d["results"]]}, indent=1) + "\n")
+
+
+def _train_rows(csv: Path, schema: Schema) -> int:
+    """The training rows of the runner's first repeat (its split: seed 0, repeat 0)."""
+    from params.table_codec import encode_csv
+
+    records = encode_csv(csv, schema).records
+    return int((np.random.default_rng([0, 0]).random(len(records)) >= 0.2).sum())
+
+
+def plan_facts(table: str, schema: Schema, rows: int, eps: float, delta: float) -> list[dict]:
+    """The numbers behind the factors at one (table, eps): each plan's rho_total, max_rows,
+    conversion delta and noises (what the what-ifs change)."""
+    out = []
+    for name, cfg in [("served", SERVED), ("max_rows=rows", replace(SERVED, max_rows="rows")),
+                      ("reserves=none", replace(SERVED, reserves="none"))]:
+        plan = _plan(schema, rows, eps, delta, cfg)
+        one, two, sel = plan.release("one_way"), plan.release("two_way"), plan.selection
+        out.append({"table": table, "eps": eps, "rows": rows, "plan": name,
+                    "rho_total": float(plan.rho_total), "max_rows": plan.max_rows,
+                    "delta_conversion": plan.delta_conversion,
+                    "delta_terms": plan.delta_terms(),
+                    "one_way": {"rho": float(one.rho), "gaussian_sigma2": float(one.sigma2),
+                                "variance": float(one.per_count_variance)},
+                    "scores": {"rho": float(sel.rho), "gaussian_sigma2": float(sel.noise_sigma2),
+                               "variance": float(sel.score_variance)},
+                    "two_way_envelope": None if two.joint is None else
+                    [two.joint.uniforms, two.joint.bits]})
+    out.append({"table": table, "eps": eps, "rows": rows, "plan": "central",
+                "rho_total": float(budget_rho(eps, delta))})
+    out.append({"table": table, "eps": eps, "rows": rows, "plan": "gaussian-pld",
+                "rho_total": float(gaussian_pld_rho(eps, delta))})
+    return out
+
+
+if __name__ == "__main__":
+    main()
