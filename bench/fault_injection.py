@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clients.agent import ClientAgent  # noqa: E402
 from common import wire  # noqa: E402
 from feddpsyn.demo import start_servers  # noqa: E402
+from feddpsyn.operator_api import create_session  # noqa: E402
 
 CLIENTS = ["alice", "bob", "carol", "dave"]
 
@@ -35,11 +36,7 @@ def wide_session(ks_url: str, operator: str, columns: int, bins: int) -> wire.Se
     request = wire.SessionCreate(schema=schema, clients=CLIENTS,
                                  budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
                                  selection=wire.SelectionRequest(mode="none"))
-    r = httpx.post(f"{ks_url}/sessions", content=request.model_dump_json(by_alias=True),
-                   headers={"Authorization": f"Bearer {operator}",
-                            "Content-Type": "application/json"}, timeout=120)
-    r.raise_for_status()
-    return wire.SessionCreated.model_validate_json(r.content)
+    return create_session(ks_url, operator, request, timeout=1800)
 
 
 def write_csvs(directory: Path, columns: int) -> dict[str, Path]:

@@ -343,9 +343,40 @@ class SessionPublic(StrictModel):
 
 
 class SessionCreated(StrictModel):
+    """A session ready for uploads, with its clients' tokens: what an operator's client
+    holds once ``POST /sessions`` was accepted (:class:`SessionAccepted`) and the session's
+    status says ``ready`` (``feddpsyn.operator_api.create_session``)."""
+
     session: SessionPublic
     client_tokens: dict[str, str] = Field(
         description="one bearer token per client, shown once; the servers keep only hashes")
+
+
+class SessionAccepted(StrictModel):
+    """The key server's answer to ``POST /sessions`` (202): the request was valid and the
+    session is being prepared (compiling its circuits, generating its keys, drawing its
+    noise) in the background. Follow ``status_url`` until its state is ``ready``; uploads
+    before that are refused with 409."""
+
+    session_id: str
+    state: Literal["preparing"] = "preparing"
+    status_url: str = Field(description="the session's status, relative to the key server's "
+                                        "URL: GET it with the operator's or a client's token")
+    client_tokens: dict[str, str] = Field(
+        description="one bearer token per client, shown once; the servers keep only hashes")
+
+
+class Preparation(StrictModel):
+    """A session's preparation at the key server (compile, keygen, noise pool): a job
+    that runs after ``POST /sessions`` has answered."""
+
+    state: Literal["preparing", "ready", "failed"]
+    phase: str = Field(description="what the job is doing now (preparing), or 'ready', or "
+                                   "the phase it failed in")
+    started: float = Field(description="when the session was accepted (Unix seconds)")
+    elapsed: float = Field(ge=0, description="seconds since it was accepted, or until it "
+                                             "became ready or failed")
+    reason: str | None = Field(default=None, description="why it failed (state 'failed')")
 
 
 class PeerSession(StrictModel):
@@ -375,13 +406,25 @@ class UploadReceipt(StrictModel):
     digest: str
 
 
+SessionState = Literal["preparing", "failed", "collecting", "computing", "released",
+                       "blocked"]
+
+
 class SessionStatus(StrictModel):
     session_id: str
-    state: str
+    state: SessionState = Field(
+        description="preparing: being set up after creation (uploads wait); failed: its "
+                    "preparation failed (see detail); collecting: waiting for uploads; "
+                    "computing; released; blocked (compute server: a client's seed does not "
+                    "match its commitment)")
     clients_uploaded: list[str]
     clients_missing: list[str]
     releases_done: list[str]
     detail: str = ""
+    preparation: Preparation | None = Field(
+        default=None, description="the key server's preparation job (absent for a session "
+                                  "created before preparation was a job, and at the compute "
+                                  "server)")
 
 
 class LedgerEntry(DocumentModel):

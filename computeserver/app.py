@@ -31,12 +31,24 @@ def create_app(state_dir: Path, keyserver_url: str, peer_token: str, *,
     service = ComputeServer(state_dir, keyserver_url, peer_token, verify=verify,
                             executor=executor)
     worker = BackgroundWorker("compute-job", service.step, job_interval)
+    # New sessions are fetched by a job of their own: the compute job may be in a long
+    # encrypted step of another session, and a client's first upload should not have to
+    # fetch the session's keys inside its request.
+    sync = BackgroundWorker("session-sync", service.sync_sessions, job_interval)
+
+    def shutdown() -> None:
+        sync.stop()
+        service.close()
 
     app = service_app("feddpsyn compute server",
                       "Evaluation keys only: encrypted aggregation (FedDPSyn Primitive 1) "
                       "with discrete Gaussian noise under encryption.",
-                      worker, on_shutdown=service.close, max_body_bytes=MAX_BODY_BYTES)
+                      worker, on_shutdown=shutdown, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
+
+    @app.on_event("startup")
+    def _start_sync() -> None:
+        sync.start()
 
     own_client = own_client_check(service)
     any_client = member_check(service, operator_token=None)

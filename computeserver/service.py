@@ -98,6 +98,7 @@ class ComputeServer:
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}
         self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
+        self._sync_locks: dict[str, threading.Lock] = {}
         # What a long step is doing now, for status (progress of the encrypted selection).
         self._progress: dict[str, str] = {}
         self.executor = executor or InProcessExecutor()
@@ -124,10 +125,32 @@ class ComputeServer:
         with self.db.connect() as conn:
             return [r["id"] for r in conn.execute("SELECT id FROM sessions")]
 
+    def sync_sessions(self) -> None:
+        """One pass of the session-sync job: fetch every session the key server has ready
+        and this server does not know yet (bounded: one pass over its list). A job of its
+        own, so that a new session is fetched while the compute job runs another's long
+        encrypted step, and a client's first upload finds it here."""
+        response = self._http.get("/peer/sessions")
+        response.raise_for_status()
+        known = set(self.known_sessions())
+        for session_id in response.json():
+            if session_id not in known:
+                self.sync_session(session_id)
+
+    def _sync_lock(self, session_id: str) -> threading.Lock:
+        with self._lock:
+            return self._sync_locks.setdefault(session_id, threading.Lock())
+
     def sync_session(self, session_id: str) -> None:
-        """Fetch a session's public plan, circuit and evaluation keys from the key server."""
+        """Fetch a session's public plan, circuit and evaluation keys from the key server
+        (once: a request and the sync job asking at once share one fetch)."""
         if session_id in self.known_sessions():
             return
+        with self._sync_lock(session_id):
+            if session_id not in self.known_sessions():
+                self._fetch_session(session_id)
+
+    def _fetch_session(self, session_id: str) -> None:
         try:
             response = self._http.get(f"/peer/sessions/{session_id}")
         except httpx.TransportError as exc:
@@ -136,6 +159,8 @@ class ComputeServer:
                                ) from None
         if response.status_code == 404:
             raise ServiceError(404, f"unknown session {session_id!r}")
+        if response.status_code == 409:  # still being prepared, or failed: the key server says
+            raise ServiceError(409, f"key server: {wire.error_detail(response, 400)}")
         response.raise_for_status()
         peer = wire.PeerSession.model_validate_json(response.content)
         directory = self.session_dir(session_id)

@@ -67,10 +67,22 @@ def session_create(keyserver: str = typer.Option(...),
                                   "params.parameter_sets.DEFAULT_SELECTION_SET; see "
                                   "`feddpsyn params`)"),
                    tokens_dir: Path = typer.Option(
-                       ..., help="where each client's token is written (mode 0600)")) -> None:
-    """Create a synthesis session; write one credential file per client."""
+                       ..., help="where each client's token is written (mode 0600)"),
+                   timeout: float = typer.Option(
+                       1800, help="seconds to wait for the session to be ready (compiling "
+                                  "its circuits and generating its keys); it goes on "
+                                  "preparing after the wait"),
+                   no_wait: bool = typer.Option(
+                       False, "--no-wait", help="return once the session is accepted; "
+                                                "follow it with `session status`")) -> None:
+    """Create a synthesis session; write one credential file per client.
+
+    The key server checks the request and its plan at once, then prepares the session in
+    the background (compiling its circuits, generating its keys): this command shows that
+    progress until the session is ready, or up to --timeout seconds."""
     from common import wire
     from common.serving import write_private
+    from feddpsyn.operator_api import SessionError, post_session, wait_ready
     from params.schema import Schema, SchemaError
 
     try:
@@ -87,14 +99,67 @@ def session_create(keyserver: str = typer.Option(...),
                                             parameter_set=selection_parameters))
     except ValueError as exc:
         fail(f"invalid session request: {exc}")
-    response = _operator_call(keyserver, operator_token_file, "POST", "/sessions",
-                              content=request.model_dump_json(by_alias=True),
-                              content_type="application/json")
-    created = wire.SessionCreated.model_validate_json(response.content)
-    for client_id, token in created.client_tokens.items():
-        write_private(tokens_dir / f"{client_id}.token", token.encode())
-    typer.echo(f"session {created.session.session_id}: {len(created.client_tokens)} clients, "
-               f"{created.session.total_cells} cells; tokens in {tokens_dir}/")
+    token = read_token(operator_token_file)
+    try:
+        accepted = post_session(keyserver, token, request)
+    except SessionError as exc:
+        fail(str(exc))
+    sid = accepted.session_id
+    # The tokens are shown once: written before any wait, so a wait cut short loses none.
+    for client_id, client_token in accepted.client_tokens.items():
+        write_private(tokens_dir / f"{client_id}.token", client_token.encode())
+    if no_wait:
+        typer.echo(f"session {sid}: accepted, preparing; {len(accepted.client_tokens)} "
+                   f"clients; tokens in {tokens_dir}/; follow it with `feddpsyn session "
+                   f"status --session {sid}`")
+        return
+    line = _ProgressLine(sid)
+    try:
+        public = wait_ready(keyserver, token, sid, timeout=timeout, progress=line)
+    except SessionError as exc:
+        line.end()
+        fail(f"{exc} (tokens in {tokens_dir}/)", code=1)
+    line.end()
+    typer.echo(f"session {sid}: {len(accepted.client_tokens)} clients, "
+               f"{public.total_cells} cells; tokens in {tokens_dir}/")
+
+
+class _ProgressLine:
+    """One line on stderr saying what the key server is doing and for how long: redrawn in
+    place on a terminal; elsewhere a new line when the phase changes, and at most every 30 s
+    otherwise."""
+
+    def __init__(self, session_id: str):
+        import sys
+
+        self.session_id = session_id
+        self.tty = sys.stderr.isatty()
+        self.phase = ""
+        self.shown = 0.0
+        self.open = False
+
+    def __call__(self, status) -> None:
+        import sys
+        import time
+
+        preparation = status.preparation
+        phase = preparation.phase if preparation is not None else status.detail
+        elapsed = preparation.elapsed if preparation is not None else 0.0
+        text = f"session {self.session_id}: preparing: {phase} ({elapsed:.0f} s)"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text)
+            sys.stderr.flush()
+            self.open = True
+        elif phase != self.phase or time.monotonic() - self.shown >= 30:
+            typer.echo(text, err=True)
+            self.phase, self.shown = phase, time.monotonic()
+
+    def end(self) -> None:
+        import sys
+
+        if self.open:
+            sys.stderr.write("\n")
+            self.open = False
 
 
 def session_status(keyserver: str = typer.Option(...), session: str = typer.Option(...),
@@ -103,11 +168,20 @@ def session_status(keyserver: str = typer.Option(...), session: str = typer.Opti
                                                 help="the status and ledger as JSON")) -> None:
     """Show a session's state and where its privacy budget went: one line per ledger entry
     (what was released or decided, rho, running total, remaining, eps at the session's
-    delta), then the plan's entries still to come."""
+    delta), then the plan's entries still to come. A session being prepared shows its
+    phase and how long it has taken; while the compute server works, how far it is."""
     from common import wire
     from feddpsyn.ledger_table import format_ledger
 
     status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")
+    parsed = wire.SessionStatus.model_validate_json(status.content)
+    if parsed.state in ("preparing", "failed"):
+        # No ledger nor public record yet: the session is being set up (or failed to be).
+        if as_json:
+            typer.echo(json.dumps({"status": status.json(), "ledger": None}, indent=1))
+        else:
+            typer.echo(f"session {parsed.session_id}: {parsed.state}; {parsed.detail}")
+        return
     ledger = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/ledger")
     if as_json:
         typer.echo(json.dumps({"status": status.json(), "ledger": ledger.json()}, indent=1))
@@ -115,4 +189,4 @@ def session_status(keyserver: str = typer.Option(...), session: str = typer.Opti
     public = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}")
     typer.echo(format_ledger(wire.LedgerView.model_validate_json(ledger.content),
                              wire.SessionPublic.model_validate_json(public.content),
-                             wire.SessionStatus.model_validate_json(status.content)))
+                             parsed))

@@ -27,6 +27,7 @@ from common import wire
 from common.credentials import new_token
 from common.serving import write_private
 from dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.operator_api import SessionError, create_session
 from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
 from params.modes import SelectionMode
 from params.schema import Schema
@@ -276,12 +277,18 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
                 f"bootstraps: about {estimate / 60:.0f} min of encrypted computation after the "
                 "uploads (compiling the selection module and its keys first: about 1 min)")
         t = time.time()
-        response = httpx.post(f"{ks.url}/sessions", content=request.model_dump_json(by_alias=True),
-                              headers={"Authorization": f"Bearer {operator}",
-                                       "Content-Type": "application/json"}, timeout=600)
-        if response.status_code != 201:
-            raise RuntimeError(f"session creation failed: {response.text}")
-        created = wire.SessionCreated.model_validate_json(response.content)
+        shown_phase = [""]
+
+        def preparing(status: wire.SessionStatus) -> None:
+            phase = status.preparation.phase if status.preparation else status.detail
+            if phase != shown_phase[0]:
+                say(f"[demo] preparing the session: {phase} ({time.time() - t:.0f} s)")
+                shown_phase[0] = phase
+
+        try:
+            created = create_session(ks.url, operator, request, progress=preparing, poll=0.5)
+        except SessionError as exc:
+            raise RuntimeError(f"session creation failed: {exc}") from None
         session_id = created.session.session_id
         phases["session_keygen"] = time.time() - t
         say(f"[demo] session {session_id}: circuits compiled, keys generated "

@@ -16,6 +16,7 @@ import numpy as np
 from clients.agent import ClientAgent
 from common import wire
 from feddpsyn.demo import start_servers
+from feddpsyn.operator_api import create_session
 from params.layout import MarginalLayout
 from params.schema import Schema
 
@@ -41,17 +42,14 @@ def run_load(directory: Path, n_clients: int, workers: int, timeout: float = 600
     try:
         operator = (directory / "state" / "keyserver" / "operator.token").read_text().strip()
         ids = [f"c{i:04d}" for i in range(n_clients)]
-        response = httpx.post(
-            f"{ks.url}/sessions", timeout=600,
-            headers={"Authorization": f"Bearer {operator}", "Content-Type": "application/json"},
-            content=wire.SessionCreate(schema=LOAD_SCHEMA, clients=ids, parameter_set="test-small",
+        created = create_session(
+            ks.url, operator, timeout=timeout, poll=0.5,
+            request=wire.SessionCreate(schema=LOAD_SCHEMA, clients=ids,
+                                       parameter_set="test-small",
                                        budget=wire.BudgetSpec(epsilon=50, delta=1e-6),
                                        max_rows=10_000,
                                        # The load is the intake; selection is measured apart.
-                                       selection=wire.SelectionRequest(mode="none")
-                                       ).model_dump_json(by_alias=True))
-        response.raise_for_status()
-        created = wire.SessionCreated.model_validate_json(response.content)
+                                       selection=wire.SelectionRequest(mode="none")))
         sid = created.session.session_id
         rng = np.random.default_rng(0)
         records = [_write_csv(directory / f"{cid}.csv", rng, int(rng.integers(5, 40)))

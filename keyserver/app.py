@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from common import wire
 from common.credentials import member_check, own_client_check, read_or_create_token, role_check
 from common.serving import BackgroundWorker, service_app
+from keyserver.preparation import PrepareFiles
 from keyserver.service import KeyServer
 
 log = logging.getLogger("feddpsyn.keyserver")
@@ -26,8 +27,12 @@ REPLACE_HELP = ("replace this client's stored masked vector (masked with a fresh
 
 
 def create_app(state_dir: Path, peer_token: str, *,
-               encryption_interval: float = 0.5) -> FastAPI:
-    service = KeyServer(state_dir)
+               encryption_interval: float = 0.5, prepare: PrepareFiles | None = None,
+               preparation_workers: int = 1) -> FastAPI:
+    """``prepare``: how a session's circuits, keys and noise pool are made, off the request
+    path (default: in a child process; ``keyserver.preparation``); ``preparation_workers``:
+    sessions prepared at once."""
+    service = KeyServer(state_dir, prepare=prepare, preparation_workers=preparation_workers)
     operator_token = read_or_create_token(state_dir / "operator.token")
     log.info("operator credentials: %s (mode 0600)", state_dir / "operator.token")
     worker = BackgroundWorker("encryption-job", service.run_encryption_job, encryption_interval)
@@ -35,8 +40,14 @@ def create_app(state_dir: Path, peer_token: str, *,
     app = service_app("feddpsyn key server",
                       "Keys, offline encryption of masked uploads, noised decryption within a "
                       "privacy budget, and the privacy ledger.",
-                      worker, on_shutdown=lambda: None, max_body_bytes=MAX_BODY_BYTES)
+                      worker, on_shutdown=service.close, max_body_bytes=MAX_BODY_BYTES)
     app.state.service = service
+
+    @app.on_event("startup")
+    def _resume_preparations() -> None:
+        # Sessions a stop or a crash left preparing are prepared again, or failed with the
+        # reason (keyserver.preparation).
+        service.preparation.resume()
 
     operator = role_check(operator_token, "operator")
     peer = role_check(peer_token, "peer")
@@ -45,22 +56,29 @@ def create_app(state_dir: Path, peer_token: str, *,
 
     responses = wire.ERROR_RESPONSES
 
+    def ready(session_id: wire.SessionId) -> None:
+        """409 on a session still being prepared (after the caller's credentials)."""
+        service.require_ready(session_id)
+
     ops = APIRouter(prefix="/sessions", tags=["operator"], responses=responses)
 
-    @ops.post("", response_model=wire.SessionCreated, status_code=201,
+    @ops.post("", response_model=wire.SessionAccepted, status_code=202,
               dependencies=[Depends(operator)])
-    def create_session(body: wire.SessionCreate) -> wire.SessionCreated:
-        return service.create_session(body)
+    def create_session(body: wire.SessionCreate, response: Response) -> wire.SessionAccepted:
+        # Checked here (4xx, nothing stored); compiled and keyed as a job afterwards.
+        accepted = service.create_session(body)
+        response.headers["Location"] = accepted.status_url
+        return accepted
 
     @ops.get("/{session_id}/ledger", response_model=wire.LedgerView,
-             dependencies=[Depends(operator)])
+             dependencies=[Depends(operator), Depends(ready)])
     def ledger(session_id: wire.SessionId) -> wire.LedgerView:
         return service.ledger(session_id)
 
     clients = APIRouter(prefix="/sessions", tags=["client"], responses=responses)
 
     @clients.get("/{session_id}", response_model=wire.SessionPublic,
-                 dependencies=[Depends(operator_or_client)])
+                 dependencies=[Depends(operator_or_client), Depends(ready)])
     def public(session_id: wire.SessionId) -> wire.SessionPublic:
         return service.public(session_id)
 
@@ -70,12 +88,12 @@ def create_app(state_dir: Path, peer_token: str, *,
         return service.status(session_id)
 
     @clients.get("/{session_id}/release", response_model=wire.ReleaseDocument,
-                 dependencies=[Depends(operator_or_client)])
+                 dependencies=[Depends(operator_or_client), Depends(ready)])
     def release(session_id: wire.SessionId) -> wire.ReleaseDocument:
         return service.release_document(session_id)
 
     @clients.put("/{session_id}/clients/{client_id}/masked", response_model=wire.UploadReceipt,
-                 dependencies=[Depends(own_client)])
+                 dependencies=[Depends(own_client), Depends(ready)])
     def upload_masked(session_id: wire.SessionId, client_id: wire.ClientId,
                       body: wire.MaskedUpload,
                       replace: bool = Query(False, description=REPLACE_HELP)

@@ -121,6 +121,17 @@ class NoisyScoreKeys(ScoreModuleKeys):
         return encrypted[1].serialize()
 
 
+def create_noisy_score_files(plan: SessionPlan, directory: Path) -> dict[str, int]:
+    """Compile and key the session's noisy-score module, writing its files into
+    ``directory``; its bootstraps per function call."""
+    keys, server_zip, evaluation_keys = NoisyScoreKeys.create(
+        plan.selection.noisy_shape(plan.used_chunk_sizes()), plan.selection.p_error,
+        directory)
+    write_private(directory / "selection_server.zip", server_zip)
+    write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
+    return keys.bootstraps_per_function
+
+
 class NoisyGreedyRole:
     """The key server's part of a noisy-greedy selection, built from its sessions, its
     ledger, the selection's keys and the row-bound check (``keyserver.selection``)."""
@@ -133,14 +144,6 @@ class NoisyGreedyRole:
         self._keys = keys
         self._check_row_bound = check_row_bound
         self._sets = StoredOnce(store.db)  # the joint releases' once-only store, per pair
-
-    def create(self, plan: SessionPlan, directory: Path) -> dict[str, int]:
-        keys, server_zip, evaluation_keys = NoisyScoreKeys.create(
-            plan.selection.noisy_shape(plan.used_chunk_sizes()), plan.selection.p_error,
-            directory)
-        write_private(directory / "selection_server.zip", server_zip)
-        write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
-        return keys.bootstraps_per_function
 
     def score_bits(self, session_id: str) -> bytes:
         """This server's encrypted bits of every pair's joint score noise, packed in pair

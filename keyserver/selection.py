@@ -30,6 +30,7 @@ import json
 import secrets
 import threading
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +42,12 @@ from crypto.selection_randomness import batch_randomness, random_priorities, ran
 from crypto.tfhe_permute_and_flip import thresholds
 from keyserver.keys import SelectionKeys
 from keyserver.ledger import PrivacyLedger
-from keyserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole, NoisyScoreKeys
+from keyserver.noisy_greedy import (
+    NOISY_GREEDY_SQL,
+    NoisyGreedyRole,
+    NoisyScoreKeys,
+    create_noisy_score_files,
+)
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.session_plan import SessionPlan
@@ -77,6 +83,22 @@ def compiled_bootstraps(plan: SessionPlan, per_function: dict[str, int]) -> int:
     return compiled
 
 
+def create_selection_files(plan: SessionPlan, directory: Path) -> dict[str, int] | None:
+    """Compile and key the session's selection module, writing its files into
+    ``directory``; its bootstraps per function call (None: no selection). The heavy part
+    of a session's preparation with a selection (``keyserver.preparation``)."""
+    if plan.selection is None:
+        return None
+    if plan.selection.mode == SelectionMode.NOISY_GREEDY:
+        return create_noisy_score_files(plan, directory)
+    keys, server_zip, evaluation_keys = SelectionKeys.create(
+        module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
+        plan.selection.p_error, directory)
+    write_private(directory / "selection_server.zip", server_zip)
+    write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
+    return keys.bootstraps_per_function
+
+
 class SelectionRole:
     """The key server's part of a session's selection, built from its sessions and its
     ledger; noisy-greedy's part is :attr:`noisy_greedy`."""
@@ -88,19 +110,6 @@ class SelectionRole:
         self._lock = threading.Lock()
         self.noisy_greedy = NoisyGreedyRole(store, ledger, self.selection_keys,
                                             self.check_row_bound)
-
-    def create(self, plan: SessionPlan, directory) -> dict[str, int] | None:
-        """Compile and key the selection module; its bootstraps per function call."""
-        if plan.selection is None:
-            return None
-        if plan.selection.mode == SelectionMode.NOISY_GREEDY:
-            return self.noisy_greedy.create(plan, directory)
-        keys, server_zip, evaluation_keys = SelectionKeys.create(
-            module_shape(plan), thresholds(plan.selection.shape, plan.selection.step.epsilon),
-            plan.selection.p_error, directory)
-        write_private(directory / "selection_server.zip", server_zip)
-        write_private(directory / "selection_evaluation_keys.bin", evaluation_keys)
-        return keys.bootstraps_per_function
 
     def selection_keys(self, session_id: str) -> SelectionKeys | NoisyScoreKeys:
         with self._lock:

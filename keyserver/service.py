@@ -13,27 +13,24 @@ Restart-safe: every state change is a committed SQLite row or an atomically rena
 from __future__ import annotations
 
 import base64
+import json
 import logging
-import secrets
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from common import wire
-from common.credentials import CLIENT_TOKENS_SQL, new_token
-from common.serving import Database, ServiceError, write_private
-from common.sigpipe import ignore_sigpipe
-from dp.noise_pool import draw_pool
+from common.credentials import CLIENT_TOKENS_SQL
+from common.serving import Database, ServiceError
 from keyserver.coins import COINS_SQL, JointCoins
 from keyserver.keys import SessionKeys
 from keyserver.ledger import LEDGER_SQL, PrivacyLedger
+from keyserver.preparation import PrepareFiles, SessionPreparation
 from keyserver.releases import RELEASES_SQL, Releases
-from keyserver.selection import SELECTION_SQL, SelectionRole, compiled_bootstraps
-from keyserver.sessions import (SESSIONS_SQL, PlanMismatch, SessionRegistry, build_plan,
-                                confirm_published)
+from keyserver.selection import SELECTION_SQL, SelectionRole
+from keyserver.sessions import SESSIONS_SQL, SessionRegistry
 from keyserver.uploads import UPLOADS_SQL, MaskedUploads
-from params.schema import Schema, SchemaError
 from params.modes import NoiseMode, SelectionMode
 from params.session_plan import SessionPlan
 
@@ -44,7 +41,10 @@ class KeyServer:
     """Sessions (:attr:`sessions`), uploads (:attr:`uploads`), releases (:attr:`releases`),
     the ledger (:attr:`privacy_ledger`) and the selection (:attr:`selection`)."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, *, prepare: PrepareFiles | None = None,
+                 preparation_workers: int = 1):
+        """``prepare``: how a session's circuits, keys and noise pool are made (default: in a
+        child process, ``keyserver.preparation.prepare_in_child``)."""
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
@@ -57,39 +57,22 @@ class KeyServer:
         self.selection = SelectionRole(self, self.privacy_ledger)
         self.releases = Releases(self.sessions, self.privacy_ledger, self.selection)
         self.coins = JointCoins(self.sessions)
+        self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
+                                              workers=preparation_workers)
 
-    def create_session(self, request: wire.SessionCreate) -> wire.SessionCreated:
-        try:
-            Schema.from_dict(request.schema_)  # a clear 422 before anything else
-        except SchemaError as exc:
-            raise ServiceError(422, f"invalid schema: {exc}") from None
-        try:
-            plan = build_plan(request)
-        except ValueError as exc:
-            raise ServiceError(422, str(exc)) from None
-        session_id = "s-" + secrets.token_hex(8)
-        try:
-            # Before anything is compiled: the public record must give back this plan, as
-            # it will after a restart (keyserver.sessions); the final record is checked again.
-            confirm_published(plan, plan.to_public(session_id, request.clients))
-        except PlanMismatch as exc:
-            raise ServiceError(500, f"session not created: {exc}") from None
-        directory = self.session_dir(session_id)
-        keys, server_zip, evaluation_keys = SessionKeys.create(plan, len(request.clients),
-                                                               directory)
-        per_function = self.selection.create(plan, directory)
-        ignore_sigpipe()  # compiling may have started concrete's runtime (common.sigpipe)
-        bootstraps = None if per_function is None else compiled_bootstraps(plan, per_function)
-        # Every noise this server may add, drawn now, before any data (dp.noise_pool).
-        write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
-        write_private(directory / "server.zip", server_zip)
-        write_private(directory / "evaluation_keys.bin", evaluation_keys)
-        public = plan.to_public(session_id, request.clients, bootstraps)
-        tokens = {c: new_token() for c in request.clients}
-        self.sessions.add(session_id, request, public, tokens, plan, keys)
-        log.info("session %s created: %d clients, %d cells, rho_total=%s", session_id,
-                 len(request.clients), plan.layout.total_cells, plan.rho_total)
-        return wire.SessionCreated(session=public, client_tokens=tokens)
+    def create_session(self, request: wire.SessionCreate) -> wire.SessionAccepted:
+        """Check the request and its plan, accept the session and queue its preparation
+        (``keyserver.preparation``): 202 before anything is compiled."""
+        return self.preparation.accept(request)
+
+    def require_ready(self, session_id: str) -> None:
+        """409 for a session still being prepared, or whose preparation failed."""
+        self.sessions.require_ready(session_id)
+
+    def close(self) -> None:
+        """Stop the preparation jobs (a child process is terminated; the session resumes at
+        the next start)."""
+        self.preparation.close()
 
     # ------------------------------------------- the parts, as the routes and roles call them
     def session_dir(self, session_id: str) -> Path:
@@ -167,6 +150,9 @@ class KeyServer:
         return view.model_copy(update={"uploads_replaced": self.uploads.replacements(session_id)})
 
     def status(self, session_id: str) -> wire.SessionStatus:
+        preparation = self.sessions.preparation(session_id)
+        if preparation is not None and preparation.state != "ready":
+            return self._preparation_status(session_id, preparation)
         public = self.public(session_id)
         uploaded = self.uploaded_clients(session_id)
         done = self.releases_done(session_id)
@@ -188,7 +174,22 @@ class KeyServer:
                       f"{public.selection.rounds} decided")
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
                                   clients_missing=[c for c in public.clients if c not in uploaded],
-                                  releases_done=done, detail=detail)
+                                  releases_done=done, detail=detail, preparation=preparation)
+
+    def _preparation_status(self, session_id: str,
+                            preparation: wire.Preparation) -> wire.SessionStatus:
+        """The status of a session not ready yet: its clients are all still to upload."""
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT clients_json FROM session_preparation WHERE id = ?",
+                               (session_id,)).fetchone()
+        if preparation.state == "failed":
+            detail = f"preparation failed ({preparation.phase}): {preparation.reason}"
+        else:
+            detail = f"{preparation.phase} ({preparation.elapsed:.0f} s)"
+        return wire.SessionStatus(session_id=session_id, state=preparation.state,
+                                  clients_uploaded=[],
+                                  clients_missing=json.loads(row["clients_json"]),
+                                  releases_done=[], detail=detail, preparation=preparation)
 
     def release_document(self, session_id: str) -> wire.ReleaseDocument:
         public = self.public(session_id)

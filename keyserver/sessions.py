@@ -30,8 +30,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,7 +49,7 @@ from params.schema import Schema
 from params.session_plan import SessionPlan
 
 __all__ = ["SESSIONS_SQL", "SessionRegistry", "build_plan", "published_plan", "plan_facts",
-           "confirm_published", "PlanMismatch"]
+           "confirm_published", "PlanMismatch", "preparation_of", "not_ready"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -57,7 +59,35 @@ CREATE TABLE IF NOT EXISTS sessions (
     created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS session_plan_facts (
     id TEXT PRIMARY KEY, facts_json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS session_preparation (
+    id TEXT PRIMARY KEY, request_json TEXT NOT NULL, draft_json TEXT NOT NULL,
+    clients_json TEXT NOT NULL, state TEXT NOT NULL, phase TEXT NOT NULL, reason TEXT,
+    created REAL NOT NULL, finished REAL, attempts INTEGER NOT NULL);
 """
+
+
+def preparation_of(conn: sqlite3.Connection, session_id: str) -> wire.Preparation | None:
+    """The session's preparation job (``keyserver.preparation``), None for a session
+    created before preparation was a job, or for an unknown one."""
+    row = conn.execute("SELECT state, phase, reason, created, finished FROM "
+                       "session_preparation WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    end = row["finished"] if row["finished"] is not None else time.time()
+    return wire.Preparation(state=row["state"], phase=row["phase"], started=row["created"],
+                            elapsed=max(0.0, end - row["created"]), reason=row["reason"])
+
+
+def not_ready(session_id: str, preparation: wire.Preparation) -> ServiceError:
+    """The 409 for a request on a session that is still being prepared, or failed."""
+    if preparation.state == "failed":
+        return ServiceError(409, f"session {session_id} failed while it was being prepared "
+                                 f"({preparation.phase}): {preparation.reason}. Create a new "
+                                 "session")
+    return ServiceError(409, f"session {session_id} is still being prepared "
+                             f"({preparation.phase}, {preparation.elapsed:.0f} s so far): wait "
+                             f"until its status (GET /sessions/{session_id}/status, "
+                             "`feddpsyn session status`) says ready, then retry")
 
 
 def build_plan(request: wire.SessionCreate) -> SessionPlan:
@@ -178,11 +208,14 @@ class SessionRegistry:
         return self.state_dir / "sessions" / session_id
 
     def add(self, session_id: str, request: wire.SessionCreate, public: wire.SessionPublic,
-            tokens: dict[str, str], plan: SessionPlan, keys: SessionKeys) -> None:
+            tokens: dict[str, str], plan: SessionPlan, keys: SessionKeys | None = None, *,
+            then: Callable[[sqlite3.Connection], None] | None = None) -> None:
         """Record a session whose files are written: its request, public record, the facts
-        of its plan (:func:`plan_facts`) and tokens. ``public`` must describe ``plan``
-        (:func:`confirm_published`; a 500 otherwise, nothing recorded), and the plan the
-        session runs from now on is the one ``public`` describes."""
+        of its plan (:func:`plan_facts`) and tokens (empty: stored when it was accepted).
+        ``public`` must describe ``plan`` (:func:`confirm_published`; a 500 otherwise,
+        nothing recorded), and the plan the session runs from now on is the one ``public``
+        describes. ``then`` runs in the same transaction (the preparation marks the session
+        ready); ``keys``: None loads them from the session's folder on first use."""
         try:
             published = confirm_published(plan, public)
         except PlanMismatch as exc:
@@ -194,15 +227,34 @@ class SessionRegistry:
             conn.execute("INSERT INTO session_plan_facts VALUES (?, ?)",
                          (session_id, json.dumps(plan_facts(plan))))
             store_client_tokens(conn, session_id, tokens)
+            if then is not None:
+                then(conn)
         with self._lock:
-            self._keys[session_id] = keys
+            if keys is not None:
+                self._keys[session_id] = keys
             self._plans[session_id] = published
 
+    def preparation(self, session_id: str) -> wire.Preparation | None:
+        """The session's preparation job (:func:`preparation_of`)."""
+        with self.db.connect() as conn:
+            return preparation_of(conn, session_id)
+
+    def require_ready(self, session_id: str) -> None:
+        """409 unless the session's preparation is done (a session without one is)."""
+        preparation = self.preparation(session_id)
+        if preparation is not None and preparation.state != "ready":
+            raise not_ready(session_id, preparation)
+
     def public(self, session_id: str) -> wire.SessionPublic:
+        """The session's public record: 404 for an unknown session, 409 for one still being
+        prepared (or whose preparation failed): its record is written when it is ready."""
         with self.db.connect() as conn:
             row = conn.execute("SELECT public_json FROM sessions WHERE id = ?",
                                (session_id,)).fetchone()
+            preparation = None if row is not None else preparation_of(conn, session_id)
         if row is None:
+            if preparation is not None:
+                raise not_ready(session_id, preparation)
             raise ServiceError(404, f"unknown session {session_id!r}")
         return wire.SessionPublic.model_validate_json(row["public_json"])
 
@@ -263,8 +315,11 @@ class SessionRegistry:
         return keys
 
     def client_token_hashes(self, session_id: str) -> dict[str, str]:
-        """The session's client token hashes (``common.credentials.ClientTokens``)."""
-        self.public(session_id)
+        """The session's client token hashes (``common.credentials.ClientTokens``), from its
+        acceptance on: a client is told a session is not ready only once its token is
+        checked."""
+        if self.preparation(session_id) is None:
+            self.public(session_id)  # 404 for an unknown session
         return stored_token_hashes(self.db, session_id)
 
     def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:

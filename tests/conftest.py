@@ -74,6 +74,12 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_servers_replace": ALL,
         "test_servers_noisy_greedy": ALL,
         "test_servers_selection": ALL,
+        "test_session_preparation": [
+            "test_post_answers_202_before_the_preparation_and_uploads_wait_for_ready",
+            "test_a_peer_request_is_answered_while_a_preparation_runs",
+            "test_session_create_waits_with_progress_or_returns_at_once",
+            "test_a_real_compile_does_not_stall_the_server",
+        ],
     },
     "served": {
         "test_api_fuzz": ALL,
@@ -91,6 +97,12 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_servers_replace": ALL,
         "test_servers_noisy_greedy": ALL,
         "test_servers_selection": ALL,
+        "test_session_preparation": [
+            "test_post_answers_202_before_the_preparation_and_uploads_wait_for_ready",
+            "test_a_peer_request_is_answered_while_a_preparation_runs",
+            "test_session_create_waits_with_progress_or_returns_at_once",
+            "test_a_real_compile_does_not_stall_the_server",
+        ],
     },
     "slow": {
         "test_aim": ["test_fast_answers_equal_mbi_projection"],
@@ -141,6 +153,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_the_ledger_reports_the_records_eps_once_everything_is_charged",
         ],
         "test_selection": ["test_model_frequencies_match_the_exact_distribution"],
+        "test_session_preparation": ["test_a_real_compile_does_not_stall_the_server"],
     },
 }
 

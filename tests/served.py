@@ -8,22 +8,19 @@ import contextlib
 import time
 from pathlib import Path
 
-import httpx
-
 from clients.agent import ClientAgent
 from common import wire
 from feddpsyn.demo import start_servers
+from feddpsyn.operator_api import create_session
 
 __all__ = ["post_session", "run_session", "serve", "wait_released"]
 
 
 def post_session(url: str, operator: str, request: wire.SessionCreate,
-                 timeout: float = 300) -> wire.SessionCreated:
-    r = httpx.post(f"{url}/sessions", content=request.model_dump_json(by_alias=True),
-                   headers={"Authorization": f"Bearer {operator}",
-                            "Content-Type": "application/json"}, timeout=timeout)
-    assert r.status_code == 201, r.text
-    return wire.SessionCreated.model_validate_json(r.content)
+                 timeout: float = 600) -> wire.SessionCreated:
+    """``POST /sessions`` (202), then the wait until the session is ready (bounded by
+    ``timeout``): the ready session and its clients' tokens."""
+    return create_session(url, operator, request, timeout=timeout, poll=0.25)
 
 
 def wait_released(agent: ClientAgent, timeout: float = 120) -> wire.ReleaseDocument:

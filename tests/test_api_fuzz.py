@@ -12,7 +12,6 @@ suite builds nothing and each operation runs as a subtest of its credential's te
 
 import os
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -26,6 +25,7 @@ from common import wire
 from common.serving import write_private
 from computeserver.app import create_app as create_compute_app
 from feddpsyn.demo import ServerProcess, free_port
+from feddpsyn.operator_api import create_session
 from keyserver.app import create_app as create_key_app
 
 # schemathesis 4.32's lazy schemas (``from_fixture``) read and rename ``item._nodeid``, which
@@ -57,7 +57,10 @@ def peer_port() -> int:
 
 @pytest.fixture(scope="session")
 def key_app(state):
-    return create_key_app(state / "ks", PEER)
+    app = create_key_app(state / "ks", PEER)
+    yield app
+    # Sessions the fuzzer created are being prepared in child processes: stop them.
+    app.state.service.close()
 
 
 @pytest.fixture(scope="session")
@@ -67,13 +70,16 @@ def compute_app(state, peer_port):
 
 @pytest.fixture(scope="session")
 def session(key_app):
-    """A session at the in-process key server, with its one client."""
-    return key_app.state.service.create_session(wire.SessionCreate(
+    """A session at the in-process key server, with its one client, ready."""
+    service = key_app.state.service
+    accepted = service.create_session(wire.SessionCreate(
         schema={"columns": [{"name": "a", "type": "categorical", "i2s": ["x", "y"]},
                             {"name": "b", "type": "continuous", "min": 0, "max": 9, "bins": 3}]},
         clients=["c1"], parameter_set="test-small",
         budget=wire.BudgetSpec(epsilon=1, delta=1e-6), max_rows=100,
         selection=wire.SelectionRequest(mode="none")))
+    public = service.preparation.wait_ready(accepted.session_id, timeout=600)
+    return wire.SessionCreated(session=public, client_tokens=accepted.client_tokens)
 
 
 @pytest.fixture(scope="session")
@@ -107,14 +113,10 @@ def peer_key_server(state, peer_port, session, credentials):
                        state / "peer-ks.log", f"http://127.0.0.1:{peer_port}")
     ks.wait_healthy()
     operator = (state / "peer-ks" / "operator.token").read_text().strip()
-    created = wire.SessionCreated.model_validate_json(httpx.post(
-        f"{ks.url}/sessions", headers={"Authorization": f"Bearer {operator}",
-                                       "Content-Type": "application/json"}, timeout=120,
-        content=wire.SessionCreate(schema=session.session.schema_, clients=["c1"],
-                                   parameter_set="test-small",
-                                   budget=wire.BudgetSpec(epsilon=1, delta=1e-6),
-                                   max_rows=100, selection=wire.SelectionRequest(mode="none")
-                                   ).model_dump_json(by_alias=True)).content)
+    created = create_session(ks.url, operator, wire.SessionCreate(
+        schema=session.session.schema_, clients=["c1"], parameter_set="test-small",
+        budget=wire.BudgetSpec(epsilon=1, delta=1e-6), max_rows=100,
+        selection=wire.SelectionRequest(mode="none")), timeout=600, poll=0.25)
     credentials["peer-client"] = created.client_tokens["c1"]
     yield created.session.session_id
     ks.stop()

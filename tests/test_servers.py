@@ -15,6 +15,7 @@ import pytest
 
 from clients.agent import AgentError, ClientAgent
 from common import wire
+from feddpsyn import operator_api
 from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema
@@ -53,7 +54,7 @@ def session_request(epsilon: float = 50.0, selection: str = "none", rounds: int 
 
 
 def create_session(ks_url: str, operator: str, **request) -> wire.SessionCreated:
-    return post_session(ks_url, operator, session_request(**request), timeout=120)
+    return post_session(ks_url, operator, session_request(**request))
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +212,9 @@ def test_budget_overspend_is_refused_and_concurrent_charges_never_overspend(tmp_
     request = wire.SessionCreate(schema=SCHEMA, clients=["a"], parameter_set="test-small",
                                  budget=wire.BudgetSpec(epsilon=1, delta=1e-6), max_rows=100,
                                  selection=wire.SelectionRequest(mode="none"))
-    sid = service.create_session(request).session.session_id
+    sid = service.create_session(request).session_id
+    service.preparation.wait_ready(sid, timeout=600)
+    service.close()
     plan = service.plan(sid)
     greedy = ReleaseSpec("one_way", ("0",), plan.rho_total * 2, Fraction(1))
     manifest = wire.ReleaseManifest(chunks=[0], digests=["00" * 32])
@@ -397,15 +400,12 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{ks.url}/health")  # not trusted without the CA file
         operator = (tmp_path / "ks" / "operator.token").read_text().strip()
-        r = httpx.post(f"{ks.url}/sessions", verify=str(cert), timeout=120,
-                       headers={"Authorization": f"Bearer {operator}",
-                                "Content-Type": "application/json"},
-                       content=wire.SessionCreate(
-                           schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
-                           budget=wire.BudgetSpec(epsilon=50, delta=1e-6), max_rows=1000,
-                           selection=wire.SelectionRequest(mode="none")
-                       ).model_dump_json(by_alias=True))
-        created = wire.SessionCreated.model_validate_json(r.content)
+        created = operator_api.create_session(
+            ks.url, operator, wire.SessionCreate(
+                schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                budget=wire.BudgetSpec(epsilon=50, delta=1e-6), max_rows=1000,
+                selection=wire.SelectionRequest(mode="none")),
+            verify=str(cert), timeout=600, poll=0.25)
         csvs = write_client_csvs(tmp_path)
         for client in CLIENTS:
             with ClientAgent(ks.url, cs.url, created.session.session_id, client,

@@ -34,6 +34,7 @@ from feddpsyn.demo import _selection_summary, start_servers
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis import marginals_from_release
+from tests.served import post_session
 from tests.test_servers import CLIENTS, SCHEMA, true_counts, wait_released
 
 EPSILON = 1.0
@@ -71,11 +72,7 @@ def _served(tmp_path_factory):
                                      budget=wire.BudgetSpec(epsilon=EPSILON, delta=1e-6),
                                      max_rows=1000,
                                      selection=wire.SelectionRequest(mode="noisy-greedy"))
-        r = httpx.post(f"{ks.url}/sessions", content=request.model_dump_json(by_alias=True),
-                       headers={"Authorization": f"Bearer {operator}",
-                                "Content-Type": "application/json"}, timeout=600)
-        assert r.status_code == 201, r.text
-        created = wire.SessionCreated.model_validate_json(r.content)
+        created = post_session(ks.url, operator, request)
         csvs = write_dependent_csvs(tmp_path_factory.mktemp("csv"))
         agents = tmp_path_factory.mktemp("agents")
         sid = created.session.session_id

@@ -1,0 +1,292 @@
+"""A session's preparation, off the request path: ``POST /sessions`` checks the request and
+its plan and answers 202; compiling the circuits, generating the keys and drawing the noise
+pool run afterwards as a job.
+
+Design concerns:
+
+* **Refused at once, or accepted for good.** Everything that depends only on the request
+  and the plan is checked before the answer (the schema, the plan and its budget, the
+  public record giving back the plan: ``keyserver.sessions``), so a bad request is refused
+  with 4xx and nothing is stored. An accepted session is a row in ``session_preparation``
+  (state ``preparing``, the phase it is in, the request and the record drafted from it)
+  and its clients' token hashes, written in one transaction before the answer.
+* **Off the request path, and off the interpreter.** The job runs on the server's
+  :class:`common.jobs.JobQueue` (one session at a time by default; a full queue refuses
+  new sessions with 503), and its heavy step, :func:`prepare_files`, in a child process
+  (``common.jobs.run_in_child``): concrete's compiler holds the interpreter's lock for
+  tens of seconds, which on a thread would stall every request of this server.
+* **Nothing half-made is used.** The child writes into a fresh work folder; only once it
+  has finished, and the compiled bootstraps are within the plan's reserve, is the folder
+  renamed to the session's and the session recorded (its ``sessions`` row, and the
+  preparation's state ``ready``, in one transaction). Until then every route that would use
+  the session answers 409 and says to wait; the compute server is not told of it.
+* **A restart never leaves a session preparing forever.** A session found ``preparing`` at
+  start-up is prepared again from its stored request (its plan rebuilt and checked against
+  the draft recorded at acceptance: a server whose plan rules changed in between fails it,
+  with that reason), at most :data:`MAX_ATTEMPTS` times in all; after that it is failed
+  with the reason. Nothing of a cut-short attempt was published or used, so starting over
+  is safe; its work folder is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Protocol
+
+from common import wire
+from common.credentials import new_token, store_client_tokens
+from common.jobs import (
+    ChildFailed,
+    ChildProcesses,
+    JobQueue,
+    JobsBusy,
+    JobStopped,
+    run_in_child,
+)
+from common.serving import Database, ServiceError, write_private
+from dp.noise_pool import draw_pool
+from keyserver.keys import SessionKeys
+from keyserver.selection import compiled_bootstraps, create_selection_files
+from keyserver.sessions import PlanMismatch, SessionRegistry, build_plan, confirm_published
+from params.schema import Schema, SchemaError
+from params.session_plan import SessionPlan
+
+__all__ = ["SessionPreparation", "prepare_files", "prepare_in_child", "PrepareFiles",
+           "MAX_ATTEMPTS"]
+
+log = logging.getLogger("feddpsyn.keyserver")
+
+# Attempts at preparing one session, counting those a server restart cut short.
+MAX_ATTEMPTS = 3
+
+QUEUED = "queued"
+
+
+def prepare_files(plan: SessionPlan, n_clients: int, directory: Path, *,
+                  report: Callable[[str], None] = lambda _: None) -> dict[str, int] | None:
+    """The heavy part of a session's preparation, writing into ``directory``: the P1
+    circuit and its keys (the secret key 0600), the selection module and its keys, and
+    this server's noise pool; returns the selection's bootstraps per function call (None
+    without a selection). ``report(phase)`` names each step."""
+    report("compiling the aggregation circuit and generating its keys")
+    _, server_zip, evaluation_keys = SessionKeys.create(plan, n_clients, directory)
+    write_private(directory / "server.zip", server_zip)
+    write_private(directory / "evaluation_keys.bin", evaluation_keys)
+    del server_zip, evaluation_keys
+    per_function = None
+    if plan.selection is not None:
+        report(f"compiling the {plan.selection.mode} selection module and generating its keys")
+        per_function = create_selection_files(plan, directory)
+    # Every noise this server may add, drawn now, before any data (dp.noise_pool).
+    report("drawing this server's noise pool")
+    write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
+    return per_function
+
+
+class PrepareFiles(Protocol):
+    """How a job runs :func:`prepare_files`: ``report`` takes each phase, ``stop`` is set
+    when the server stops (raise :class:`common.jobs.JobStopped` then)."""
+
+    def __call__(self, plan: SessionPlan, n_clients: int, directory: Path, *,
+                 report: Callable[[str], None],
+                 stop: threading.Event) -> dict[str, int] | None: ...
+
+
+def prepare_in_child(plan: SessionPlan, n_clients: int, directory: Path, *,
+                     report: Callable[[str], None], stop: threading.Event,
+                     children: ChildProcesses | None = None) -> dict[str, int] | None:
+    """:func:`prepare_files` in a spawned child process (module docstring)."""
+    return run_in_child(prepare_files, (plan, n_clients, directory), stop=stop,
+                        on_phase=report, children=children)
+
+
+class SessionPreparation:
+    """Accepts sessions (:meth:`accept`), prepares them as jobs, and resumes the ones a
+    restart cut short (:meth:`resume`)."""
+
+    def __init__(self, db: Database, sessions: SessionRegistry, *,
+                 prepare: PrepareFiles | None = None, workers: int = 1,
+                 max_pending: int = 8):
+        self.db = db
+        self.sessions = sessions
+        # One child spawned ahead, concrete imported: a job starts compiling at once.
+        self.children = ChildProcesses(preload=(__name__,))
+        self._prepare = prepare or partial(prepare_in_child, children=self.children)
+        self.jobs = JobQueue("session-preparation", workers, max_pending)
+
+    # ------------------------------------------------------------ the request
+    def accept(self, request: wire.SessionCreate) -> wire.SessionAccepted:
+        """Check the request and its plan, record the session as preparing, queue its job."""
+        try:
+            Schema.from_dict(request.schema_)  # a clear 422 before anything else
+        except SchemaError as exc:
+            raise ServiceError(422, f"invalid schema: {exc}") from None
+        try:
+            plan = build_plan(request)
+        except ValueError as exc:
+            raise ServiceError(422, str(exc)) from None
+        session_id = "s-" + secrets.token_hex(8)
+        draft = plan.to_public(session_id, request.clients)
+        try:
+            # Before anything is compiled: the public record must give back this plan, as
+            # it will after a restart (keyserver.sessions); the final record is checked again.
+            confirm_published(plan, draft)
+        except PlanMismatch as exc:
+            raise ServiceError(500, f"session not created: {exc}") from None
+        if self.jobs.full():
+            raise ServiceError(503, f"{self.jobs.pending()} sessions are being prepared at "
+                                    "this key server; create this one when one of them is "
+                                    "ready")
+        tokens = {c: new_token() for c in request.clients}
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO session_preparation VALUES (?, ?, ?, ?, 'preparing', ?, "
+                         "NULL, ?, NULL, 0)",
+                         (session_id, request.model_dump_json(by_alias=True),
+                          draft.model_dump_json(by_alias=True), json.dumps(request.clients),
+                          QUEUED, time.time()))
+            store_client_tokens(conn, session_id, tokens)
+        self._submit(session_id, request, plan, force=True)
+        log.info("session %s accepted: %d clients, %d cells; preparing", session_id,
+                 len(request.clients), plan.layout.total_cells)
+        return wire.SessionAccepted(session_id=session_id,
+                                    status_url=f"/sessions/{session_id}/status",
+                                    client_tokens=tokens)
+
+    def _submit(self, session_id: str, request: wire.SessionCreate, plan: SessionPlan, *,
+                force: bool = False) -> None:
+        try:
+            self.jobs.submit(session_id, lambda stop: self._run(session_id, request, plan,
+                                                                stop), force=force)
+        except JobsBusy:  # only without force; accept() checks first
+            raise ServiceError(503, "too many sessions are being prepared; retry later"
+                               ) from None
+
+    # ------------------------------------------------------------ the job
+    def _set(self, session_id: str, **fields: object) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        with self.db.transaction() as conn:
+            conn.execute(f"UPDATE session_preparation SET {assignments} WHERE id = ?",
+                         (*fields.values(), session_id))
+
+    def _fail(self, session_id: str, phase: str, reason: str) -> None:
+        self._set(session_id, state="failed", phase=phase, reason=reason,
+                  finished=time.time())
+        log.warning("session %s: preparation failed (%s): %s", session_id, phase, reason)
+
+    def _run(self, session_id: str, request: wire.SessionCreate, plan: SessionPlan,
+             stop: threading.Event) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE session_preparation SET attempts = attempts + 1, phase = ? "
+                         "WHERE id = ?", ("starting the preparation process", session_id))
+        phase = ["starting the preparation process"]
+        started = time.time()
+
+        def report(text: str) -> None:
+            phase[0] = text
+            self._set(session_id, phase=text)
+            log.info("session %s: %s", session_id, text)
+
+        workdir = self.sessions.state_dir / "sessions" / f".{session_id}.{secrets.token_hex(4)}"
+        try:
+            per_function = self._prepare(plan, len(request.clients), workdir, report=report,
+                                         stop=stop)
+            report("recording the session")
+            bootstraps = (None if per_function is None
+                          else compiled_bootstraps(plan, per_function))
+            public = plan.to_public(session_id, request.clients, bootstraps)
+            final = self.sessions.session_dir(session_id)
+            if final.exists():  # left by an attempt cut short after its rename
+                shutil.rmtree(final)
+            os.replace(workdir, final)
+
+            def ready(conn: sqlite3.Connection) -> None:
+                conn.execute("UPDATE session_preparation SET state = 'ready', phase = 'ready', "
+                             "finished = ? WHERE id = ?", (time.time(), session_id))
+
+            self.sessions.add(session_id, request, public, {}, plan, then=ready)
+        except JobStopped:
+            log.info("session %s: preparation stopped with the server (%s); it resumes at the "
+                     "next start", session_id, phase[0])
+        except Exception as exc:  # every other outcome is a failure, recorded with its reason
+            reason = (exc.message if isinstance(exc, ServiceError)
+                      else str(exc) if isinstance(exc, ChildFailed)
+                      else f"{type(exc).__name__}: {exc}")
+            self._fail(session_id, phase[0], reason[:500])
+        else:
+            log.info("session %s ready: prepared in %.1f s, %d cells, rho_total=%s",
+                     session_id, time.time() - started, plan.layout.total_cells,
+                     plan.rho_total)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------ restarts
+    def resume(self) -> None:
+        """Queue again every session found preparing (module docstring), or fail it; and
+        spawn the spare child (at start-up: the server's main thread spawns it)."""
+        if self._prepare is not None and isinstance(self._prepare, partial):
+            self.children.warm()
+        with self.db.connect() as conn:
+            rows = conn.execute("SELECT id, request_json, draft_json, attempts, phase FROM "
+                                "session_preparation WHERE state = 'preparing' "
+                                "ORDER BY created").fetchall()
+        for row in rows:  # bounded: the sessions found preparing
+            session_id = row["id"]
+            if self.jobs.holds(session_id):
+                continue
+            self._clean_work_folders(session_id)
+            if row["attempts"] >= MAX_ATTEMPTS:
+                self._fail(session_id, row["phase"],
+                           f"its preparation was cut short {row['attempts']} times (the key "
+                           "server stopped while it ran); create a new session")
+                continue
+            request = wire.SessionCreate.model_validate_json(row["request_json"])
+            try:
+                plan = build_plan(request)
+                again = plan.to_public(session_id, request.clients)
+            except ValueError as exc:
+                self._fail(session_id, row["phase"], f"its plan no longer builds under this "
+                                                     f"server's rules ({exc}); create a new "
+                                                     "session")
+                continue
+            if again != wire.SessionPublic.model_validate_json(row["draft_json"]):
+                self._fail(session_id, row["phase"],
+                           "this key server's plan rules changed while the session was being "
+                           "prepared (its plan no longer gives the record drafted when it "
+                           "was accepted); create a new session")
+                continue
+            self._set(session_id, phase=QUEUED)
+            log.info("session %s: preparation resumed after a restart (attempt %d)",
+                     session_id, row["attempts"] + 1)
+            self._submit(session_id, request, plan, force=True)
+
+    def _clean_work_folders(self, session_id: str) -> None:
+        for folder in (self.sessions.state_dir / "sessions").glob(f".{session_id}.*"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        self.jobs.close()
+        self.children.close()
+
+    # ------------------------------------------------------------ waiting (in-process)
+    def wait_ready(self, session_id: str, timeout: float = 600) -> wire.SessionPublic:
+        """The session's public record once it is ready (for code that runs the key server
+        in its own process: tests, benchmarks); raises on failure or after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # bounded by the deadline
+            preparation = self.sessions.preparation(session_id)
+            if preparation is None or preparation.state == "ready":
+                return self.sessions.public(session_id)
+            if preparation.state == "failed":
+                raise RuntimeError(f"session {session_id} failed: {preparation.reason}")
+            time.sleep(0.1)
+        raise TimeoutError(f"session {session_id} not ready after {timeout} s")
