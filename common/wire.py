@@ -379,6 +379,23 @@ class Preparation(StrictModel):
     reason: str | None = Field(default=None, description="why it failed (state 'failed')")
 
 
+class WorkProgress(StrictModel):
+    """How far a long step of the compute server has come (the encrypted dependency
+    scores of a selection, its noising, a release's chunks), as it reports it to the key
+    server."""
+
+    phase: str = Field(min_length=1, max_length=200)
+    done: int = Field(ge=0)
+    total: int = Field(ge=0)
+    unit: str = Field(default="tasks", max_length=40)
+    age: float | None = Field(
+        default=None, ge=0, description="in a status: seconds since the compute server "
+                                        "reported it")
+
+    def text(self) -> str:
+        return f"{self.phase}: {self.done} of {self.total} {self.unit}"
+
+
 class PeerSession(StrictModel):
     """What the key server tells the compute server about a new session."""
 
@@ -425,6 +442,8 @@ class SessionStatus(StrictModel):
         default=None, description="the key server's preparation job (absent for a session "
                                   "created before preparation was a job, and at the compute "
                                   "server)")
+    progress: WorkProgress | None = Field(
+        default=None, description="the compute server's long step under way, if any")
 
 
 class LedgerEntry(DocumentModel):

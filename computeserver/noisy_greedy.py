@@ -108,8 +108,15 @@ class NoisyGreedyRole:
                 tasks = self._joint_tasks(session_id, shape, scores)
             else:
                 tasks = self._noise_tasks(session_id, shape, scores)
-            self._store.set_progress(session_id, "noisy dependency scores under encryption")
-            noisy = self._executor.map(self._circuit(session_id), tasks)
+            phase = "noisy-greedy scores: noise under encryption"
+            description = self._executor.description
+
+            def progress(done: int, total: int) -> None:
+                self._store.report_progress(session_id, phase, done, total, "scores",
+                                            description)
+
+            progress(0, len(tasks))
+            noisy = self._executor.map(self._circuit(session_id), tasks, progress)
             del tasks  # b (joint) or the operands: used once, never stored
             write_private(path, pack_blobs([outputs[0] for outputs in noisy]))
         self._store.set_progress(session_id, "waiting for the key server's greedy selection")

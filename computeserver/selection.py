@@ -192,10 +192,11 @@ class SelectionRole:
             by_pair.setdefault(index, []).append(
                 CallTask(indif_name(size), (blob, digits_of(offset, k2))))
         description = self.executor.description
+        phase = f"{plan.selection.mode} scores: InDif of {len(pairs)} pairs under encryption"
 
         def progress(done: int, total_tasks: int) -> None:
-            self._store.set_progress(session_id, f"dependency scores under encryption: task "
-                                                 f"{done} of {total_tasks} ({description})")
+            self._store.report_progress(session_id, phase, done, total_tasks, "tasks",
+                                        description)
 
         scores = map_summed(self.executor, self.circuit(session_id),
                             [by_pair[index] for index in range(len(pairs))], "add", progress)
@@ -219,9 +220,9 @@ class SelectionRole:
         rounds, description = plan.selection.rounds, self.executor.description
 
         def progress(done: int, total: int) -> None:
-            self._store.set_progress(session_id, f"encrypted selection: round {round_} of "
-                                                 f"{rounds}, batch task {done} of {total} "
-                                                 f"({description})")
+            self._store.report_progress(session_id, f"encrypted selection: round {round_} of "
+                                                    f"{rounds}", done, total, "batch tasks",
+                                        description)
 
         padded = np.zeros(layout.positions, dtype=np.int64)
         padded[:len(active)] = active
@@ -244,8 +245,8 @@ class SelectionRole:
         base = f"/peer/sessions/{session_id}/selection/rounds"
         for round_ in range(len(picks), rounds):
             path = self._store.session_dir(session_id) / "outputs" / f"select-{round_}.bin"
-            self._store.set_progress(session_id, f"encrypted selection: round {round_} of "
-                                                 f"{rounds}")
+            self._store.report_progress(session_id, "encrypted selection", round_, rounds,
+                                        "rounds")
             if not path.exists():
                 response = self._store.peer_request("POST", f"{base}/{round_}/randomness")
                 if response.status_code != 200:

@@ -44,6 +44,7 @@ from common import wire
 from common.serving import Database, ServiceError, already_stored, write_private
 from common.sigpipe import ignore_sigpipe
 from computeserver.executor import Executor, InProcessExecutor
+from computeserver.progress import ProgressReporter
 from computeserver.selection import SELECTION_SQL, SelectionRole
 from crypto.aggregation import chunk_ranges, release_offset
 from crypto.blobs import pack_blobs, unpack_blobs
@@ -99,8 +100,11 @@ class ComputeServer:
         self._plans: dict[str, SessionPlan] = {}
         self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
         self._sync_locks: dict[str, threading.Lock] = {}
-        # What a long step is doing now, for status (progress of the encrypted selection).
+        # What a long step is doing now, for status (progress of the encrypted selection);
+        # logged and reported to the key server at most every so often (computeserver.progress).
         self._progress: dict[str, str] = {}
+        self._work: dict[str, wire.WorkProgress] = {}
+        self.progress = ProgressReporter(self._push_progress)
         self.executor = executor or InProcessExecutor()
         self.selection = SelectionRole(self, self.executor)
 
@@ -294,7 +298,8 @@ class ComputeServer:
         return wire.SessionStatus(
             session_id=session_id, state=state, clients_uploaded=sorted(ready),
             clients_missing=[c for c in public.clients if c not in ready],
-            releases_done=done, detail=detail)
+            releases_done=done, detail=detail,
+            progress=self._work.get(session_id) if state == "computing" else None)
 
     # ------------------------------------------------------------ the job
     def step(self) -> None:
@@ -443,8 +448,26 @@ class ComputeServer:
     def set_progress(self, session_id: str, detail: str | None) -> None:
         if detail is None:
             self._progress.pop(session_id, None)
+            self._work.pop(session_id, None)
+            self.progress.clear(session_id)
         else:
             self._progress[session_id] = detail
+
+    def report_progress(self, session_id: str, phase: str, done: int, total: int,
+                        unit: str = "tasks", note: str = "") -> None:
+        """A long step's progress: shown in this server's status at once, logged and sent
+        to the key server (its status shows it) at most every few seconds."""
+        progress = wire.WorkProgress(phase=phase, done=done, total=total, unit=unit)
+        self.set_progress(session_id, progress.text() + (f" ({note})" if note else ""))
+        self._work[session_id] = progress
+        self.progress.update(session_id, progress)
+
+    def _push_progress(self, session_id: str, progress: wire.WorkProgress) -> None:
+        response = self.peer_request("PUT", f"/peer/sessions/{session_id}/progress",
+                                     content=progress.model_dump_json(exclude_none=True),
+                                     headers={"Content-Type": "application/json"}, timeout=10)
+        if response.status_code >= 300:
+            raise RuntimeError(f"{response.status_code} {wire.error_detail(response, 200)}")
 
     def pool_noise(self, session_id: str, label: str, positions: np.ndarray) -> np.ndarray:
         """This server's noise drawn when it learned the session (``dp.noise_pool``)."""
@@ -560,8 +583,7 @@ class ComputeServer:
         outputs = []
         touched = sorted(set((cells // chunk).tolist()))
         for n, c in enumerate(touched):
-            self.set_progress(session_id, f"release {spec.name}: chunk {n + 1} of "
-                                          f"{len(touched)}")
+            self.report_progress(session_id, f"release {spec.name}", n, len(touched), "chunks")
             window = slice(c * chunk, (c + 1) * chunk)
             select = select_full[window]
             args = [fhe.Value.deserialize(blobs[cid][c]) for cid in public.clients]
@@ -581,6 +603,8 @@ class ComputeServer:
                 out = server.run(*args, coins, weights, select, offset, evaluation_keys=keys)
             ignore_sigpipe()  # concrete's runtime may have started in this call
             outputs.append(out.serialize())
+        self.report_progress(session_id, f"release {spec.name}", len(touched), len(touched),
+                             "chunks")
         self.set_progress(session_id, None)
         return pack_blobs(outputs)
 

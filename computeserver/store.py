@@ -45,3 +45,8 @@ class SessionStore(Protocol):
 
     def set_progress(self, session_id: str, detail: str | None) -> None:
         """What a long step is doing now (``None``: nothing), shown in the status."""
+
+    def report_progress(self, session_id: str, phase: str, done: int, total: int,
+                        unit: str = "tasks", note: str = "") -> None:
+        """A long step's progress, counted: shown in the status, logged and sent to the key
+        server at most every few seconds (``computeserver.progress``)."""

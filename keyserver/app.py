@@ -117,6 +117,12 @@ def create_app(state_dir: Path, peer_token: str, *,
     def close_uploads(session_id: wire.SessionId, body: wire.UploadsClose) -> wire.UploadsClosed:
         return service.close_uploads(session_id, body)
 
+    @peers.put("/{session_id}/progress", status_code=204, response_class=Response)
+    def report_progress(session_id: wire.SessionId, body: wire.WorkProgress) -> Response:
+        # The compute server's long step, shown in the session's status.
+        service.record_progress(session_id, body)
+        return Response(status_code=204)
+
     @peers.get("/{session_id}/ciphertexts", response_model=list[dict[str, str]])
     def ciphertext_index(session_id: wire.SessionId) -> list[dict[str, str]]:
         return service.ciphertext_index(session_id)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -59,6 +61,9 @@ class KeyServer:
         self.coins = JointCoins(self.sessions)
         self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
                                               workers=preparation_workers)
+        # The compute server's latest report of a long step, per session (status only).
+        self._progress: dict[str, tuple[wire.WorkProgress, float]] = {}
+        self._progress_lock = threading.Lock()
 
     def create_session(self, request: wire.SessionCreate) -> wire.SessionAccepted:
         """Check the request and its plan, accept the session and queue its preparation
@@ -73,6 +78,20 @@ class KeyServer:
         """Stop the preparation jobs (a child process is terminated; the session resumes at
         the next start)."""
         self.preparation.close()
+
+    def record_progress(self, session_id: str, progress: wire.WorkProgress) -> None:
+        """The compute server's report of a long step (shown in :meth:`status`)."""
+        self.public(session_id)
+        with self._progress_lock:
+            self._progress[session_id] = (progress, time.monotonic())
+
+    def _peer_progress(self, session_id: str) -> wire.WorkProgress | None:
+        with self._progress_lock:
+            held = self._progress.get(session_id)
+        if held is None:
+            return None
+        progress, at = held
+        return progress.model_copy(update={"age": round(time.monotonic() - at, 1)})
 
     # ------------------------------------------- the parts, as the routes and roles call them
     def session_dir(self, session_id: str) -> Path:
@@ -164,6 +183,7 @@ class KeyServer:
         else:
             state = "computing"
         detail = ""
+        progress = self._peer_progress(session_id) if state == "computing" else None
         if (public.selection is not None and public.selection.mode == SelectionMode.NOISY_GREEDY
                 and state == "computing" and "one_way" in done):
             detail = ("noisy-greedy selection decided"
@@ -172,9 +192,15 @@ class KeyServer:
         elif public.selection is not None and state == "computing" and "one_way" in done:
             detail = (f"selection round {len(self.selection.decided(session_id))} of "
                       f"{public.selection.rounds} decided")
+        if progress is not None:
+            # What the compute server is doing now, as it last reported it (at most every
+            # few seconds): noisy-greedy's scores done of their total, em's batch tasks.
+            detail = "; ".join(filter(None, [
+                detail, f"compute server: {progress.text()} ({progress.age:.0f} s ago)"]))
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
                                   clients_missing=[c for c in public.clients if c not in uploaded],
-                                  releases_done=done, detail=detail, preparation=preparation)
+                                  releases_done=done, detail=detail, preparation=preparation,
+                                  progress=progress)
 
     def _preparation_status(self, session_id: str,
                             preparation: wire.Preparation) -> wire.SessionStatus:

@@ -1,7 +1,8 @@
 """A session's preparation as a job (``keyserver.preparation``): ``POST /sessions`` answers
 202 before anything is compiled, the session shows "preparing" then "ready" (or "failed"
 with the reason), requests on it wait with a 409 until then, a restart resumes or fails
-it, and the server answers its peer while a preparation runs.
+it, the server answers its peer while a preparation runs, and the compute server's long
+steps show in ``session status`` (``computeserver.progress``).
 
 The served tests run the key server in this process (uvicorn on 127.0.0.1) with a
 preparation held at a gate (a ``threading.Event``) the test opens: what the server answers
@@ -12,6 +13,7 @@ assertion. Every wait here is bounded.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -25,6 +27,7 @@ from common import wire
 from common.credentials import new_token
 from common.jobs import ChildFailed, JobStopped, run_in_child
 from common.serving import Database, ServiceError
+from computeserver.progress import ProgressReporter
 from keyserver.preparation import MAX_ATTEMPTS, prepare_files
 from keyserver.service import KeyServer
 from tests import job_targets
@@ -229,6 +232,56 @@ def test_a_restart_under_other_plan_rules_fails_the_session(tmp_path):
     status = restarted.status(sid)
     assert status.state == "failed" and "plan rules changed" in status.preparation.reason
     restarted.close()
+
+
+def test_status_shows_the_compute_servers_progress(tmp_path):
+    service = KeyServer(tmp_path, prepare=no_files)
+    sid = service.create_session(request("noisy-greedy")).session_id
+    service.preparation.wait_ready(sid, timeout=60)
+    with service.db.transaction() as conn:  # every owner's upload, as the intake records it
+        for client in CLIENTS:
+            conn.execute("INSERT INTO masked (session_id, client_id, commitment, digest, "
+                         "received) VALUES (?, ?, ?, ?, ?)",
+                         (sid, client, "0" * 64, "0" * 64, time.time()))
+    assert service.status(sid).state == "computing" and service.status(sid).progress is None
+    service.record_progress(sid, wire.WorkProgress(
+        phase="noisy-greedy scores: InDif of 3 pairs under encryption", done=7, total=12))
+    status = service.status(sid)
+    assert status.progress.done == 7 and status.progress.total == 12
+    assert status.progress.age is not None and status.progress.age >= 0
+    assert ("compute server: noisy-greedy scores: InDif of 3 pairs under encryption: 7 of 12 "
+            "tasks") in status.detail
+    with pytest.raises(ServiceError) as info:
+        service.record_progress("s-unknown", wire.WorkProgress(phase="x", done=0, total=1))
+    assert info.value.status == 404
+    service.close()
+
+
+def test_progress_is_logged_at_most_every_10_s_and_sent_at_most_every_2_s(caplog):
+    now = [0.0]
+    sent: list[tuple[float, int]] = []
+    reporter = ProgressReporter(lambda sid, p: sent.append((now[0], p.done)),
+                                clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="feddpsyn.computeserver"):
+        for step in range(601):  # a step of 60 s, reporting every 0.1 s
+            now[0] = step / 10
+            reporter.update("s-1", wire.WorkProgress(phase="scores", done=step, total=600,
+                                                     unit="scores"))
+    logged = [r for r in caplog.records if "scores:" in r.getMessage()]
+    assert 6 <= len(logged) <= 7  # at 0, 10, ..., 60 s
+    times = [t for t, _ in sent]
+    assert all(b - a >= 2 - 1e-9 for a, b in zip(times[:-2], times[1:-1]))
+    assert sent[-1] == (60.0, 600)  # the last report always goes out
+    assert len(sent) <= 32
+    # A key server that does not answer: the step goes on, one warning.
+    failing = ProgressReporter(lambda sid, p: (_ for _ in ()).throw(OSError("down")),
+                               clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="feddpsyn.computeserver"):
+        caplog.clear()
+        for step in range(50):
+            now[0] = 100 + step
+            failing.update("s-2", wire.WorkProgress(phase="p", done=step, total=100))
+    assert len([r for r in caplog.records if "not sent" in r.getMessage()]) == 1
 
 
 def test_a_child_relays_its_phases_and_its_outcome():
