@@ -83,6 +83,7 @@ def session_create(keyserver: str = typer.Option(...),
     from common import wire
     from common.serving import write_private
     from feddpsyn.operator_api import SessionError, post_session, wait_ready
+    from feddpsyn.progress import ProgressDisplay, session_steps
     from params.schema import Schema, SchemaError
 
     try:
@@ -113,53 +114,19 @@ def session_create(keyserver: str = typer.Option(...),
                    f"clients; tokens in {tokens_dir}/; follow it with `feddpsyn session "
                    f"status --session {sid}`")
         return
-    line = _ProgressLine(sid)
+    # On stderr (stdout keeps the result line): a bar per preparation phase on a terminal,
+    # else a line when a phase begins and at most every 10 s while it lasts.
+    display = ProgressDisplay(prefix=f"session {sid}: preparing: ", stderr=True)
     try:
-        public = wait_ready(keyserver, token, sid, timeout=timeout, progress=line)
+        public = wait_ready(keyserver, token, sid, timeout=timeout,
+                            progress=lambda status: display.show(session_steps(status)))
     except SessionError as exc:
-        line.end()
+        display.close()
         fail(f"{exc} (tokens in {tokens_dir}/)", code=1)
-    line.end()
+    display.finish()
+    display.close()
     typer.echo(f"session {sid}: {len(accepted.client_tokens)} clients, "
                f"{public.total_cells} cells; tokens in {tokens_dir}/")
-
-
-class _ProgressLine:
-    """One line on stderr saying what the key server is doing and for how long: redrawn in
-    place on a terminal; elsewhere a new line when the phase changes, and at most every 30 s
-    otherwise."""
-
-    def __init__(self, session_id: str):
-        import sys
-
-        self.session_id = session_id
-        self.tty = sys.stderr.isatty()
-        self.phase = ""
-        self.shown = 0.0
-        self.open = False
-
-    def __call__(self, status) -> None:
-        import sys
-        import time
-
-        preparation = status.preparation
-        phase = preparation.phase if preparation is not None else status.detail
-        elapsed = preparation.elapsed if preparation is not None else 0.0
-        text = f"session {self.session_id}: preparing: {phase} ({elapsed:.0f} s)"
-        if self.tty:
-            sys.stderr.write("\r\033[K" + text)
-            sys.stderr.flush()
-            self.open = True
-        elif phase != self.phase or time.monotonic() - self.shown >= 30:
-            typer.echo(text, err=True)
-            self.phase, self.shown = phase, time.monotonic()
-
-    def end(self) -> None:
-        import sys
-
-        if self.open:
-            sys.stderr.write("\n")
-            self.open = False
 
 
 def session_status(keyserver: str = typer.Option(...), session: str = typer.Option(...),

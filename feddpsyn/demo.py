@@ -277,18 +277,18 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
                 f"bootstraps: about {estimate / 60:.0f} min of encrypted computation after the "
                 "uploads (compiling the selection module and its keys first: about 1 min)")
         t = time.time()
-        shown_phase = [""]
-
-        def preparing(status: wire.SessionStatus) -> None:
-            phase = status.preparation.phase if status.preparation else status.detail
-            if phase != shown_phase[0]:
-                say(f"[demo] preparing the session: {phase} ({time.time() - t:.0f} s)")
-                shown_phase[0] = phase
-
-        try:
-            created = create_session(ks.url, operator, request, progress=preparing, poll=0.5)
-        except SessionError as exc:
-            raise RuntimeError(f"session creation failed: {exc}") from None
+        # A bar per phase on a terminal; plain lines through `say` otherwise (and always
+        # when the caller collects them).
+        live = None if say is print else False
+        with ProgressDisplay(prefix="[demo] preparing the session: ", say=say,
+                             live=live) as display:
+            try:
+                created = create_session(
+                    ks.url, operator, request, poll=0.5,
+                    progress=lambda status: display.show(session_steps(status)))
+            except SessionError as exc:
+                raise RuntimeError(f"session creation failed: {exc}") from None
+            display.finish()
         session_id = created.session.session_id
         phases["session_keygen"] = time.time() - t
         say(f"[demo] session {session_id}: circuits compiled, keys generated "
@@ -319,10 +319,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
                 compute = agent.compute_status() if status.state == "computing" else None
                 return session_steps(status, compute, planned)
 
-            # A bar per phase on a terminal; plain lines through `say` otherwise (and always
-            # when the caller collects them).
-            with ProgressDisplay(prefix="[demo] ", say=say,
-                                 live=None if say is print else False) as display:
+            with ProgressDisplay(prefix="[demo] ", say=say, live=live) as display:
                 try:
                     wait_for(poll, timeout=timeout, display=display)
                 except TimeoutError:

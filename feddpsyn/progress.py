@@ -24,9 +24,10 @@ uploaded, releases, and the compute server's current task with its count).
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class Step:
     total: int | None = None
     note: str = ""
     unit: str = ""  # what is counted, after the counts ("tasks", "chunks")
+    estimate: bool = True  # units alike enough for a time left (not releases of any size)
 
 
 def format_duration(seconds: float) -> str:
@@ -97,7 +99,7 @@ class _Phase:
 
     def eta(self, now: float) -> float | None:
         s = self.step
-        if s.done is None or s.total is None or self.first_done is None:
+        if not s.estimate or s.done is None or s.total is None or self.first_done is None:
             return None
         return eta_seconds(self.first_done, self.started, s.done, s.total, now)
 
@@ -126,14 +128,17 @@ class ProgressDisplay:
     absent now is over (its bar is completed). Use it as a context manager, or call
     ``close``.
 
-    ``live``: None decides by whether stdout is a terminal; ``say`` writes the plain lines
-    (``print`` by default), each after ``prefix``; ``clock`` is for the tests."""
+    ``live``: None decides by whether the output is a terminal; ``stderr``: show it on
+    stderr (stdout kept for a command's result); ``say`` writes the plain lines (printed by
+    default), each after ``prefix``; ``clock`` is for the tests."""
 
     def __init__(self, *, prefix: str = "", live: bool | None = None,
-                 say: Callable[[str], None] = print, interval: float = DEFAULT_INTERVAL,
+                 say: Callable[[str], None] | None = None, stderr: bool = False,
+                 interval: float = DEFAULT_INTERVAL,
                  clock: Callable[[], float] = time.monotonic, console: Console | None = None):
+        stream = sys.stderr if stderr else sys.stdout
         self.prefix = prefix
-        self.say = say
+        self.say = say or (lambda text: print(text, file=stream, flush=True))
         self.interval = interval
         self.clock = clock
         self._phases: dict[str, _Phase] = {}
@@ -141,11 +146,13 @@ class ProgressDisplay:
         self._last_line_at: float | None = None
         self._last_state: tuple[Step, ...] = ()
         self._progress: Progress | None = None
-        if live is None:
+        if console is None and (live is None or live):
             from rich.console import Console
 
-            shown = console or Console()
-            live = shown.is_terminal and not shown.is_dumb_terminal
+            console = Console(stderr=stderr)
+        if live is None:
+            assert console is not None
+            live = console.is_terminal and not console.is_dumb_terminal
         if live:
             self._progress = _live_progress(self, console)
             self._progress.start()
@@ -216,7 +223,7 @@ class ProgressDisplay:
     def _finish(self, phase: _Phase, now: float) -> None:
         s = phase.step
         if s.total is not None:
-            phase.step = Step(s.phase, s.total, s.total, s.note)
+            phase.step = replace(s, done=s.total)
         phase.ended = now
         self._draw(phase)
         if self._progress is not None and phase.task is not None:
@@ -231,12 +238,14 @@ class ProgressDisplay:
         if self._progress is None:
             return
         s = phase.step
+        total, completed = s.total, s.done or 0
+        if phase.finished and total is None:
+            total, completed = 1, 1  # a full bar, not a pulse, once it is over
         if phase.task is None:
-            phase.task = self._progress.add_task(s.phase, total=s.total, completed=s.done or 0,
+            phase.task = self._progress.add_task(s.phase, total=total, completed=completed,
                                                  phase=phase, note=s.note)
         else:
-            self._progress.update(phase.task, total=s.total, completed=s.done or 0,
-                                  note=s.note)
+            self._progress.update(phase.task, total=total, completed=completed, note=s.note)
 
     def _plain(self, new: Sequence[_Phase], now: float) -> None:
         active = tuple(p.step for p in self._phases.values() if not p.finished)
@@ -279,7 +288,7 @@ def _live_progress(display: ProgressDisplay, console: Console | None) -> Progres
                             style="progress.elapsed")
             eta = phase.eta(now)
             text = format_duration(phase.elapsed(now))
-            if eta is not None:
+            if eta is not None and phase.step.done != phase.step.total:
                 text += f", {format_duration(eta)} left"
             return Text(text, style="progress.elapsed")
 
@@ -369,14 +378,14 @@ def session_steps(status: wire.SessionStatus, compute: wire.SessionStatus | None
         owners = len(status.clients_uploaded) + len(status.clients_missing)
         missing = ", ".join(status.clients_missing)
         return [Step("owners uploaded", len(status.clients_uploaded), owners,
-                     f"waiting for {missing}" if missing else "")]
+                     f"waiting for {missing}" if missing else "", estimate=False)]
     if state not in ("computing", "released"):
         return [Step(state, note=status.detail)]
     done = ", ".join(status.releases_done)
     notes = [f"done: {done}" if done else ""] + [
         part for part in status.detail.split("; ") if not part.startswith(_COMPUTE_SERVER)]
     steps = [Step("releases", len(status.releases_done), planned_releases,
-                  "; ".join(n for n in notes if n))]
+                  "; ".join(n for n in notes if n), estimate=False)]
     work = detail_steps(compute.detail) if compute is not None else []
     relayed = getattr(status, "progress", None) or getattr(compute, "progress", None)
     if not work and relayed is not None:

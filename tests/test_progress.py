@@ -147,12 +147,13 @@ def _status(state: str, uploaded: list[str], missing: list[str], done: list[str]
 
 def test_session_steps_from_both_servers_status():
     assert session_steps(_status("collecting", ["a"], ["b", "c"], [])) == [
-        Step("owners uploaded", 1, 3, "waiting for b, c")]
+        Step("owners uploaded", 1, 3, "waiting for b, c", estimate=False)]
     ks = _status("computing", ["a", "b"], [], ["one_way"], "selection round 0 of 4 decided")
     cs = _status("computing", ["a", "b"], [], ["one_way"],
                  "dependency scores under encryption: task 18 of 140 (in-process, 2 threads)")
     assert session_steps(ks, cs, 2) == [
-        Step("releases", 1, 2, "done: one_way; selection round 0 of 4 decided"),
+        Step("releases", 1, 2, "done: one_way; selection round 0 of 4 decided",
+             estimate=False),
         Step("dependency scores under encryption", 18, 140, "in-process, 2 threads")]
     assert session_steps(_status("blocked", [], [], [], "seeds do not match")) == [
         Step("blocked", note="seeds do not match")]
@@ -167,7 +168,7 @@ def test_session_steps_take_the_relayed_progress_and_the_preparation():
     relayed = SimpleNamespace(**{**dict(ks), "progress": SimpleNamespace(
         phase="scores", done=3, total=9, unit="tasks")})
     assert session_steps(relayed, None, 3) == [
-        Step("releases", 0, 3, "selection round 1 of 4 decided"),
+        Step("releases", 0, 3, "selection round 1 of 4 decided", estimate=False),
         Step("scores", 3, 9, unit="tasks")]
     preparing = SimpleNamespace(**{**dict(_status("collecting", [], ["a"], [])),
                                    "state": "preparing",
@@ -194,12 +195,12 @@ def test_wait_for_shows_each_poll_and_completes_the_bars():
     clock = Clock()
     display, lines = _plain(clock, interval=1.0)
     polls = iter([[Step("owners uploaded", 1, 2)], [Step("owners uploaded", 2, 2)],
-                  [Step("releases", 0, 2)], [Step("releases", 1, 2)], None])
+                  [Step("releases", 0, 2)], [Step("releases", 1, 2, unit="releases")], None])
     wait_for(lambda: next(polls), timeout=60, every=0.5, display=display, sleep=clock.sleep,
              clock=clock)
     assert lines == ["[demo] owners uploaded: 1 of 2 (50%), 0 s",
                      "[demo] releases: 0 of 2 (0%), 0 s",
-                     "[demo] releases: 2 of 2 (100%), done in 1 s"]
+                     "[demo] releases: 2 of 2 releases (100%), done in 1 s"]
 
 
 def test_wait_for_gives_up_after_its_timeout():
@@ -236,3 +237,12 @@ def test_a_long_session_keeps_the_last_finished_bars_on_the_screen():
             clock.now += 1
         shown = [task.description for task in display._progress.tasks]
     assert shown == ["releases"] + [f"round {r}" for r in range(21 - KEEP_FINISHED - 1, 21)]
+
+
+def test_no_time_left_for_units_of_unequal_size():
+    clock = Clock()
+    display, lines = _plain(clock)
+    display.show([Step("releases", 0, 3, estimate=False)])
+    clock.now += 30
+    display.show([Step("releases", 1, 3, estimate=False)])
+    assert lines[-1] == "[demo] releases: 1 of 3 (33%), 30 s"
