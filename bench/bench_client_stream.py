@@ -14,13 +14,19 @@ Python process, so the process's peak resident set is the measurement's own:
 * **client check**: ``feddpsyn client check`` on the same file under ``/usr/bin/time -v``
   (the whole command: imports, counting, report), its "Maximum resident set size";
 * **whole file** (contrast, ``--whole-mb``, on a prefix of the file): the whole-table path
-  (``encode_csv`` then ``MarginalLayout.counts``), whose memory grows with the file.
+  (``encode_csv`` then ``MarginalLayout.counts``), whose memory grows with the file;
+* **upload** (``--upload-mb``): ``feddpsyn client upload`` under ``/usr/bin/time -v``
+  against both servers started on loopback, one owner in a session with the "default"
+  parameter set. Its counts have k = 20 bits, so a cell may count at most 2^20 - 1 rows: the
+  file holds ``--upload-rows`` drawn lines, each padded with trailing spaces (which the codec
+  strips) to reach the size. The servers store the upload; the command's peak RSS is read.
 
 The results are written to ``--out`` as JSON with the command, commit, machine and date; an
 existing file is never overwritten (choose another name).
 
 Run: .venv/bin/python bench/bench_client_stream.py --size-mb 1024 \
     --out bench/results/client_stream.json
+(``--size-mb 0 --upload-mb 1024``: the upload alone.)
 """
 
 from __future__ import annotations
@@ -51,19 +57,82 @@ DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
 TARGET_MB = 500
 
 
-def generate(source: Path, out: Path, size_bytes: int, seed: int) -> np.ndarray:
-    """Write the source's header, then its data lines drawn with replacement until the file
-    holds at least ``size_bytes``; returns how often each source line was drawn."""
-    header, rows, _ = read_csv(source)
+def source_lines(source: Path) -> tuple[str, list[str]]:
+    """(the header line, the data lines) of a table with one line a row."""
+    _, rows, _ = read_csv(source)
     text = source.read_text(encoding="utf-8-sig").splitlines()
     lines = [line + "\n" for line in text[1:] if line.strip()]
     if len(lines) != len(rows):
         raise SystemExit(f"{source}: a quoted line break; pick a table with one line a row")
+    return text[0], lines
+
+
+def generate_padded(source: Path, out: Path, size_bytes: int, rows: int, seed: int) -> int:
+    """``rows`` of the source's lines drawn with replacement, each padded with trailing
+    spaces so that the file holds about ``size_bytes``; returns the file's size."""
+    first, lines = source_lines(source)
+    pad = max(0, (size_bytes - len(first) - 1) // rows - max(len(x) for x in lines))
+    rng = np.random.default_rng(seed)
+    with out.open("wb") as fh:
+        fh.write((first + "\n").encode())
+        for start in range(0, rows, 100_000):
+            picks = rng.integers(0, len(lines), min(100_000, rows - start))
+            fh.write("".join(lines[i][:-1] + " " * pad + "\n" for i in picks).encode())
+    return out.stat().st_size
+
+
+def run_upload(csv_path: Path, table: str, schema_path: Path, workdir: Path) -> dict:
+    """Both servers on loopback, a one-owner session, and ``feddpsyn client upload`` of the
+    file under /usr/bin/time -v."""
+    from common import wire
+    from common.files import write_private
+    from feddpsyn.demo import start_servers
+    from feddpsyn.operator_api import create_session
+
+    state = workdir / "servers"
+    ks, cs = start_servers(state)
+    try:
+        operator = (state / "keyserver" / "operator.token").read_text().strip()
+        request = wire.SessionCreate(
+            schema=json.loads(schema_path.read_text()) | {"name": table}, clients=["owner"],
+            parameter_set="default", budget=wire.BudgetSpec(epsilon=1.0, delta=1e-6),
+            max_rows=2 ** 20, selection=wire.SelectionRequest(mode="none"))
+        started = time.perf_counter()
+        created = create_session(ks.url, operator, request, timeout=1800)
+        session_s = time.perf_counter() - started
+        token = workdir / "owner.token"
+        write_private(token, created.client_tokens["owner"].encode())
+        feddpsyn = Path(sys.executable).with_name("feddpsyn")
+        session = created.session.session_id
+        args = ["client", "upload", "--keyserver", ks.url, "--computeserver", cs.url,
+                "--session", session, "--client-id", "owner", "--token-file", str(token),
+                "--csv", str(csv_path), "--state-dir", str(workdir / "agent")]
+        started = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-v", str(feddpsyn), *args],
+                              capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
+        return {"command": " ".join(["/usr/bin/time", "-v", "feddpsyn", *args]),
+                "returncode": done.returncode, "seconds": round(seconds, 2),
+                "session_preparation_s": round(session_s, 1),
+                "stdout": done.stdout.strip().splitlines()[-3:],
+                "stderr_tail": [] if done.returncode == 0
+                else done.stderr.strip().splitlines()[-5:],
+                "peak_rss_mb": round(int(peak.group(1)) / 1024, 1) if peak else None}
+    finally:
+        ks.stop()
+        cs.stop()
+
+
+def generate(source: Path, out: Path, size_bytes: int, seed: int) -> np.ndarray:
+    """Write the source's header, then its data lines drawn with replacement until the file
+    holds at least ``size_bytes``; returns how often each source line was drawn."""
+    header, lines = source_lines(source)
     rng = np.random.default_rng(seed)
     drawn = np.zeros(len(lines), dtype=np.int64)
     written = 0
     with out.open("wb") as fh:
-        first = (text[0] + "\n").encode()
+        first = (header + "\n").encode()
         fh.write(first)
         written += len(first)
         while written < size_bytes:
@@ -180,40 +249,10 @@ def machine() -> dict:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--table", default="computers",
-                        help="a table of the shared data (FEDDPSYN_DATA): <table>/<table>.csv "
-                             "and its schema")
-    parser.add_argument("--size-mb", type=float, default=1024)
-    parser.add_argument("--whole-mb", type=float, default=50,
-                        help="size of the prefix counted by the whole-table path (0: skip)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/feddpsyn-bench-stream"))
-    parser.add_argument("--keep", action="store_true", help="keep the generated files")
-    parser.add_argument("--out", type=Path, default=None, help="a new JSON file for results")
-    parser.add_argument("--measure", choices=["stream", "whole"], help=argparse.SUPPRESS)
-    parser.add_argument("--csv", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--schema", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.measure:
-        print(json.dumps(measure(args.measure, args.csv, args.schema)))
-        return
-    if args.out is not None and args.out.exists():
-        raise SystemExit(f"{args.out} exists: results files are never overwritten; choose "
-                         "another --out")
-    source = DATA / args.table / f"{args.table}.csv"
-    schema_path = DATA / args.table / f"{args.table}.schema.json"
-    schema = Schema.load(schema_path)
-    layout = MarginalLayout.build(schema.domain_sizes)
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "clients", "params",
-                                 "bench/bench_client_stream.py"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
-    host = machine()
-    args.workdir.mkdir(parents=True, exist_ok=True)
+def count_large(args, source: Path, schema_path: Path, schema: Schema,
+                layout: MarginalLayout) -> tuple:
+    """The counting, client check and whole-file measurements on a generated table:
+    (counting, client check, whole-file contrast, file size, rows, generation seconds)."""
     big = args.workdir / f"{args.table}-{int(args.size_mb)}mb.csv"
     print(f"generating {big} ({args.size_mb:g} MB from {source}) ...", flush=True)
     t = time.perf_counter()
@@ -253,15 +292,81 @@ def main() -> None:
     finally:
         if not args.keep:
             big.unlink(missing_ok=True)
+    return stream, check, whole, size, int(drawn.sum()), generation_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", default="computers",
+                        help="a table of the shared data (FEDDPSYN_DATA): <table>/<table>.csv "
+                             "and its schema")
+    parser.add_argument("--size-mb", type=float, default=1024)
+    parser.add_argument("--whole-mb", type=float, default=50,
+                        help="size of the prefix counted by the whole-table path (0: skip)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/feddpsyn-bench-stream"))
+    parser.add_argument("--upload-mb", type=float, default=0,
+                        help="also run `feddpsyn client upload` of a padded file this large "
+                             "against both servers (0: skip)")
+    parser.add_argument("--upload-rows", type=int, default=1_000_000,
+                        help="rows of the upload's file (each count below 2^20)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--out", type=Path, default=None, help="a new JSON file for results")
+    parser.add_argument("--measure", choices=["stream", "whole"], help=argparse.SUPPRESS)
+    parser.add_argument("--csv", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--schema", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.csv, args.schema)))
+        return
+    if args.out is not None and args.out.exists():
+        raise SystemExit(f"{args.out} exists: results files are never overwritten; choose "
+                         "another --out")
+    source = DATA / args.table / f"{args.table}.csv"
+    schema_path = DATA / args.table / f"{args.table}.schema.json"
+    schema = Schema.load(schema_path)
+    layout = MarginalLayout.build(schema.domain_sizes)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "clients", "params",
+                                 "bench/bench_client_stream.py"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip())
+    host = machine()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    stream = check = whole = None
+    size, rows, generation_s = 0, 0, 0.0
+    if args.size_mb > 0:
+        stream, check, whole, size, rows, generation_s = count_large(
+            args, source, schema_path, schema, layout)
+    upload = None
+    if args.upload_mb > 0:
+        padded = args.workdir / f"{args.table}-{int(args.upload_mb)}mb-padded.csv"
+        print(f"generating {padded} ({args.upload_rows} rows padded to {args.upload_mb:g} MB)"
+              " ...", flush=True)
+        upload_size = generate_padded(source, padded, int(args.upload_mb * 1024 ** 2),
+                                      args.upload_rows, args.seed)
+        try:
+            print("feddpsyn client upload under /usr/bin/time -v, servers on loopback ...",
+                  flush=True)
+            upload = run_upload(padded, args.table, schema_path, args.workdir)
+            upload.update(file_mb=round(upload_size / 1024 ** 2, 1), rows=args.upload_rows)
+            print(f"  rc {upload['returncode']}, peak RSS {upload['peak_rss_mb']} MB, "
+                  f"{upload['seconds']} s: {upload['stdout'][-1:]}", flush=True)
+        finally:
+            if not args.keep:
+                padded.unlink(missing_ok=True)
+    peaks = [x["peak_rss_mb"] or 0 for x in (stream, check, upload) if x is not None]
     document = {
         "run": " ".join([".venv/bin/python", "bench/bench_client_stream.py"] + sys.argv[1:]),
         "started": started, "commit": commit, "uncommitted_changes_in_measured_code": dirty,
         "machine": host, "table": args.table, "columns": len(schema.columns),
         "cells": layout.total_cells, "file_mb": round(size / 1024 ** 2, 1),
-        "rows": int(drawn.sum()), "generation_s": round(generation_s, 1), "seed": args.seed,
+        "rows": rows, "generation_s": round(generation_s, 1), "seed": args.seed,
         "target_peak_rss_mb": TARGET_MB, "counting": stream, "client_check": check,
-        "whole_file_contrast": whole,
-        "within_target": max(stream["peak_rss_mb"], check["peak_rss_mb"] or 0) <= TARGET_MB}
+        "whole_file_contrast": whole, "upload": upload,
+        "within_target": bool(peaks) and max(peaks) <= TARGET_MB
+        and (upload is None or upload["returncode"] == 0)}
     print(json.dumps({k: document[k] for k in ("file_mb", "rows", "within_target")}))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
