@@ -248,3 +248,49 @@ def test_stream_csv_gives_rows_with_their_first_lines(tmp_path):
     assert list(encode_csv_chunks(tmp_path / "t.csv", SCHEMA, on_invalid="drop",
                                   tally=tally))[0].tolist() == [[1, 1]]
     assert (tally.rows_read, tally.rows_kept, dict(tally.dropped)) == (2, 1, {"c": 1})
+
+
+# ------------------------------------------------------------------ schema draft
+def test_the_draft_reads_a_column_past_its_kept_values_for_its_type(tmp_path, monkeypatch):
+    """Past MAX_DISTINCT distinct values a column keeps none: its type, its integers, its
+    values outside declared bounds and its missing values are read as before; a text
+    column says it lists only the first ones."""
+    from fractions import Fraction
+
+    import clients.schema_draft as draft
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "owner.csv"
+    rows = [f"{i},{rng.integers(0, 200)},{rng.random() * 10:.3f},id{i},"
+            f"{rng.choice(['a', 'b', 'NA'])}" for i in range(400)]
+    rows[350] = "350,7,,id350,a"  # a missing value past the kept ones
+    path.write_text("n,k,x,ident,c\n" + "\n".join(rows) + "\n")
+    bounds = {"k": (Fraction(0), Fraction(150))}
+    whole, whole_cols = draft.draft_schema(path, bounds)
+    monkeypatch.setattr(draft, "MAX_DISTINCT", 50)
+    capped, capped_cols = draft.draft_schema(path, bounds)
+    assert capped["columns"][:3] == whole["columns"][:3]
+    assert [c.notes for c in capped_cols[:3]] == [c.notes for c in whole_cols[:3]]
+    assert capped["columns"][4] == whole["columns"][4] and capped_cols[4].notes == \
+        whole_cols[4].notes
+    assert len(capped["columns"][3]["i2s"]) == 50
+    assert any("more than 50 distinct values" in n for n in capped_cols[3].notes)
+
+
+def test_the_draft_memory_does_not_grow_with_the_file(tmp_path, data_dir):
+    from clients.schema_draft import draft_schema
+
+    source = data_dir / "computers" / "computers.csv"
+    header, *body = source.read_text().splitlines(keepends=True)
+    peaks, drafts = [], []
+    for copies in (1, 6):
+        path = tmp_path / f"x{copies}.csv"
+        path.write_text(header + "".join(body) * copies)
+        tracemalloc.start()
+        try:
+            drafts.append(draft_schema(path)[0]["columns"])
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert drafts[0] == drafts[1]
+    assert peaks[1] < 1.5 * peaks[0] + (1 << 20), peaks
