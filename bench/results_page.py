@@ -126,6 +126,53 @@ def is_served_vs_central(d: dict) -> bool:
     return "bench_served_vs_central.py" in str(d.get("command", ""))
 
 
+def is_client_stream(d: dict) -> bool:
+    return "bench_client_stream.py" in str(d.get("run", ""))
+
+
+def render_client_stream(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## The client agent's memory on a large table", ""]
+    for path, d in files:
+        m = d["machine"]
+        out += [f"File: {link(path)}. Tables generated from `{d['table']}` ({d['columns']} "
+                f"columns, {d['cells']} cells: its own lines drawn with replacement), each "
+                "measured in a fresh process: the client agent's counting "
+                "(`clients.counting`), `feddpsyn client check` and `feddpsyn client upload` "
+                "under `/usr/bin/time -v`, the whole-table path on a prefix for contrast. "
+                f"Target: at most {d['target_peak_rss_mb']} MB resident. Machine: "
+                f"{m.get('cpus')} CPUs, {m.get('memory_gb')} GB, load "
+                f"{m.get('load_average_at_start')} at the start.", "",
+                *provenance(command=d.get("run"), commit=d.get("commit"),
+                            started=d.get("started")), ""]
+        c, check = d.get("counting"), d.get("client_check")
+        whole, upload = d.get("whole_file_contrast"), d.get("upload")
+        rows = []
+        if c:
+            rows.append(["counting (`count_csv`)", fixed(d["file_mb"], 0), str(c["rows"]),
+                         fixed(c["seconds"], 0), str(c["rows_per_s"]),
+                         fixed(c["peak_rss_mb"], 0),
+                         "equal to the draw's" if c.get("counts_equal_expected")
+                         else "NOT EQUAL"])
+        if check:
+            rows.append(["`feddpsyn client check`", fixed(d["file_mb"], 0), str(c["rows"]),
+                         fixed(check["seconds"], 0), "", fixed(check["peak_rss_mb"], 0), ""])
+        if whole:
+            rows.append(["whole-table path (before)", fixed(whole["file_mb"], 0),
+                         str(whole["rows"]), fixed(whole["seconds"], 0),
+                         str(whole["rows_per_s"]), fixed(whole["peak_rss_mb"], 0),
+                         "equal to the streamed" if whole.get("counts_equal_stream")
+                         else "NOT EQUAL"])
+        if upload:
+            rows.append(["`feddpsyn client upload` (rows padded)", fixed(upload["file_mb"], 0),
+                         str(upload["rows"]), fixed(upload["seconds"], 0), "",
+                         fixed(upload["peak_rss_mb"], 0),
+                         "stored" if upload["returncode"] == 0 else "FAILED"])
+        out += table(["path", "file MB", "rows", "seconds", "rows/s", "peak RSS MB",
+                      "counts"], rows)
+        out.append("")
+    return out
+
+
 def render_served_vs_central(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## Served plans against the curator", "",
            "2-way L1 of the servers' plans and the central references on the shipped "
@@ -363,6 +410,7 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_joint_noise, render_joint_noise),
     (is_joint_scores, render_joint_scores),
     (is_flaim, render_flaim),
+    (is_client_stream, render_client_stream),
 ]
 
 
