@@ -391,6 +391,27 @@ def render_joint_scores(files: list[tuple[Path, dict]]) -> list[str]:
     return out
 
 
+def is_plan_acceptance(d: dict) -> bool:
+    return "points" in d and all("selection" in p and "accepted" in p for p in d["points"])
+
+
+def render_plan_acceptance(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## Plans accepted at every budget", "",
+           "Each selection's plan as `session create` builds it, accounted by the composed "
+           "PLD of every noise it adds: the share of the eps asked it spends.", ""]
+    for path, d in files:
+        out += [f"`{rel(path)}`", ""]
+        rows = [[p["table"], p["selection"], num(p["eps"]),
+                 ("yes" if p["accepted"] else "refused: " + p.get("refusal", "")),
+                 num(p.get("spent")), num(p.get("encrypted_bits_per_count"))]
+                for p in d["points"]]
+        out += table(["table", "selection", "eps", "accepted", "eps spent / asked",
+                      "encrypted bits per count"], rows)
+        out += ["", *provenance(command=d.get("command"), commit=d.get("commit"),
+                                started=f"{d.get('date')} on {d.get('machine')}"), ""]
+    return out
+
+
 def render_other(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## Other result files", "",
            "Files of no kind this page knows; their top-level numbers and strings:", ""]
@@ -411,6 +432,7 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_joint_scores, render_joint_scores),
     (is_flaim, render_flaim),
     (is_client_stream, render_client_stream),
+    (is_plan_acceptance, render_plan_acceptance),
 ]
 
 
