@@ -174,3 +174,13 @@ def test_extras_module_agrees_with_pyproject_and_requirements_nodeps():
     base = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
     assert base == {"numpy", "pydantic", "httpx", "typer", "rich"}
     assert not base & {d for modules in PROVIDES.values() for d in modules.values()}
+
+
+def test_a_wheel_holds_every_package_of_the_tree():
+    # pip install . (not -e) copies only the packages listed: a subpackage left out is
+    # missing from every install but a development one.
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(ROOT).parts)
+             for top in listed if "." not in top
+             for init in (ROOT / top).rglob("__init__.py")}
+    assert found == listed
