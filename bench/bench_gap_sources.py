@@ -44,10 +44,12 @@ The factors, each read from the code that makes the choice:
   "pgm" or "gum" (``synthesis.synthesize``).
 * ``selection``: "noisy-greedy" or "none" (every pair: the served all-pairs plan).
 
-Every noise is the exact one its release would carry (joint shapes through
-``crypto.joint_noise``'s integer model, discrete Gaussians from ``dp.discrete_gaussian``),
-added in plaintext: the servers' released value is the count plus that noise exactly (the
-count width has room, ``SessionPlan.check_capacity``). A what-if session is not accounted:
+Every noise has exactly the distribution its release would carry (a joint shape's exact
+integer pmf, a discrete Gaussian's), added in plaintext: the servers' released value is the
+count plus that noise exactly (the count width has room, ``SessionPlan.check_capacity``).
+The noises are drawn as common random numbers (:class:`Draws`), so that a rung is compared
+with the next on coupled draws: the paired differences (``diff_*`` in the summary) measure
+the factor with far less spread than the means. A what-if session is not accounted:
 each changes one choice and keeps the others, so only the rungs that equal a real method
 (the served default, central PrivSyn) carry a privacy claim; the anchors are those methods
 themselves, run on the same splits.
@@ -67,19 +69,20 @@ import math
 import platform
 import statistics
 import sys
+import zlib
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+from scipy.special import ndtri
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_served_vs_central import _commit, _table  # noqa: E402
-from crypto.joint_noise import draw_bits, joint_noise_plaintext  # noqa: E402
-from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 from dp.gaussian_domination import gaussian_delta  # noqa: E402
+from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
 from dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
 from dp.privsyn_allocation import allocation_groups, allocation_weight, greedy_select_allocated  # noqa: E402
 from fedbench.methods import METHODS  # noqa: E402
@@ -90,7 +93,7 @@ from fedbench.methods.central_privsyn import (  # noqa: E402
     indif_grid_scores,
     privsyn_greedy,
 )
-from fedbench.methods.feddpsyn_served import _score_noise, served_plan  # noqa: E402
+from fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
 from fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
 from fedbench.runner import Setting, run_utility  # noqa: E402
 from params.modes import NoiseMode  # noqa: E402
@@ -269,24 +272,76 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
 
 # --- the noises ---------------------------------------------------------------------------
 
-def _joint(shape, size: int) -> tuple[np.ndarray, float]:
-    noise = joint_noise_plaintext(shape, draw_bits(size, shape), draw_bits(size, shape))
-    return np.asarray(noise, dtype=np.int64), float(shape.variance)
+class Draws:
+    """Common random numbers: every noise of a session is the inverse CDF of its exact pmf
+    at uniforms drawn per (session seed, stream), a stream per release part and marginal
+    (one per pair's 2-way counts, one for the scores, ...). Two rungs that give a count
+    the same noise distribution give it the same noise, and rungs that change its
+    distribution change it monotonically, so a rung's paired difference from the next
+    measures its factor, not the draws. Each count's noise still has exactly its
+    release's distribution: a joint shape's exact integer pmf
+    (``JointNoiseShape.counts``), a discrete Gaussian's pmf on +-14 sigma (tails below
+    1e-44), or, above sigma 2,000, the rounded normal (the score grid's Gaussian, total
+    variation distance from the discrete one below 1e-300). What changes from the servers
+    is the source of the randomness (a seeded generator instead of the CSPRNG), which
+    moves no error."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def uniforms(self, stream: str, size: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, zlib.crc32(stream.encode())])
+        return np.clip(rng.random(size), 1e-300, None)
 
 
-def _gaussian(sigma2: Fraction, size: int) -> tuple[np.ndarray, float]:
-    return discrete_gaussian_vector(Fraction(sigma2), size), float(sigma2)
+@functools.lru_cache(maxsize=1024)
+def _shape_cdf(uniforms: int, bits: int) -> np.ndarray:
+    counts = JointNoiseShape(uniforms, bits).counts()
+    total = sum(counts)
+    return np.cumsum([c / total for c in counts])
 
 
-def _spec_noise(spec, size: int, gaussian: bool) -> tuple[np.ndarray, float]:
+@functools.lru_cache(maxsize=1024)
+def _gaussian_cdf(sigma2: Fraction) -> tuple[np.ndarray, int]:
+    sigma = math.sqrt(float(sigma2))
+    half = int(math.ceil(14 * sigma)) + 2
+    k = np.arange(-half, half + 1, dtype=float)
+    pmf = np.exp(-k * k / (2 * float(sigma2)))
+    return np.cumsum(pmf / pmf.sum()), half
+
+
+def _inverse(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
+
+
+def _joint(shape, size: int, draws: Draws, stream: str) -> tuple[np.ndarray, float]:
+    cdf = _shape_cdf(shape.uniforms, shape.bits)
+    noise = _inverse(cdf, draws.uniforms(stream, size)) - shape.span // 2
+    return noise.astype(np.int64), float(shape.variance)
+
+
+def _gaussian(sigma2: Fraction, size: int, draws: Draws,
+              stream: str) -> tuple[np.ndarray, float]:
+    sigma2 = Fraction(sigma2)
+    u = draws.uniforms(stream, size)
+    if sigma2 > 2000 ** 2:
+        noise = np.rint(math.sqrt(float(sigma2)) * ndtri(u))
+    else:
+        cdf, half = _gaussian_cdf(sigma2)
+        noise = _inverse(cdf, u) - half
+    return noise.astype(np.int64), float(sigma2)
+
+
+def _spec_noise(spec, size: int, gaussian: bool, draws: Draws,
+                stream: str) -> tuple[np.ndarray, float]:
     """A planned release's noise: its joint shape, else the two servers' Gaussians; or one
     Gaussian of the release's sigma2 (M / (2 rho))."""
     if gaussian:
-        return _gaussian(spec.sigma2, size)
+        return _gaussian(spec.sigma2, size, draws, stream)
     if spec.joint is not None:
-        return _joint(spec.joint, size)
-    a, _ = _gaussian(spec.sigma2, size)
-    b, _ = _gaussian(spec.sigma2, size)
+        return _joint(spec.joint, size, draws, stream)
+    a, _ = _gaussian(spec.sigma2, size, draws, stream)
+    b, _ = _gaussian(spec.sigma2, size, draws, stream + "#second-server")
     return a + b, 2 * float(spec.sigma2)
 
 
@@ -295,7 +350,7 @@ def _rational(x: float | Fraction) -> Fraction:
 
 
 def _group_noise(plan: SessionPlan, rho_per_marginal: Fraction, size: int, gaussian: bool,
-                 notes: dict) -> tuple[np.ndarray, float]:
+                 notes: dict, draws: Draws, stream: str) -> tuple[np.ndarray, float]:
     """A run-time group's noise at ``rho_per_marginal``: the dominated shape the servers give a
     split release's group (``params.run_time``) within the plan's envelope, or one Gaussian
     of 1 / (2 rho). A group with no dominated shape (the servers would fail closed) gets the
@@ -304,11 +359,11 @@ def _group_noise(plan: SessionPlan, rho_per_marginal: Fraction, size: int, gauss
     if not gaussian:
         shape = _group_shape(plan, rho_per_marginal)
         if shape is not None:
-            return _joint(shape, size)
+            return _joint(shape, size, draws, stream)
         notes["no_shape"] = notes.get("no_shape", 0) + 1
         print(f"[gap] no dominated shape at rho {float(rho_per_marginal):.3g} per marginal: "
               "a Gaussian instead", file=sys.stderr)
-    return _gaussian(1 / (2 * rho_per_marginal), size)
+    return _gaussian(1 / (2 * rho_per_marginal), size, draws, stream)
 
 
 def _group_shape(plan: SessionPlan, rho_per_marginal: Fraction):
@@ -337,8 +392,12 @@ def _marginal(slot, counts: np.ndarray, noise: np.ndarray, variance: float) -> N
     return NoisyMarginal(slot.attrs, values.reshape(slot.shape).astype(float), variance)
 
 
+def _stream(kind: str, attrs) -> str:
+    return f"{kind}/{'-'.join(str(a) for a in attrs)}"
+
+
 def _scores(cfg: WhatIf, plan: SessionPlan, union: np.ndarray, one_way: list | None,
-            rows: int) -> dict:
+            rows: int, draws: Draws) -> dict:
     """The noisy scores the greedy rule reads (``score``, ``noise``)."""
     layout, selection = plan.layout, plan.selection
     pairs = [slot.attrs for slot in layout.two_way]
@@ -346,7 +405,7 @@ def _scores(cfg: WhatIf, plan: SessionPlan, union: np.ndarray, one_way: list | N
         grid = 1 << SCORE_GRID_BITS
         sigma2 = Fraction((INDIF_SENSITIVITY * grid) ** 2 * len(pairs)) / (2 * selection.rho)
         exact = indif_grid_scores(union, layout, rows)
-        noise = discrete_gaussian_vector(sigma2, len(pairs))
+        noise, _ = _gaussian(sigma2, len(pairs), draws, "scores")
         return {p: (exact[p] + int(z)) / grid for p, z in zip(pairs, noise, strict=True)}
     if cfg.score == "exact-k":
         exact_one = [union[s.offset:s.offset + s.size] for s in layout.one_way]
@@ -356,9 +415,13 @@ def _scores(cfg: WhatIf, plan: SessionPlan, union: np.ndarray, one_way: list | N
     else:
         _, scores = pair_scores(plan, union, one_way, selection.max_rows)
     if cfg.noise in ("gaussian", "gaussian-1way"):
-        noise = discrete_gaussian_vector(selection.noise_sigma2, len(pairs))
-    else:
-        noise, _ = _score_noise(plan, len(pairs))
+        noise, _ = _gaussian(selection.noise_sigma2, len(pairs), draws, "scores")
+    elif selection.score_joint is not None:
+        noise, _ = _joint(selection.score_joint, len(pairs), draws, "scores")
+    else:  # the two servers' Gaussians (``feddpsyn_served._score_noise``)
+        a, _ = _gaussian(selection.noise_sigma2, len(pairs), draws, "scores")
+        b, _ = _gaussian(selection.noise_sigma2, len(pairs), draws, "scores#second-server")
+        noise = a + b
     return {p: scores[p] + int(z) for p, z in zip(pairs, noise, strict=True)}
 
 
@@ -438,12 +501,14 @@ def whatif_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
     gauss_two = cfg.noise in ("gaussian", "gaussian-2way")
     one_spec = plan.release("one_way")
     noisy: list[NoisyMarginal] = []
+    draws = Draws(seed)
 
     if cfg.selection == "none":
         for spec in plan.releases:
             for slot in plan.slots_of(spec):
                 noise, var = _spec_noise(spec, slot.size, gauss_one if spec.name == "one_way"
-                                         else gauss_two)
+                                         else gauss_two, draws,
+                                         _stream(spec.name, slot.attrs))
                 noisy.append(_marginal(slot, union, noise, var))
         chosen = [slot.attrs for slot in layout.two_way]
     else:
@@ -451,28 +516,30 @@ def whatif_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
         first: list[NoisyMarginal] = []
         if cfg.score != "central" or cfg.split != "privsyn":
             for slot in layout.one_way:
-                noise, var = _spec_noise(one_spec, slot.size, gauss_one)
+                noise, var = _spec_noise(one_spec, slot.size, gauss_one, draws,
+                                         _stream("one_way", slot.attrs))
                 first.append(_marginal(slot, union, noise, var))
             if cfg.max_rows == "stated" and cfg.noise == "served" \
                     and not cfg.split.startswith("one_way="):
                 bound = plan.check_row_bound([m.counts.ravel() for m in first])
                 if not bound.holds:
                     raise RuntimeError(f"the servers would refuse this union: {bound.message()}")
-        scores = _scores(cfg, plan, union, first, rows)
+        scores = _scores(cfg, plan, union, first, rows, draws)
         chosen = _greedy(cfg, plan, scores, rho_total)
         if cfg.split == "privsyn":
-            noisy = _privsyn_release(plan, union, chosen, first, gauss_one, gauss_two, notes)
+            noisy = _privsyn_release(plan, union, chosen, first, gauss_one, gauss_two, notes,
+                                     draws)
         else:
             noisy = list(first)
             if chosen:
-                noisy += _served_two_way(plan, union, chosen, gauss_two, notes)
+                noisy += _served_two_way(plan, union, chosen, gauss_two, notes, draws)
     notes["selected_pairs"] = chosen
     synth = synthesize_records(schema, noisy, cfg.synthesis, None, np.random.default_rng(seed))
     return MethodResult(synth, Fraction(1), Fraction(1), notes=notes)
 
 
 def _served_two_way(plan: SessionPlan, union: np.ndarray, chosen: list, gaussian: bool,
-                    notes: dict) -> list[NoisyMarginal]:
+                    notes: dict, draws: Draws) -> list[NoisyMarginal]:
     """The kept pairs at the plan's 2-way rho, c^(2/3) per pair size: the servers' resolved
     split release (``SessionPlan.resolve``), or one Gaussian per group at its own rho."""
     out = []
@@ -481,21 +548,23 @@ def _served_two_way(plan: SessionPlan, union: np.ndarray, chosen: list, gaussian
         resolved = plan.resolve(two, chosen)
         for part in resolved.parts or (resolved,):
             for slot in plan.slots_of(part):
-                noise, var = _spec_noise(part, slot.size, False)
+                noise, var = _spec_noise(part, slot.size, False, draws,
+                                         _stream("two_way", slot.attrs))
                 out.append(_marginal(slot, union, noise, var))
         return out
     cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
     for pairs, rho in allocation_groups(cells, chosen, two.rho):
         for p in pairs:
             slot = plan.layout.slot(p)
-            noise, var = _group_noise(plan, rho / len(pairs), slot.size, gaussian, notes)
+            noise, var = _group_noise(plan, rho / len(pairs), slot.size, gaussian, notes,
+                                      draws, _stream("two_way", slot.attrs))
             out.append(_marginal(slot, union, noise, var))
     return out
 
 
 def _privsyn_release(plan: SessionPlan, union: np.ndarray, chosen: list,
                      first: list[NoisyMarginal], gauss_one: bool, gauss_two: bool,
-                     notes: dict) -> list[NoisyMarginal]:
+                     notes: dict, draws: Draws) -> list[NoisyMarginal]:
     """PrivSyn's publication: the 1-ways and the kept pairs share rho - rho_selection by
     c^(2/3) per marginal. A first 1-way release (``first``) is part of it: each 1-way is
     topped up to its share by a second release (:func:`_waterfill`), the two combined by
@@ -515,7 +584,11 @@ def _privsyn_release(plan: SessionPlan, union: np.ndarray, chosen: list,
         if extra <= publish * 1e-9:
             out.append(first[i])
             continue
-        noise, var = _group_noise(plan, extra, slot.size, gaussian, notes)
+        # A pair's noise and a 1-way's only release share their streams with the served
+        # release of the same counts; a top-up has its own.
+        stream = (_stream("two_way", slot.attrs) if i >= d else
+                  _stream("one_way", slot.attrs) + ("/top-up" if first else ""))
+        noise, var = _group_noise(plan, extra, slot.size, gaussian, notes, draws, stream)
         second = _marginal(slot, union, noise, var)
         if i < d and first:
             a, b = first[i], second
@@ -539,9 +612,24 @@ def register(rungs: list[tuple[str, WhatIf]]) -> list[str]:
     return names
 
 
+def _paired(rows: list[dict], method: str, reference: str) -> tuple[float, float] | None:
+    """Mean and standard error over repeats of (method - reference), paired by repeat (same
+    split, same seed, coupled noises)."""
+    mine = {r["repeat"]: float(r["two_way"]) for r in rows if r["method"] == method}
+    ref = {r["repeat"]: float(r["two_way"]) for r in rows if r["method"] == reference}
+    diffs = [mine[k] - ref[k] for k in mine if k in ref]
+    if len(diffs) < 2:
+        return None
+    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
 def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dict]:
-    """Mean and sd of the 2-way L1 per method, and each one's place in the gap between the
-    served default and central PrivSyn (0: the default, 1: the curator)."""
+    """Per method: mean and sd of the 2-way L1 over repeats; its paired difference from the
+    served what-if (``diff_vs_served``, with its standard error) and, on a ladder, from the
+    rung before (``step_diff``); and those differences as shares of the gap between the
+    served what-if and the ladder's end (the curator's release: ``+budget=central``, or on
+    the every-pair ladder the curator's every-pair release), positive where the factor
+    closes the gap."""
     out = []
     for method in dict.fromkeys(r["method"] for r in rows):
         two = [float(r["two_way"]) for r in rows if r["method"] == method]
@@ -554,19 +642,32 @@ def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dic
                     "selected_pairs_mean": statistics.fmean(
                         float(r["selected_pairs"]) for r in rows if r["method"] == method),
                     "repeats": len(two)})
-    by = {e["method"]: e["mean"] for e in out}
-    served, central = by.get("gap:served"), by.get("gap:+budget=central")
-    if served is not None and central is not None and served != central:
-        gap = served - central
-        ladder = [f"gap:{n}" for n, _ in LADDER]
-        for e in out:
-            e["position_in_gap"] = (served - e["mean"]) / gap
-            if e["method"] in ladder and e["method"] != ladder[0]:
-                before = ladder[ladder.index(e["method"]) - 1]
-                if before in by:
-                    e["step_share_of_gap"] = (by[before] - e["mean"]) / gap
-            if e["group"] == "alone":
-                e["alone_share_of_gap"] = (served - e["mean"]) / gap
+    by = {e["method"]: e for e in out}
+    chains = {"ladder": [f"gap:{n}" for n, _ in LADDER],
+              "every_pair": ["gap:served"] + [f"gap:{n}" for n, _ in EVERY_PAIR]}
+    gaps = {}
+    for group, chain in chains.items():
+        if chain[0] in by and chain[-1] in by:
+            paired = _paired(rows, chain[-1], chain[0])
+            gaps[group] = -paired[0] if paired else by[chain[0]]["mean"] - by[chain[-1]]["mean"]
+    for e in out:
+        paired = _paired(rows, e["method"], "gap:served")
+        if paired is not None and e["method"] != "gap:served":
+            e["diff_vs_served"], e["diff_vs_served_se"] = paired
+            if gaps.get("ladder"):
+                e["share_of_gap_alone"] = -paired[0] / gaps["ladder"]
+        for group, chain in chains.items():
+            if e["method"] in chain[1:] and e["group"] == group and gaps.get(group):
+                step = _paired(rows, e["method"], chain[chain.index(e["method"]) - 1])
+                if step is not None:
+                    e["step_diff"], e["step_diff_se"] = step
+                    e["share_of_gap_step"] = -step[0] / gaps[group]
+    anchors = _paired(rows, "feddpsyn-default", "central-privsyn-pgm")
+    out.append({"table": table, "eps": eps, "method": "gaps",
+                "served_whatif_minus_central_whatif": gaps.get("ladder"),
+                "served_whatif_minus_every_pair_whatif": gaps.get("every_pair"),
+                "default_minus_central_privsyn_pgm": None if anchors is None else anchors[0],
+                "default_minus_central_privsyn_pgm_se": None if anchors is None else anchors[1]})
     return out
 
 
