@@ -17,9 +17,10 @@ Python process, so the process's peak resident set is the measurement's own:
   (``encode_csv`` then ``MarginalLayout.counts``), whose memory grows with the file;
 * **upload** (``--upload-mb``): ``feddpsyn client upload`` under ``/usr/bin/time -v``
   against both servers started on loopback, one owner in a session with the "default"
-  parameter set. Its counts have k = 20 bits, so a cell may count at most 2^20 - 1 rows: the
-  file holds ``--upload-rows`` drawn lines, each padded with trailing spaces (which the codec
-  strips) to reach the size. The servers store the upload; the command's peak RSS is read.
+  parameter set, whose counts (20 bits, read as signed) stay below 2^19 with the session's
+  ``max_rows`` plus the noise's bound: the file holds ``--upload-rows`` drawn lines (the
+  session's ``max_rows``), each padded with trailing spaces (which the codec strips) to
+  reach the size. The servers store the upload; the command's peak RSS is read.
 
 The results are written to ``--out`` as JSON with the command, commit, machine and date; an
 existing file is never overwritten (choose another name).
@@ -81,7 +82,8 @@ def generate_padded(source: Path, out: Path, size_bytes: int, rows: int, seed: i
     return out.stat().st_size
 
 
-def run_upload(csv_path: Path, table: str, schema_path: Path, workdir: Path) -> dict:
+def run_upload(csv_path: Path, table: str, schema_path: Path, workdir: Path,
+               rows: int) -> dict:
     """Both servers on loopback, a one-owner session, and ``feddpsyn client upload`` of the
     file under /usr/bin/time -v."""
     from common import wire
@@ -96,7 +98,7 @@ def run_upload(csv_path: Path, table: str, schema_path: Path, workdir: Path) -> 
         request = wire.SessionCreate(
             schema=json.loads(schema_path.read_text()) | {"name": table}, clients=["owner"],
             parameter_set="default", budget=wire.BudgetSpec(epsilon=1.0, delta=1e-6),
-            max_rows=2 ** 20, selection=wire.SelectionRequest(mode="none"))
+            max_rows=rows, selection=wire.SelectionRequest(mode="none"))
         started = time.perf_counter()
         created = create_session(ks.url, operator, request, timeout=1800)
         session_s = time.perf_counter() - started
@@ -308,8 +310,8 @@ def main() -> None:
     parser.add_argument("--upload-mb", type=float, default=0,
                         help="also run `feddpsyn client upload` of a padded file this large "
                              "against both servers (0: skip)")
-    parser.add_argument("--upload-rows", type=int, default=1_000_000,
-                        help="rows of the upload's file (each count below 2^20)")
+    parser.add_argument("--upload-rows", type=int, default=500_000,
+                        help="rows of the upload's file, and the session's max_rows")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--out", type=Path, default=None, help="a new JSON file for results")
     parser.add_argument("--measure", choices=["stream", "whole"], help=argparse.SUPPRESS)
@@ -349,7 +351,8 @@ def main() -> None:
         try:
             print("feddpsyn client upload under /usr/bin/time -v, servers on loopback ...",
                   flush=True)
-            upload = run_upload(padded, args.table, schema_path, args.workdir)
+            upload = run_upload(padded, args.table, schema_path, args.workdir,
+                                args.upload_rows)
             upload.update(file_mb=round(upload_size / 1024 ** 2, 1), rows=args.upload_rows)
             print(f"  rc {upload['returncode']}, peak RSS {upload['peak_rss_mb']} MB, "
                   f"{upload['seconds']} s: {upload['stdout'][-1:]}", flush=True)
