@@ -121,6 +121,7 @@ class SessionPreparation:
         self.sessions = sessions
         # One child spawned ahead, concrete imported: a job starts compiling at once.
         self.children = ChildProcesses(preload=(__name__,))
+        self._in_child = prepare is None
         self._prepare = prepare or partial(prepare_in_child, children=self.children)
         self.jobs = JobQueue("session-preparation", workers, max_pending)
 
@@ -233,7 +234,7 @@ class SessionPreparation:
     def resume(self) -> None:
         """Queue again every session found preparing (module docstring), or fail it; and
         spawn the spare child (at start-up: the server's main thread spawns it)."""
-        if self._prepare is not None and isinstance(self._prepare, partial):
+        if self._in_child:
             self.children.warm()
         with self.db.connect() as conn:
             rows = conn.execute("SELECT id, request_json, draft_json, attempts, phase FROM "
