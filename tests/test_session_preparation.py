@@ -270,7 +270,7 @@ def test_progress_is_logged_at_most_every_10_s_and_sent_at_most_every_2_s(caplog
     logged = [r for r in caplog.records if "scores:" in r.getMessage()]
     assert 6 <= len(logged) <= 7  # at 0, 10, ..., 60 s
     times = [t for t, _ in sent]
-    assert all(b - a >= 2 - 1e-9 for a, b in zip(times[:-2], times[1:-1]))
+    assert all(b - a >= 2 - 1e-9 for a, b in zip(times[:-2], times[1:-1], strict=True))
     assert sent[-1] == (60.0, 600)  # the last report always goes out
     assert len(sent) <= 32
     # A key server that does not answer: the step goes on, one warning.
