@@ -101,12 +101,49 @@ def one_way_chunks(created) -> list[int]:
     return sorted({c // chunk for c in layout.cells_of(layout.one_way).tolist()})
 
 
+def close_uploads(ks_url: str, created, peer: str) -> None:
+    """Every client uploads a masked vector (uniform residues: a lone key server cannot tell
+    them from a real upload) and the uploads are closed, as the compute server closes them
+    before it sums: a release is registered only on closed uploads."""
+    import secrets as pysecrets
+
+    from params.layout import MarginalLayout
+    from params.schema import Schema
+
+    sid = created.session.session_id
+    cells = MarginalLayout.build(Schema.from_dict(created.session.schema_).domain_sizes,
+                                 [tuple(p) for p in created.session.pairs]).total_cells
+    modulus = 1 << created.session.parameter_set["count_bits"]
+    for client, token in created.client_tokens.items():
+        body = {"commitment": pysecrets.token_hex(32),
+                "values": [pysecrets.randbelow(modulus) for _ in range(cells)]}
+        r = httpx.put(f"{ks_url}/sessions/{sid}/clients/{client}/masked", json=body,
+                      headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert r.status_code == 200, r.text
+    auth = {"Authorization": f"Bearer {peer}"}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # bounded: the encryption job's deadline
+        index = httpx.get(f"{ks_url}/peer/sessions/{sid}/ciphertexts", headers=auth,
+                          timeout=30).json()
+        if len(index) == len(created.client_tokens):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the key server did not encrypt the uploads in 300 s")
+    uploads = {u["client_id"]: {"commitment": u["commitment"], "digest": u["digest"]}
+               for u in index}
+    r = httpx.post(f"{ks_url}/peer/sessions/{sid}/uploads/close", json={"uploads": uploads},
+                   headers=auth, timeout=60)
+    assert r.status_code == 200, r.text
+
+
 def test_corrupted_foreign_and_unregistered_ciphertexts_change_nothing(lone_key_server):
     import hashlib
 
     ks, peer, operator = lone_key_server
     created = create_session(ks.url, operator)
     sid = created.session.session_id
+    close_uploads(ks.url, created, peer)
     chunks = one_way_chunks(created)
     good = foreign_ciphertext(created.session.parameter_set["chunk_cells"],
                               created.session.parameter_set["count_bits"])
@@ -152,6 +189,7 @@ def test_fifty_parallel_decryption_requests_charge_the_release_once(lone_key_ser
         budget=wire.BudgetSpec(epsilon=50.0, delta=1e-6), max_rows=1000,
         selection=wire.SelectionRequest(mode="none")), timeout=120)
     sid = created.session.session_id
+    close_uploads(ks.url, created, peer)
     chunks = one_way_chunks(created)
     params = created.session.parameter_set
     assert chunks[0] == 0 and params["chunk_cells"] == 32  # chunk 0 is 1-way cells only
