@@ -22,7 +22,10 @@ The factors, each read from the code that makes the choice:
 * ``noise``: "served" (each release's joint shape, the 2-way groups' dominated shapes of
   ``params.run_time``, or two servers' Gaussians where the plan falls back), "gaussian" (one
   exact discrete Gaussian per count at each part's own rho), or only part of it:
-  "gaussian-2way" (the 2-way groups), "gaussian-1way" (the 1-ways and the scores).
+  "gaussian-2way" (the 2-way groups), "gaussian-1way" (the 1-ways and the scores); or
+  "served-wide": the 2-way groups' dominated shapes searched up to the rule's 256 encrypted
+  bits per count (``params.noise_rules.JOINT_MAX_BITS_PER_CALL``) instead of within the
+  envelope the plan sizes its circuit for (a plan change: a wider envelope).
 * ``split``: "served" (1-ways a fixed 10% as one release of even noise, scores 10%, the kept
   pairs 80% by c^(2/3): ``params.selection_plan.DEFAULT_SPLITS``), "privsyn" (scores 10%;
   the 1-ways and the kept pairs share the other 90% by c^(2/3) per marginal,
@@ -189,7 +192,18 @@ EVERY_PAIR = [
     ("all:+budget=gaussian-pld", WhatIf(selection="none", synthesis="gum", noise="gaussian",
                                         split="one_way=0.2", budget="gaussian-pld")),
 ]
-GROUPS = {"ladder": LADDER, "alone": ALONE, "candidates": CANDIDATES, "every_pair": EVERY_PAIR}
+# The 2-way groups' shapes from a wider envelope, alone and with the candidate splits.
+WIDE = [
+    ("noise=served-wide", replace(SERVED, noise="served-wide")),
+    ("plan:one_way=0.2,noise=served-wide", replace(SERVED, split="one_way=0.2",
+                                                    noise="served-wide")),
+    ("plan:one_way=0.3,noise=served-wide", replace(SERVED, split="one_way=0.3",
+                                                    noise="served-wide")),
+    ("plan:split=privsyn,greedy=privsyn,noise=served-wide", replace(
+        SERVED, split="privsyn", greedy="privsyn", noise="served-wide")),
+]
+GROUPS = {"ladder": LADDER, "alone": ALONE, "candidates": CANDIDATES, "every_pair": EVERY_PAIR,
+          "wide": WIDE}
 ANCHORS = ["feddpsyn-default", "central-privsyn-pgm"]
 
 
@@ -350,14 +364,15 @@ def _rational(x: float | Fraction) -> Fraction:
 
 
 def _group_noise(plan: SessionPlan, rho_per_marginal: Fraction, size: int, gaussian: bool,
-                 notes: dict, draws: Draws, stream: str) -> tuple[np.ndarray, float]:
+                 notes: dict, draws: Draws, stream: str,
+                 wide: bool = False) -> tuple[np.ndarray, float]:
     """A run-time group's noise at ``rho_per_marginal``: the dominated shape the servers give a
     split release's group (``params.run_time``) within the plan's envelope, or one Gaussian
     of 1 / (2 rho). A group with no dominated shape (the servers would fail closed) gets the
     Gaussian, and is counted in ``notes``."""
     rho_per_marginal = _rational(rho_per_marginal)
     if not gaussian:
-        shape = _group_shape(plan, rho_per_marginal)
+        shape = _group_shape(plan, rho_per_marginal, wide)
         if shape is not None:
             return _joint(shape, size, draws, stream)
         notes["no_shape"] = notes.get("no_shape", 0) + 1
@@ -366,7 +381,7 @@ def _group_noise(plan: SessionPlan, rho_per_marginal: Fraction, size: int, gauss
     return _gaussian(1 / (2 * rho_per_marginal), size, draws, stream)
 
 
-def _group_shape(plan: SessionPlan, rho_per_marginal: Fraction):
+def _group_shape(plan: SessionPlan, rho_per_marginal: Fraction, wide: bool = False):
     """The servers' shape for a run-time group (``params.run_time``: the least-variance
     dominated shape within the 2-way envelope). Below the envelope's budget (a 1-way
     top-up can be smaller than any pair's share) the same search without the envelope's
@@ -375,7 +390,7 @@ def _group_shape(plan: SessionPlan, rho_per_marginal: Fraction):
     if envelope.joint is None or not plan.joint_shapes():
         return None
     top = max(max(s.weights()) for s in plan.joint_shapes())
-    shape, _ = _dominated_group_shape(plan, envelope, rho_per_marginal, top)
+    shape = None if wide else _dominated_group_shape(plan, envelope, rho_per_marginal, top)[0]
     if shape is None:
         eta = bound_eta(plan.delta_conversion, len(plan.layout.two_way))
         room = 2 * ((1 << (plan.parameters.count_bits - 1)) - 1 - plan.max_rows)
@@ -499,6 +514,7 @@ def whatif_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
                    "delta_conversion": plan.delta_conversion, "dp": "what-if"}
     gauss_one = cfg.noise in ("gaussian", "gaussian-1way")
     gauss_two = cfg.noise in ("gaussian", "gaussian-2way")
+    wide = cfg.noise == "served-wide"
     one_spec = plan.release("one_way")
     noisy: list[NoisyMarginal] = []
     draws = Draws(seed)
@@ -528,23 +544,23 @@ def whatif_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
         chosen = _greedy(cfg, plan, scores, rho_total)
         if cfg.split == "privsyn":
             noisy = _privsyn_release(plan, union, chosen, first, gauss_one, gauss_two, notes,
-                                     draws)
+                                     draws, wide)
         else:
             noisy = list(first)
             if chosen:
-                noisy += _served_two_way(plan, union, chosen, gauss_two, notes, draws)
+                noisy += _served_two_way(plan, union, chosen, gauss_two, notes, draws, wide)
     notes["selected_pairs"] = chosen
     synth = synthesize_records(schema, noisy, cfg.synthesis, None, np.random.default_rng(seed))
     return MethodResult(synth, Fraction(1), Fraction(1), notes=notes)
 
 
 def _served_two_way(plan: SessionPlan, union: np.ndarray, chosen: list, gaussian: bool,
-                    notes: dict, draws: Draws) -> list[NoisyMarginal]:
+                    notes: dict, draws: Draws, wide: bool = False) -> list[NoisyMarginal]:
     """The kept pairs at the plan's 2-way rho, c^(2/3) per pair size: the servers' resolved
     split release (``SessionPlan.resolve``), or one Gaussian per group at its own rho."""
     out = []
     two = plan.release("two_way")
-    if not gaussian and two.split_pending:
+    if not gaussian and not wide and two.split_pending:
         resolved = plan.resolve(two, chosen)
         for part in resolved.parts or (resolved,):
             for slot in plan.slots_of(part):
@@ -557,14 +573,14 @@ def _served_two_way(plan: SessionPlan, union: np.ndarray, chosen: list, gaussian
         for p in pairs:
             slot = plan.layout.slot(p)
             noise, var = _group_noise(plan, rho / len(pairs), slot.size, gaussian, notes,
-                                      draws, _stream("two_way", slot.attrs))
+                                      draws, _stream("two_way", slot.attrs), wide)
             out.append(_marginal(slot, union, noise, var))
     return out
 
 
 def _privsyn_release(plan: SessionPlan, union: np.ndarray, chosen: list,
                      first: list[NoisyMarginal], gauss_one: bool, gauss_two: bool,
-                     notes: dict, draws: Draws) -> list[NoisyMarginal]:
+                     notes: dict, draws: Draws, wide: bool = False) -> list[NoisyMarginal]:
     """PrivSyn's publication: the 1-ways and the kept pairs share rho - rho_selection by
     c^(2/3) per marginal. A first 1-way release (``first``) is part of it: each 1-way is
     topped up to its share by a second release (:func:`_waterfill`), the two combined by
@@ -588,7 +604,8 @@ def _privsyn_release(plan: SessionPlan, union: np.ndarray, chosen: list,
         # release of the same counts; a top-up has its own.
         stream = (_stream("two_way", slot.attrs) if i >= d else
                   _stream("one_way", slot.attrs) + ("/top-up" if first else ""))
-        noise, var = _group_noise(plan, extra, slot.size, gaussian, notes, draws, stream)
+        noise, var = _group_noise(plan, extra, slot.size, gaussian, notes, draws, stream,
+                                  wide)
         second = _marginal(slot, union, noise, var)
         if i < d and first:
             a, b = first[i], second
@@ -686,7 +703,12 @@ def main() -> None:
                         help="the summary to write (refused if it exists)")
     parser.add_argument("--merge", default="",
                         help="instead of running: merge these summaries (a,b,...) into --json")
+    parser.add_argument("--report", action="store_true",
+                        help="instead of running: print --json's results as markdown")
     args = parser.parse_args()
+    if args.report:
+        print(report(json.loads(args.json.read_text())))
+        return
     if args.json.exists():
         raise SystemExit(f"{args.json} exists: results are never overwritten")
     if args.merge:
@@ -699,6 +721,7 @@ def main() -> None:
         eps = float(eps_text)
         rungs = {name: (group, cfg) for group in args.groups.split(",")
                  for name, cfg in GROUPS[group]}
+        rungs.setdefault("served", ("ladder", SERVED))  # every difference is paired with it
         anchors = list(ANCHORS)
         if case in every_pair:
             rungs.update({name: ("every_pair", cfg) for name, cfg in EVERY_PAIR})
@@ -721,6 +744,38 @@ def main() -> None:
             "commit": _commit(), "machine": platform.node(),
             "date": datetime.date.today().isoformat(), "delta": args.delta,
             "plans": plans, "results": entries}, indent=1) + "\n")
+
+
+def report(doc: dict) -> str:
+    """The summary as markdown tables, one per (table, eps): mean and sd of the 2-way L1, the
+    paired difference from the served what-if (or, on a ladder, from the rung before) with
+    its standard error, and that difference as a share of the gap."""
+    lines = []
+    cases = dict.fromkeys((r["table"], r["eps"]) for r in doc["results"])
+    for table, eps in cases:
+        rows = [r for r in doc["results"] if (r["table"], r["eps"]) == (table, eps)]
+        gaps = next(r for r in rows if r["method"] == "gaps")
+        lines += [f"### {table}, eps {eps:g}", "",
+                  f"gap (served what-if - central what-if): "
+                  f"{gaps['served_whatif_minus_central_whatif'] or float('nan'):.4f}; "
+                  f"feddpsyn-default - central-privsyn-pgm: "
+                  f"{gaps['default_minus_central_privsyn_pgm'] or float('nan'):.4f}", "",
+                  "| group | rung | 2-way L1 mean (sd) | pairs | diff (se) | share of gap |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            if r["method"] == "gaps":
+                continue
+            step = "step_diff" in r
+            diff = r.get("step_diff" if step else "diff_vs_served")
+            se = r.get("step_diff_se" if step else "diff_vs_served_se")
+            share = r.get("share_of_gap_step" if step else "share_of_gap_alone")
+            lines.append(
+                f"| {r['group']} | {r['method'].removeprefix('gap:')} | {r['mean']:.4f} "
+                f"({r['sd']:.4f}) | {r['selected_pairs_mean']:.1f} | "
+                + ("" if diff is None else f"{diff:+.4f} ({se:.4f}){' step' if step else ''}")
+                + " | " + ("" if share is None else f"{share:+.0%}") + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def merge(parts: list[Path], out: Path) -> None:
