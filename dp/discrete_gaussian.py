@@ -32,6 +32,7 @@ import math
 import secrets
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -159,7 +160,8 @@ class ExactSampler:
                 return y
         raise SamplerExhausted("discrete_gaussian did not terminate")
 
-    def discrete_gaussian_vector(self, sigma2: Fraction | int | str, size: int) -> np.ndarray:
+    def discrete_gaussian_vector(self, sigma2: Fraction | int | str,
+                                 size: int) -> np.ndarray[Any, Any]:
         """``size`` independent draws of N_Z(0, sigma2) as an int64 array."""
         a, b = _variance_ratio(sigma2)
         return np.array([self._discrete_gaussian(a, b) for _ in range(size)], dtype=np.int64)

@@ -23,6 +23,7 @@ probability at least 1/n (the best candidate accepts surely), so the loop is bou
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 from dp.discrete_gaussian import CSPRNG, ExactSampler, SamplerExhausted
@@ -31,7 +32,7 @@ from dp.permute_and_flip import exact_inputs
 __all__ = ["exponential_mechanism", "em_probabilities", "em_rho"]
 
 
-def exponential_mechanism(scores, epsilon: Fraction | int | str,
+def exponential_mechanism(scores: Iterable[Fraction | float], epsilon: Fraction | int | str,
                           sensitivity: Fraction | int | str,
                           sampler: ExactSampler = CSPRNG) -> int:
     """Index of the selected candidate (exact sampling, see the module docstring)."""
@@ -49,7 +50,7 @@ def em_rho(epsilon: Fraction) -> Fraction:
     return Fraction(epsilon) ** 2 / 8
 
 
-def em_probabilities(scores, epsilon: float, sensitivity: float) -> list[float]:
+def em_probabilities(scores: Sequence[float], epsilon: float, sensitivity: float) -> list[float]:
     """The ideal output distribution (softmax of eps q / (2 Delta)), for tests and plots."""
     best = max(scores)
     w = [math.exp(epsilon * (s - best) / (2 * sensitivity)) for s in scores]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
@@ -61,7 +62,7 @@ class JointNoiseShape:
     uniforms: int
     bits: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.uniforms < 1 or not 1 <= self.bits <= MAX_BITS:
             raise ValueError("need uniforms >= 1 and 1 <= bits <= MAX_BITS")
         if self.uniforms * ((1 << self.bits) - 1) % 2:
@@ -144,7 +145,7 @@ def release_marginals(rho: Fraction, sigma2: Fraction) -> int:
 
 
 def release_matches(shape: JointNoiseShape, marginals: int, rho: Fraction | float,
-                    orders, tail: float = 0.0) -> bool:
+                    orders: Iterable[float], tail: float = 0.0) -> bool:
     """M * D_a(P|E || Q) <= a * rho at every order given (the release's conditioned curve;
     the divergences are rounded up, rho down to the float below it)."""
     curve = _conditioned_curve(shape, tuple(orders), tail)
@@ -157,8 +158,8 @@ def _float_at_most(x: Fraction | float) -> float:
     return value if Fraction(value) <= Fraction(x) else math.nextafter(value, -math.inf)
 
 
-def smallest_coins(marginals: int, rho: Fraction | float, orders, tail: float = 0.0,
-                   n_max: int = 1 << 24) -> JointNoiseShape:
+def smallest_coins(marginals: int, rho: Fraction | float, orders: Iterable[float],
+                   tail: float = 0.0, n_max: int = 1 << 24) -> JointNoiseShape:
     """The fewest (even) coins matching rho at ``orders``: bounded doubling, then bisection
     (the conditioned divergence falls as n grows; the answer is re-checked)."""
     def ok(n: int) -> bool:
@@ -182,8 +183,8 @@ def smallest_coins(marginals: int, rho: Fraction | float, orders, tail: float = 
     return JointNoiseShape(n, 1)
 
 
-def cheapest_uniforms(marginals: int, rho: Fraction | float, orders, tail: float,
-                      max_variance: Fraction | float,
+def cheapest_uniforms(marginals: int, rho: Fraction | float, orders: Iterable[float],
+                      tail: float, max_variance: Fraction | float,
                       uniforms: tuple[int, ...] = tuple(range(2, 129, 2)), *,
                       max_bits: int | None = None,
                       max_span: int | None = None) -> JointNoiseShape:

@@ -32,12 +32,15 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from dp.discrete_gaussian import CSPRNG, ExactSampler
 
 __all__ = ["NoiseDraw", "draw_pool", "pool_noise"]
+
+Array = np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class NoiseDraw:
 
     label: str
     sigma2: Fraction
-    positions: np.ndarray
+    positions: Array
     size: int
 
 
@@ -64,10 +67,11 @@ def draw_pool(draws: list[NoiseDraw], sampler: ExactSampler = CSPRNG) -> bytes:
     return out.getvalue()
 
 
-def pool_noise(blob: bytes, label: str, positions: np.ndarray) -> np.ndarray:
+def pool_noise(blob: bytes, label: str, positions: Array) -> Array:
     """The stored noise of ``label`` at ``positions``; a label the plan never drew is an
     error (fail closed: no release goes out with noise drawn at release time)."""
     with np.load(io.BytesIO(blob)) as pool:
         if label not in pool.files:
             raise KeyError(f"no noise was drawn for {label!r}")
-        return pool[label][np.asarray(positions, dtype=np.int64)]
+        noise: Array = pool[label][np.asarray(positions, dtype=np.int64)]
+        return noise

@@ -19,23 +19,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 __all__ = ["expected_counts", "expected_counts_for_pairs", "indif_scores", "greedy_by_error",
            "greedy_select"]
 
+Array = np.ndarray[Any, Any]
 
-def expected_counts(one_way_j: np.ndarray, one_way_k: np.ndarray, total: float) -> np.ndarray:
+
+def expected_counts(one_way_j: Array, one_way_k: Array, total: float) -> Array:
     """K = round(C_j C_k / N) from released (noisy, public) 1-way marginals, clipped at 0."""
     cj = np.maximum(np.asarray(one_way_j, dtype=float), 0)
     ck = np.maximum(np.asarray(one_way_k, dtype=float), 0)
     n = max(float(total), 1.0)
-    return np.rint(np.outer(cj, ck) / n).astype(np.int64).ravel()
+    out: Array = np.rint(np.outer(cj, ck) / n).astype(np.int64).ravel()
+    return out
 
 
-def expected_counts_for_pairs(one_way: list[np.ndarray], pairs: list[tuple[int, int]],
-                              max_rows: int) -> dict[tuple[int, int], np.ndarray]:
+def expected_counts_for_pairs(one_way: list[Array], pairs: list[tuple[int, int]],
+                              max_rows: int) -> dict[tuple[int, int], Array]:
     total = float(np.mean([np.maximum(m, 0).sum() for m in one_way]))
     out = {}
     for a, b in pairs:
@@ -46,8 +50,8 @@ def expected_counts_for_pairs(one_way: list[np.ndarray], pairs: list[tuple[int, 
     return out
 
 
-def indif_scores(pair_counts: dict[tuple[int, int], np.ndarray],
-                 expected: dict[tuple[int, int], np.ndarray]) -> dict[tuple[int, int], int]:
+def indif_scores(pair_counts: dict[tuple[int, int], Array],
+                 expected: dict[tuple[int, int], Array]) -> dict[tuple[int, int], int]:
     return {p: int(np.abs(np.asarray(pair_counts[p]).ravel() - expected[p]).sum())
             for p in expected}
 
@@ -75,7 +79,7 @@ def greedy_select(scores: dict[tuple[int, int], float], cells: dict[tuple[int, i
     """PrivSyn's rule with the pairs sharing ``rho_marginals`` evenly (module docstring)."""
     scale = math.sqrt(2 / math.pi)
 
-    def total_error(selected: list) -> float:
+    def total_error(selected: list[tuple[int, int]]) -> float:
         sigma = math.sqrt(len(selected) / (2 * float(rho_marginals)))
         return (sum(v for p, v in scores.items() if p not in selected)
                 + scale * sigma * sum(cells[p] for p in selected))

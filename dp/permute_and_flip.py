@@ -22,6 +22,7 @@ benchmark's selection-based methods.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from itertools import permutations
 
@@ -31,7 +32,8 @@ from dp.shuffle import uniform_order
 __all__ = ["permute_and_flip", "pf_probabilities", "pf_probabilities_exact"]
 
 
-def exact_inputs(scores, epsilon, sensitivity) -> tuple[list[Fraction], Fraction, Fraction]:
+def exact_inputs(scores: Iterable[Fraction | float], epsilon: Fraction | int | str,
+                 sensitivity: Fraction | int | str) -> tuple[list[Fraction], Fraction, Fraction]:
     """(exact scores, their maximum, eps / (2 Delta)), refusing floats and empty or
     non-positive inputs: the exponential-mechanism family's shared argument checks."""
     if isinstance(epsilon, float) or isinstance(sensitivity, float):
@@ -45,8 +47,8 @@ def exact_inputs(scores, epsilon, sensitivity) -> tuple[list[Fraction], Fraction
     return exact, max(exact), eps / (2 * delta)
 
 
-def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fraction | int | str,
-                     sampler: ExactSampler = CSPRNG) -> int:
+def permute_and_flip(scores: Iterable[Fraction | float], epsilon: Fraction | int | str,
+                     sensitivity: Fraction | int | str, sampler: ExactSampler = CSPRNG) -> int:
     """Index of the selected candidate."""
     exact, best, scale = exact_inputs(scores, epsilon, sensitivity)
     for r in uniform_order(len(exact), sampler.randbelow):
@@ -55,7 +57,7 @@ def permute_and_flip(scores, epsilon: Fraction | int | str, sensitivity: Fractio
     raise AssertionError("unreachable: the best candidate always accepts")
 
 
-def pf_probabilities(scores, epsilon: float, sensitivity: float) -> list[float]:
+def pf_probabilities(scores: Sequence[float], epsilon: float, sensitivity: float) -> list[float]:
     """PF's exact output distribution by enumerating every order (small candidate sets)."""
     import math
 

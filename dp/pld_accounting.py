@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -186,7 +187,7 @@ def grid_for(epsilon: float) -> float:
     return max(GRID, float(epsilon) * 5e-5)
 
 
-def epsilon_of(mechanisms, delta: float, grid: float = GRID) -> float:
+def epsilon_of(mechanisms: Iterable[Mechanism], delta: float, grid: float = GRID) -> float:
     """The session's eps at ``delta`` (pessimistic: an upper bound on the exact eps)."""
     if not 0 < delta < 1:
         raise ValueError("delta must lie in (0, 1)")
@@ -196,17 +197,18 @@ def epsilon_of(mechanisms, delta: float, grid: float = GRID) -> float:
 # The ledger and the status table ask for the same records again; a record is a tuple of
 # frozen mechanisms, so its accounted eps is kept once computed.
 @functools.lru_cache(maxsize=1024)
-def _epsilon_of(mechanisms: tuple, delta: float, grid: float) -> float:
+def _epsilon_of(mechanisms: tuple[Mechanism, ...], delta: float, grid: float) -> float:
     return float(session_pld(mechanisms, grid).get_epsilon_for_delta(delta))
 
 
-def delta_of(mechanisms, epsilon: float, grid: float = GRID) -> float:
+def delta_of(mechanisms: list[Mechanism] | tuple[Mechanism, ...], epsilon: float,
+             grid: float = GRID) -> float:
     """The session's delta at ``epsilon`` (pessimistic: an upper bound on the exact delta)."""
     return float(session_pld(mechanisms, grid).get_delta_for_epsilon(epsilon))
 
 
-def calibrate(epsilon_at, epsilon: float, start: Fraction, *, low: float = 0.985,
-              steps: int = 8) -> tuple[Fraction, float]:
+def calibrate(epsilon_at: Callable[[Fraction], float], epsilon: float, start: Fraction, *,
+              low: float = 0.985, steps: int = 8) -> tuple[Fraction, float]:
     """The largest scale s found (within ``steps`` trials) with ``epsilon_at(s) <= epsilon``,
     and its eps, aiming at ``[low, 1] x epsilon``.
 

@@ -55,7 +55,7 @@ def greedy_select_allocated(scores: dict[tuple[int, int], float],
     weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
     scale = math.sqrt(2 / math.pi)
 
-    def total_error(selected: list) -> float:
+    def total_error(selected: list[tuple[int, int]]) -> float:
         total = sum(weight[p] for p in selected)
         noise = sum(scale * cells[p] * math.sqrt(total / (2 * float(rho) * weight[p]))
                     for p in selected)
