@@ -76,7 +76,8 @@ def summarise(rows: list[dict], table: str) -> list[dict]:
             out.append({"table": table, "method": method, "eps": eps,
                         "mean": statistics.fmean(two),
                         "sd": statistics.stdev(two) if len(two) > 1 else 0.0,
-                        "one_way_mean": statistics.fmean(one), "repeats": len(cell)})
+                        "one_way_mean": statistics.fmean(one), "repeats": len(cell),
+                        "seconds_mean": statistics.fmean(float(r["seconds"]) for r in cell)})
     for entry in out:
         central = [e["mean"] for e in out if e["eps"] == entry["eps"]
                    and e["method"].startswith("central-")]
