@@ -390,6 +390,156 @@ def render_joint_scores(files: list[tuple[Path, dict]]) -> list[str]:
         out.append("")
     return out
 
+def is_scale(d: dict) -> bool:
+    return "bench_scale.py" in str(d.get("command", "")) and "points" in d
+
+
+def minutes(seconds) -> str:
+    return "-" if seconds is None else fixed(seconds / 60)
+
+
+def render_scale(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## A session's cost by columns and rows", ""]
+    for path, d in files:
+        m = d.get("machine", {})
+        cores = [str(n) for n in d["cores"]]
+        out += [f"File: {link(path)}. The servers' default plan (noise auto) for C real "
+                f"columns ({', '.join(d['columns_source'])}, in that order) and N rows, "
+                f"{d['clients']} clients, eps {d['epsilon']}, delta {d['delta']}: what the "
+                "plan alone gives, concrete's compile figures, and a projection to many cores "
+                "from a sample measured on this machine (CPU seconds). The projection is a "
+                f"model, not a measurement: {d['model']}. `model` puts every step on the "
+                "cores; `today` keeps on one core the steps the code does not yet run on an "
+                "executor. Rows the shipped parameter set refuses are planned at a what-if "
+                "count width (`what-if-k<k>`, not shipped).", "",
+                *provenance(command=d.get("command"), commit=d.get("commit"),
+                            started=f"{d.get('date')} on {m.get('cpus')} CPUs, load "
+                                    f"{m.get('load_average_at_start')}"), ""]
+        if d.get("plot"):
+            out += [f"![projected session time by columns]({'../' + d['plot']})", ""]
+        budget = f"{fixed(d['budget_min'], 0)} min on {d['budget_cores']} cores"
+        rows = []
+        for case, fits in sorted(d["largest_within_budget"].items()):
+            online = d["largest_within_budget_online"][case]
+            for n, c in sorted(fits.items(), key=lambda kv: int(kv[0])):
+                rows.append([case, num(int(n)), "-" if c is None else str(c),
+                             "-" if online.get(n) is None else str(online[n])])
+        out += [f"Most columns (the grid's and the search's below) whose default session "
+                f"fits {budget}; `calibrated`: the model at Adult's measured bootstrap rate "
+                "(below):", ""]
+        out += table(["case", "rows", "whole session (keys, coins, uploads, online)",
+                      "upload to release"], rows)
+        for selection in ("noisy-greedy", "none"):
+            points = [p for p in d["points"] if p["selection"] == selection]
+            if not points:
+                continue
+            out += ["", f"Selection {selection}, minutes (model; `today` at "
+                    f"{d['budget_cores']} cores in the last column). Bits a count: each "
+                    "release's encrypted bits per count; a two-server release still runs "
+                    "through the session's joint circuit, at its width (in brackets). CS "
+                    "memory: the module's keys uncompressed plus one P1 chunk, an estimate:",
+                    ""]
+            body = []
+            for p in sorted(points, key=lambda p: (p["rows"], p["columns"])):
+                if not p["accepted"]:
+                    body.append([str(p["columns"]), num(p["rows"]), p["parameter_set"],
+                                 "refused", *["-"] * (6 + len(cores))])
+                    continue
+                sel = p.get("selection_figures") or {}
+                boots = (sel.get("bootstraps") or {}).get("total", 0)
+                shapes = " / ".join(str(r["bits_per_count"]) if r["noise"] == "joint"
+                                    else f"two-server ({r['circuit_bits_per_count']})"
+                                    for r in p["releases"])
+                keys = p["bytes"].get("evaluation_keys_compressed_estimate")
+                proj = p["projection"]
+                body.append([str(p["columns"]), num(p["rows"]), p["parameter_set"],
+                             num(p["pairs"]), num(p["two_way_cells"]), shapes, num(boots),
+                             fixed(p["upload_bytes_per_client"] / 1e3, 0),
+                             "-" if keys is None else fixed(keys / 1e6, 0),
+                             fixed(p["memory"]["cs_worker_bytes"] / 1e9, 1),
+                             *[minutes(proj[n]["model"]["session_s"]) for n in cores],
+                             minutes(proj[str(d["budget_cores"])]["today"]["session_s"])])
+            out += table(["columns", "rows", "parameter set", "pairs", "2-way cells",
+                          "bits a count (1-way / 2-way)", "bootstraps",
+                          "upload KB a client", "eval keys MB", "CS memory GB",
+                          *[f"{n} cores" for n in cores], "today"], body)
+        search = d.get("search_points") or []
+        if search:
+            n = str(d["budget_cores"])
+            out += ["", f"Searched past the grid (to {d['search_resolution_columns']} columns; "
+                    "columns past the 82 shipped ones are resampled from them), minutes on "
+                    f"{n} cores:", ""]
+            out += table(["columns", "rows", "parameter set", "pairs", "bootstraps", "model",
+                          "calibrated", "today"],
+                         [[str(p["columns"]), num(p["rows"]), p["parameter_set"],
+                           num(p.get("pairs")),
+                           num(((p.get("selection_figures") or {}).get("bootstraps") or {})
+                               .get("total")),
+                           *[minutes(p["projection"][n][case]["session_s"])
+                             if p.get("projection") else "refused"
+                             for case in ("model", "calibrated", "today")]]
+                          for p in search])
+        calibration = d.get("calibration")
+        if calibration:
+            out += ["", "`calibrated`: every bootstrap at the rate Adult's served session "
+                    f"measured ({fixed(calibration['adult_measured_s_per_bootstrap'] * 1e3)} "
+                    "ms a bootstrap a core, wall seconds x 2 cores: an upper bound on a shared "
+                    "machine) instead of the sample's CPU seconds scaled to Adult's module "
+                    f"({fixed(calibration['adult_model_s_per_bootstrap'] * 1e3)} ms): "
+                    f"x{calibration['factor']:.2f}."]
+        sample = d["sample"]
+        mod = sample["module"]
+        origin = d.get("sample_from")
+        if origin:
+            out += ["", f"The sample was measured by an earlier run: `{origin.get('command')}` "
+                    f"(commit `{origin.get('commit')}`, {origin.get('date')})."]
+        out += ["", "Measured sample (CPU seconds, least of the repeats; every run decrypted "
+                "and checked):", ""]
+        rows = [[f"P1 k = {p['count_bits']}, {p['cells']} cells x {p['columns']} bits",
+                 num(p["plain_cs_s"], 3), num(p["joint_cs_s"], 3), num(p["ks_coins_s"], 3),
+                 num(p["ks_encrypt_client_chunk_s"], 3), fixed(p["peak_rss_mb"], 0)]
+                for p in sample["p1"]]
+        out += table(["chunk", "plain P1 s", "joint P1 s", "KS coins s",
+                      "KS encrypts a client's chunk s", "peak RSS MB"], rows)
+        out += ["", f"Score module at k = {mod['shape']['count_bits']} (chunks "
+                f"{mod['shape']['chunk_sizes']}, joint score {mod['shape']['joint']}): "
+                f"keygen {fixed(mod['keygen_s'])} s, evaluation keys "
+                f"{fixed(mod['evaluation_key_bytes'] / 1e6, 0)} MB, a P2 chunk of 8 cells "
+                f"{num(mod['p2_chunk_8_s'], 3)} s ({fixed(mod['s_per_bootstrap_p2'] * 1e3)} ms "
+                f"a bootstrap), an add {num(mod['add_s'], 3)} s, a score call "
+                f"{num(mod['score_call_s'], 3)} s; peak {fixed(mod['peak_rss_mb'], 0)} MB.", ""]
+        check = d.get("adult_check")
+        if check:
+            measured = check["measured"]
+            rows = []
+            for entry in check["model"]:
+                session = f"adult-{entry['selection']}"
+                release = measured.get(session, {}).get("two_way")
+                model = entry["model_1_core_s"]
+                if release:
+                    rows.append([session, "2-way release, compute server",
+                                 fixed(release["cs_online_s"], 0),
+                                 fixed(model["2-way release"], 0),
+                                 f"{release['chunks_touched']} chunks run vs "
+                                 f"{entry['model_two_way_chunks']} (the model's worst "
+                                 "case: every pair)"])
+                    rows.append([session, "key server coins",
+                                 fixed(release["offline_ks_bits_s"], 0),
+                                 fixed(model["key server coins"], 0), ""])
+                if entry.get("model_s_per_bootstrap"):
+                    p2 = measured["p2_em_session"]
+                    rows.append([session, "P2, seconds a bootstrap a core",
+                                 num(p2["s_per_bootstrap_core"], 3),
+                                 num(entry["model_s_per_bootstrap"], 3),
+                                 f"{num(p2['p2_bootstraps'])} bootstraps"])
+            out += ["Adult (15 columns, 32,561 rows) measured through the servers (kept "
+                    "files, wall seconds on the shared 2-core machine, commit "
+                    f"`{measured.get('joint_noise_commit')}` for the releases) beside the "
+                    "model at one core:", ""]
+            out += table(["session", "step", "measured s", "model s", "note"], rows)
+        out.append("")
+    return out
+
 
 def is_plan_acceptance(d: dict) -> bool:
     return "points" in d and all("selection" in p and "accepted" in p for p in d["points"])
@@ -432,6 +582,7 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_joint_scores, render_joint_scores),
     (is_flaim, render_flaim),
     (is_client_stream, render_client_stream),
+    (is_scale, render_scale),
     (is_plan_acceptance, render_plan_acceptance),
 ]
 
