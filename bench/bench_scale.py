@@ -279,7 +279,7 @@ def plan_figures(plan: SessionPlan, clients: int = CLIENTS) -> dict:
         "score_bits": selection.score_bits, "chunk_sizes": list(plan.used_chunk_sizes()),
         "p2_chunks": len(sizes),
         "p2_chunks_by_size": {str(s): sizes.count(s) for s in sorted(set(sizes))},
-        "p2_chunks_per_pair": [len(per_pair[i]) for i in sorted(per_pair)],
+        "p2_pairs_by_chunks": pairs_by_chunks([len(pair) for pair in per_pair.values()]),
         "p2_adds": sum(len(p) - 1 for p in per_pair.values()),
         "p2_digit_ciphertexts": sum(-(-selection.indif_bits // 2) * s for s in sizes),
         "bootstraps": {"p2": phases["p2"], "scores": phases["noise"], "p3": phases["p3"],
@@ -295,6 +295,12 @@ def plan_figures(plan: SessionPlan, clients: int = CLIENTS) -> dict:
 
 
 # ----------------------------------------------------------------------------- compiler
+
+def pairs_by_chunks(chunks_per_pair: list[int]) -> dict[str, int]:
+    """How many pairs are cut into each number of P2 chunks (what P2's add levels depend
+    on)."""
+    return {str(n): chunks_per_pair.count(n) for n in sorted(set(chunks_per_pair))}
+
 
 def p1_key(plan: SessionPlan) -> str:
     shapes = sorted((s.uniforms, s.bits) for s in plan.joint_shapes())
@@ -683,7 +689,9 @@ def session_steps(figures: dict, circuits: dict | None, units: Units) -> list[St
                           [chunk_bootstraps(size, selection["indif_bits"]) * s
                            for size in sizes],
                           levels=[(n, add_s) for n in add_levels(
-                              selection["p2_chunks_per_pair"])] if figures["pairs"] else [],
+                              [int(chunks) for chunks, pairs in
+                               selection["p2_pairs_by_chunks"].items() for _ in range(pairs)])]
+                          if figures["pairs"] else [],
                           executor_today=True))
         call = selection["score_bootstraps_per_call"] * s * units.score_factor
         steps.append(Step("score noise", "online", "cs", [call] * figures["pairs"]))
@@ -1086,13 +1094,36 @@ def main(argv: list[str] | None = None) -> None:
     print_summary(document)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=1) + "\n")
+        args.out.write_text(dump(document))
         print(f"written {args.out}")
     if args.plot:
         shown = tuple(r for r in (10_000, 100_000, 1_000_000) if r in args.rows) or (
             args.rows[0],)
         plot(points + search, args.plot, shown)
         print(f"written {args.plot}")
+
+
+def rounded(value, digits: int = 6):
+    """``value`` with every float to ``digits`` significant digits (the file stays small)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
+def dump(document: dict) -> str:
+    """The document as JSON, indented, with each point on one line."""
+    document = rounded(document)
+    lists = ("points", "search_points")
+    head = json.dumps({k: v for k, v in document.items() if k not in lists}, indent=1)
+    text = head[:-2]
+    for key in lists:
+        items = ",\n  ".join(json.dumps(p, separators=(",", ":")) for p in document[key])
+        text += f',\n "{key}": [\n  {items}\n ]'
+    return text + "\n}\n"
 
 
 def print_summary(document: dict) -> None:
