@@ -20,9 +20,10 @@ SCHEMA = Schema.from_dict({"name": "plan", "columns": [
 
 
 def build(eps=1.0, noise="auto", selection="none", rounds=None, parameter_set="test-small",
-          max_rows=1000):
+          max_rows=1000, calibrated=True):
     return SessionPlan.build(SCHEMA, None, eps, 1e-6, None, parameter_set, max_rows,
-                             selection=selection, rounds=rounds, noise=noise)
+                             selection=selection, rounds=rounds, noise=noise,
+                             calibrated=calibrated)
 
 
 def test_auto_at_eps_1_gives_every_release_one_joint_noise_of_lower_variance():
@@ -74,7 +75,8 @@ def mixed_plan(eps=1.0, noise="auto", calibrated=False):
 
 
 def test_noisy_greedys_two_way_is_split_with_an_envelope_and_the_worst_case_reserve():
-    plan = build(eps=1.0, selection="noisy-greedy", max_rows=2000)
+    # The Renyi rule's reserve (uncalibrated); the Gaussian bound has none of its own.
+    plan = build(eps=1.0, selection="noisy-greedy", max_rows=2000, calibrated=False)
     two = plan.release("two_way")
     assert two.allocation == "privsyn" and two.noise_kind == "joint" and not two.marginal_keys
     assert plan.release("one_way").joint is not None

@@ -126,7 +126,11 @@ def test_the_plan_gives_the_scores_a_matching_joint_shape_and_publishes_it():
 
 
 def test_the_end_to_end_check_counts_the_score_noise():
-    plan = _plan("auto")
+    from tests.test_servers import SCHEMA
+
+    # The Renyi check of an uncalibrated plan (a calibrated one is confirmed by its PLD).
+    plan = SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
+                             1000, selection="noisy-greedy", noise="auto", calibrated=False)
     plan.check_joint()
     # A score noise far too small for the selection's rho: the session is refused.
     small = replace(plan, selection=replace(plan.selection, score_joint=JointNoiseShape(2, 1)))
