@@ -70,6 +70,7 @@ import functools
 import json
 import math
 import platform
+import shlex
 import statistics
 import sys
 import zlib
@@ -640,13 +641,14 @@ def _paired(rows: list[dict], method: str, reference: str) -> tuple[float, float
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+CHAINS = {"ladder": [f"gap:{n}" for n, _ in LADDER],
+          "every_pair": ["gap:served"] + [f"gap:{n}" for n, _ in EVERY_PAIR]}
+
+
 def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dict]:
     """Per method: mean and sd of the 2-way L1 over repeats; its paired difference from the
     served what-if (``diff_vs_served``, with its standard error) and, on a ladder, from the
-    rung before (``step_diff``); and those differences as shares of the gap between the
-    served what-if and the ladder's end (the curator's release: ``+budget=central``, or on
-    the every-pair ladder the curator's every-pair release), positive where the factor
-    closes the gap."""
+    rung before (``step_diff``); and those differences as shares of the gap (:func:`shares`)."""
     out = []
     for method in dict.fromkeys(r["method"] for r in rows):
         two = [float(r["two_way"]) for r in rows if r["method"] == method]
@@ -659,33 +661,55 @@ def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dic
                     "selected_pairs_mean": statistics.fmean(
                         float(r["selected_pairs"]) for r in rows if r["method"] == method),
                     "repeats": len(two)})
-    by = {e["method"]: e for e in out}
-    chains = {"ladder": [f"gap:{n}" for n, _ in LADDER],
-              "every_pair": ["gap:served"] + [f"gap:{n}" for n, _ in EVERY_PAIR]}
-    gaps = {}
-    for group, chain in chains.items():
-        if chain[0] in by and chain[-1] in by:
-            paired = _paired(rows, chain[-1], chain[0])
-            gaps[group] = -paired[0] if paired else by[chain[0]]["mean"] - by[chain[-1]]["mean"]
     for e in out:
         paired = _paired(rows, e["method"], "gap:served")
         if paired is not None and e["method"] != "gap:served":
             e["diff_vs_served"], e["diff_vs_served_se"] = paired
-            if gaps.get("ladder"):
-                e["share_of_gap_alone"] = -paired[0] / gaps["ladder"]
-        for group, chain in chains.items():
-            if e["method"] in chain[1:] and e["group"] == group and gaps.get(group):
-                step = _paired(rows, e["method"], chain[chain.index(e["method"]) - 1])
-                if step is not None:
-                    e["step_diff"], e["step_diff_se"] = step
-                    e["share_of_gap_step"] = -step[0] / gaps[group]
+        chain = CHAINS.get(e["group"], [])
+        if e["method"] in chain[1:]:
+            step = _paired(rows, e["method"], chain[chain.index(e["method"]) - 1])
+            if step is not None:
+                e["step_diff"], e["step_diff_se"] = step
     anchors = _paired(rows, "feddpsyn-default", "central-privsyn-pgm")
     out.append({"table": table, "eps": eps, "method": "gaps",
-                "served_whatif_minus_central_whatif": gaps.get("ladder"),
-                "served_whatif_minus_every_pair_whatif": gaps.get("every_pair"),
                 "default_minus_central_privsyn_pgm": None if anchors is None else anchors[0],
                 "default_minus_central_privsyn_pgm_se": None if anchors is None else anchors[1]})
-    return out
+    return shares(out)
+
+
+def shares(entries: list[dict]) -> list[dict]:
+    """Each what-if's difference as a share of the gap it is measured against, positive where
+    the factor closes it: the gap between the served what-if and a ladder's end (the
+    curator's release, ``+budget=central``; on the every-pair ladder the curator's
+    every-pair release), paired by repeat. ``share_of_gap_alone``: the difference from the
+    served what-if over the PrivSyn ladder's gap; ``share_of_gap_step``: a ladder rung's step
+    over its ladder's gap. A gap within two standard errors of zero is not resolved: no
+    shares are given against it (one case's entries, one run)."""
+    by = {e["method"]: e for e in entries}
+    gaps: dict = {}
+    for group, chain in CHAINS.items():
+        end = by.get(chain[-1], {})
+        if "diff_vs_served" in end:
+            gap, se = -end["diff_vs_served"], end["diff_vs_served_se"]
+            gaps[group] = (gap, se, gap > 2 * se)
+    for e in entries:
+        e.pop("share_of_gap_alone", None)
+        e.pop("share_of_gap_step", None)
+        if not e["method"].startswith("gap:"):
+            continue
+        ladder = gaps.get("ladder")
+        if "diff_vs_served" in e and e["group"] != "every_pair" and ladder and ladder[2]:
+            e["share_of_gap_alone"] = -e["diff_vs_served"] / ladder[0]
+        chain = gaps.get(e["group"])
+        if "step_diff" in e and chain and chain[2]:
+            e["share_of_gap_step"] = -e["step_diff"] / chain[0]
+    for e in entries:
+        if e["method"] == "gaps":
+            for group, key in (("ladder", "served_whatif_minus_central_whatif"),
+                               ("every_pair", "served_whatif_minus_every_pair_whatif")):
+                gap, se, resolved = gaps.get(group, (None, None, False))
+                e[key], e[key + "_se"], e[key + "_resolved"] = gap, se, resolved
+    return entries
 
 
 def main() -> None:
@@ -740,7 +764,7 @@ def main() -> None:
                     "owners; mean and sd over repeats; position_in_gap 0 = the default's "
                     "what-if, 1 = the curator's",
             "command": "OMP_NUM_THREADS=1 nice -n 19 python bench/bench_gap_sources.py "
-                       + " ".join(sys.argv[1:]),
+                       + shlex.join(sys.argv[1:]),
             "commit": _commit(), "machine": platform.node(),
             "date": datetime.date.today().isoformat(), "delta": args.delta,
             "plans": plans, "results": entries}, indent=1) + "\n")
@@ -754,12 +778,18 @@ def report(doc: dict) -> str:
     cases = dict.fromkeys((r["table"], r["eps"]) for r in doc["results"])
     for table, eps in cases:
         rows = [r for r in doc["results"] if (r["table"], r["eps"]) == (table, eps)]
-        gaps = next(r for r in rows if r["method"] == "gaps")
+        gaps = next(r for r in rows if r["method"] == "gaps")  # the case's first run
+        def num(key: str, gaps: dict = gaps) -> str:
+            value, se = gaps.get(key), gaps.get(key + "_se")
+            return "-" if value is None else (f"{value:.4f}" if se is None
+                                              else f"{value:.4f} (se {se:.4f})")
+
         lines += [f"### {table}, eps {eps:g}", "",
-                  f"gap (served what-if - central what-if): "
-                  f"{gaps['served_whatif_minus_central_whatif'] or float('nan'):.4f}; "
-                  f"feddpsyn-default - central-privsyn-pgm: "
-                  f"{gaps['default_minus_central_privsyn_pgm'] or float('nan'):.4f}", "",
+                  f"gaps: served what-if - central what-if "
+                  f"{num('served_whatif_minus_central_whatif')}; served what-if - every-pair "
+                  f"what-if {num('served_whatif_minus_every_pair_whatif')}; "
+                  f"feddpsyn-default - central-privsyn-pgm "
+                  f"{num('default_minus_central_privsyn_pgm')}", "",
                   "| group | rung | 2-way L1 mean (sd) | pairs | diff (se) | share of gap |",
                   "|---|---|---|---|---|---|"]
         for r in rows:
@@ -769,8 +799,9 @@ def report(doc: dict) -> str:
             diff = r.get("step_diff" if step else "diff_vs_served")
             se = r.get("step_diff_se" if step else "diff_vs_served_se")
             share = r.get("share_of_gap_step" if step else "share_of_gap_alone")
+            run = f" (run {r['run']})" if "run" in r else ""
             lines.append(
-                f"| {r['group']} | {r['method'].removeprefix('gap:')} | {r['mean']:.4f} "
+                f"| {r['group']}{run} | {r['method'].removeprefix('gap:')} | {r['mean']:.4f} "
                 f"({r['sd']:.4f}) | {r['selected_pairs_mean']:.1f} | "
                 + ("" if diff is None else f"{diff:+.4f} ({se:.4f}){' step' if step else ''}")
                 + " | " + ("" if share is None else f"{share:+.0%}") + " |")
@@ -785,12 +816,23 @@ def merge(parts: list[Path], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "what": docs[0]["what"],
-        "command": " && ".join(d["command"] for d in docs),
+        "command": " && ".join([d["command"] for d in docs]
+                               + ["python bench/bench_gap_sources.py " + shlex.join(sys.argv[1:])]),
         "runs": [{k: d[k] for k in ("command", "commit", "machine", "date")} for d in docs],
         "commit": docs[0]["commit"], "machine": docs[0]["machine"], "date": docs[0]["date"],
         "delta": docs[0]["delta"],
         "plans": [p for d in docs for p in d["plans"]],
-        "results": [r for d in docs for r in d["results"]]}, indent=1) + "\n")
+        "results": [r for i, d in enumerate(docs) for r in _rerun_shares(d["results"], i)]},
+        indent=1) + "\n")
+
+
+def _rerun_shares(results: list[dict], run: int) -> list[dict]:
+    """One part's results, marked with its run, their shares recomputed by :func:`shares`
+    (per case)."""
+    out = []
+    for case in dict.fromkeys((r["table"], r["eps"]) for r in results):
+        out += shares([{**r, "run": run} for r in results if (r["table"], r["eps"]) == case])
+    return out
 
 
 def _train_rows(csv: Path, schema: Schema) -> int:
