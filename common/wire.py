@@ -68,8 +68,9 @@ class BudgetSpec(StrictModel):
     split: dict[str, float] | None = Field(
         default=None,
         description="fraction of the session's rho for 'one_way', 'selection' (with a private "
-                    "selection) and 'two_way' (must sum to <= 1); default: PrivSyn's "
-                    "0.1 / 0.1 / 0.8, or 0.2 / 0.8 without selection")
+                    "selection) and 'two_way' (must sum to <= 1); default: 0.3 / 0.1 / "
+                    "0.6 with noisy-greedy, 0.1 / 0.1 / 0.8 with em, and without selection "
+                    "PrivSyn's c^(2/3) rule over the two releases")
 
     @field_validator("split")
     @classmethod

@@ -9,9 +9,11 @@ Our releases give every marginal of one release the same noise (one shape, sensi
 M marginals), so the rule applies to the releases as groups: release g with M_g marginals of
 C_g cells in all has error C_g sqrt(M_g / (2 rho_g)), and the same Lagrangian gives rho_g
 proportional to (C_g sqrt(M_g))^(2/3) (with one marginal per group, PrivSyn's own rule).
-Every selection but ``none`` keeps PrivSyn's fixed shares: em's and noisy-greedy's
-selections read the noisy 1-ways (the expected counts of InDif, the row bound), so their
-1-ways keep a fixed tenth.
+Every selection but ``none`` keeps fixed shares (``DEFAULT_SPLITS``): em's and
+noisy-greedy's selections read the noisy 1-ways (the expected counts of InDif, the row
+bound), so the 1-ways are released before the pairs are known. em keeps PrivSyn's tenth;
+noisy-greedy gives them 30% (measured against the curator's c^(2/3) share on small tables:
+``bench/results/gap_sources.md``).
 
 >>> split = default_split("none", [10, 10], [100])
 >>> round(split["one_way"], 3), round(split["two_way"], 3)

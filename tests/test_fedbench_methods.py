@@ -228,6 +228,11 @@ def test_a_one_pair_joint_release_whose_edge_outweighs_delta_keeps_two_gaussians
     records = np.stack([rng.integers(0, n, 320) for n in (3, 10, 2, 8)], axis=1)
     owner = np.arange(320) % 2
     monkeypatch.setattr(sim, "simulate_selection", lambda *a, **k: [(1, 2)])
+    # The case needs the 2-way release's budget at PrivSyn's 80% of rho: a one-pair group
+    # whose matching shape's edge is too heavy at that budget.
+    from params.modes import SelectionMode
+    monkeypatch.setitem(sim.DEFAULT_SPLITS, SelectionMode.NOISY_GREEDY,
+                        {"one_way": 0.1, "selection": 0.1, "two_way": 0.8})
     result = sim.feddpsyn_noisy_greedy_joint(records, owner, schema, 1.0, 1e-5, seed=0)
     assert result.notes["selected_pairs"] == [(1, 2)]
     [why] = result.notes["two_server_fallbacks"]
