@@ -100,7 +100,7 @@ from fedbench.methods.central_privsyn import (  # noqa: E402
 from fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
 from fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
 from fedbench.runner import Setting, run_utility  # noqa: E402
-from params.modes import NoiseMode  # noqa: E402
+from params.modes import NoiseMode, SelectionMode  # noqa: E402
 from params.noise_rules import (  # noqa: E402
     GAUSSIAN_BOUND_SHARE,
     JOINT_MAX_BITS_PER_CALL,
@@ -109,6 +109,7 @@ from params.noise_rules import (  # noqa: E402
     dominated_shape,
 )
 from params.operator_bound import stated_max_rows  # noqa: E402
+from params.plan_request import PlanRequest  # noqa: E402
 from params.run_time import _dominated_group_shape  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
@@ -225,7 +226,7 @@ def _split_arg(cfg: WhatIf) -> dict | None:
     if not cfg.split.startswith("one_way="):
         return None
     one = float(cfg.split.split("=")[1])
-    if cfg.selection == "none":
+    if cfg.selection == SelectionMode.NONE:
         return {"one_way": one, "two_way": round(1 - one, 12)}
     return {"one_way": one, "selection": float(SCORE_SHARE), "two_way": round(0.9 - one, 12)}
 
@@ -248,7 +249,7 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
                 cfg: WhatIf) -> SessionPlan:
     selection = cfg.selection
     if cfg.max_rows == "stated":
-        max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, None, "auto")
+        max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, None, NoiseMode.AUTO)
     else:
         max_rows = rows
     split = _split_arg(cfg)
@@ -256,8 +257,8 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
         split = None  # the served plan; the publication is re-shared at run time
 
     def build(at_delta: float) -> SessionPlan:
-        return SessionPlan.build(schema, None, epsilon, at_delta, split, "default", max_rows,
-                                 selection=selection, noise="auto")
+        return SessionPlan.build(PlanRequest(schema, epsilon, at_delta, max_rows, split=split,
+                                             selection=selection, noise=NoiseMode.AUTO))
 
     if cfg.budget == "served" and split is None and cfg.max_rows == "stated" \
             and cfg.reserves == "served":
@@ -266,21 +267,23 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
         plan = build(delta)
     if cfg.reserves == "none" and cfg.budget == "served":
         for _ in range(2):  # two fixed-point steps: the reserves scale with delta
-            eta = GAUSSIAN_BOUND_SHARE if selection == "noisy-greedy" else 0.0
+            eta = GAUSSIAN_BOUND_SHARE if selection == SelectionMode.NOISY_GREEDY else 0.0
             usable = plan.delta_conversion * (1 - eta)
             plan = build(plan.delta * delta / usable)
     if cfg.budget in ("central", "gaussian-pld"):
         if cfg.budget == "central":
             rho = budget_rho(epsilon, delta)
-        elif selection == "none":
+        elif selection == SelectionMode.NONE:
             # The curator's every-pair plan: two-server Gaussians accounted by their PLD,
             # one of them added (``central_privsyn_all``).
-            rho = SessionPlan.build(schema, None, epsilon, delta, split, "default",
-                                    max(rows, 1), noise="two-server").rho_total
+            rho = SessionPlan.build(PlanRequest(schema, epsilon, delta, max(rows, 1),
+                                                split=split,
+                                                noise=NoiseMode.TWO_SERVER)).rho_total
         else:
             rho = gaussian_pld_rho(epsilon, delta)
-        plan = SessionPlan._settled(schema, None, epsilon, delta, split or None, "default",
-                                    max_rows, selection, None, None, NoiseMode.AUTO,
+        plan = SessionPlan._settled(PlanRequest(schema, epsilon, delta, max_rows,
+                                                split=split or None, selection=selection,
+                                                noise=NoiseMode.AUTO),
                                     split_two_way=True, rho_total=rho, exact=True)
     return plan
 
@@ -520,7 +523,7 @@ def whatif_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
     noisy: list[NoisyMarginal] = []
     draws = Draws(seed)
 
-    if cfg.selection == "none":
+    if cfg.selection == SelectionMode.NONE:
         for spec in plan.releases:
             for slot in plan.slots_of(spec):
                 noise, var = _spec_noise(spec, slot.size, gauss_one if spec.name == "one_way"

@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 from bench.baseline import module_at  # noqa: E402
 from crypto import tfhe_permute_and_flip as current  # noqa: E402
 from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
+from params.modes import SelectionMode  # noqa: E402
+from params.plan_request import PlanRequest  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
 
@@ -55,8 +57,8 @@ def main() -> None:
     args = parser.parse_args()
 
     schema = Schema.from_dict(json.loads(Path(args.schema).read_text()))
-    plan = SessionPlan.build(schema, None, args.epsilon, 1e-5, None, "default", args.max_rows,
-                             selection="em", rounds=args.rounds)
+    plan = SessionPlan.build(PlanRequest(schema, args.epsilon, 1e-5, args.max_rows,
+                                         selection=SelectionMode.EM, rounds=args.rounds))
     base = plan.selection.shape
     old = baseline_module(args.baseline_rev)
     s = args.candidates

@@ -75,6 +75,7 @@ from fedbench.methods.feddpsyn_served import served_plan, served_selection  # no
 from keyserver.coins import release_chunks  # noqa: E402
 from params.modes import NoiseMode  # noqa: E402
 from params.operator_bound import stated_max_rows  # noqa: E402
+from params.plan_request import PlanRequest  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.release_spec import ReleaseSpec  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
@@ -100,8 +101,8 @@ def plan_for(schema: Schema, rows: int, selection: str, rounds: int | None,
     if noise == NoiseMode.AUTO:
         return served_plan(schema, rows, EPSILON, DELTA, selection, rounds)
     max_rows = stated_max_rows(schema, rows, EPSILON, DELTA, selection, rounds, noise)
-    return SessionPlan.build(schema, None, EPSILON, DELTA, None, "default", max_rows,
-                             selection=selection, rounds=rounds, noise=noise)
+    return SessionPlan.build(PlanRequest(schema, EPSILON, DELTA, max_rows, selection=selection,
+                                         rounds=rounds, noise=noise))
 
 
 def union_counts(dataset: str) -> tuple[Schema, int, np.ndarray]:
@@ -545,7 +546,7 @@ def main() -> None:
             text = (f"{row['groups']} groups, shapes {row['shapes']}, variance "
                     f"{row['variance']:.1f} (x{row['variance_ratio']:.3f} of the even "
                     f"two-server {row['even_two_server_variance']:.1f})"
-                    if row["noise"] == "joint" else f"fallback: {row['reason']}")
+                    if row["noise"] == NoiseMode.JOINT else f"fallback: {row['reason']}")
             print(f"  m {row['m']:3d}: {row['cells']:5d} cells, {row['chunks']:2d} chunks; {text}")
     lookup = lookup_variant() if args.lookup else None
     if args.out is not None:

@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from bench.baseline import module_at  # noqa: E402
 from crypto import indif  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
+from params.modes import SelectionMode  # noqa: E402
+from params.plan_request import PlanRequest  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
 
@@ -91,8 +93,8 @@ def main() -> None:
               f"{seconds['old']:.1f} s -> {seconds['new']:.1f} s over {args.repeats} runs: "
               f"x{seconds['new'] / seconds['old']:.3f}; every score exact", flush=True)
     schema = Schema.load(dataset("fed_heart_disease").schema)
-    plan = SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143, selection="em",
-                             rounds=4)
+    plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection=SelectionMode.EM,
+                                         rounds=4))
     sizes = [size for _, _, size in plan.indif_chunks()]
     if set(sizes) <= set(per_size):
         weighted = {name: sum(per_size[s][name] for s in sizes) / args.repeats

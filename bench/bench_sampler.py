@@ -77,11 +77,14 @@ def time_pool(samplers: dict) -> None:
     """One server's noise pool for Adult's noisy-greedy session, with each sampler."""
     from dp.noise_pool import draw_pool
     from feddpsyn.demo import dataset
+    from params.modes import NoiseMode, SelectionMode
+    from params.plan_request import PlanRequest
     from params.schema import Schema
     from params.session_plan import SessionPlan
 
-    plan = SessionPlan.build(Schema.load(dataset("adult").schema), None, 1.0, 1e-5, None,
-                             "default", 50_000, selection="noisy-greedy", noise="auto")
+    plan = SessionPlan.build(PlanRequest(Schema.load(dataset("adult").schema), 1.0, 1e-5,
+                                         50_000, selection=SelectionMode.NOISY_GREEDY,
+                                         noise=NoiseMode.AUTO))
     draws = plan.noise_draws()
     values = sum(len(d.positions) for d in draws)
     seconds = {}

@@ -91,7 +91,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_scaleout import add_levels  # noqa: E402
 from crypto.indif import chunk_bootstraps  # noqa: E402
+from params.modes import NoiseMode  # noqa: E402
 from params.parameter_sets import PARAMETER_SETS, ParameterSet  # noqa: E402
+from params.plan_request import PlanRequest  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
 
@@ -178,10 +180,11 @@ def served_plan(schema: Schema, rows: int, selection: str,
     """``feddpsyn_served.served_plan`` at a named parameter set."""
     from params.operator_bound import stated_max_rows
 
-    max_rows = stated_max_rows(schema, rows, EPSILON, DELTA, selection, None, "auto",
+    max_rows = stated_max_rows(schema, rows, EPSILON, DELTA, selection, None, NoiseMode.AUTO,
                                parameter_set)
-    return SessionPlan.build(schema, None, EPSILON, DELTA, None, parameter_set, max_rows,
-                             selection=selection, noise="auto")
+    return SessionPlan.build(PlanRequest(schema, EPSILON, DELTA, max_rows,
+                                         parameter_set=parameter_set, selection=selection,
+                                         noise=NoiseMode.AUTO))
 
 
 @dataclass
@@ -245,13 +248,14 @@ def plan_figures(plan: SessionPlan, clients: int = CLIENTS) -> dict:
         if spec.joint is not None:
             coin_chunks += len(chunks)
         releases.append({
-            "name": spec.name, "noise": "joint" if spec.joint is not None else "two-server",
+            "name": spec.name,
+            "noise": NoiseMode.JOINT if spec.joint is not None else NoiseMode.TWO_SERVER,
             "allocation": spec.allocation,
             "shape": None if spec.joint is None else [spec.joint.uniforms, spec.joint.bits],
             "bits_per_count": bits, "circuit_bits_per_count": plan.joint_columns,
             "cells": cells, "chunks": len(chunks),
             "variance_per_count": float(spec.per_count_variance)})
-    if plan.joint_columns and any(r["noise"] == "two-server" for r in releases):
+    if plan.joint_columns and any(r["noise"] == NoiseMode.TWO_SERVER for r in releases):
         coin_chunks += 1  # one inert set serves every two-server chunk (keyserver.coins)
     out = {
         "parameter_set": params.name, "count_bits": params.count_bits, "chunk_cells": chunk,

@@ -278,11 +278,14 @@ def adult_plan():
     """Adult's session plan at the default parameter set, em with ``ADULT_ROUNDS`` rounds, a
     public bound of 50,000 rows."""
     from feddpsyn.demo import dataset
+    from params.modes import SelectionMode
+    from params.plan_request import PlanRequest
     from params.schema import Schema
     from params.session_plan import SessionPlan
 
-    return SessionPlan.build(Schema.load(dataset("adult").schema), None, 1.0, 1e-5, None,
-                             "default", 50_000, selection="em", rounds=ADULT_ROUNDS)
+    return SessionPlan.build(PlanRequest(Schema.load(dataset("adult").schema), 1.0, 1e-5,
+                                         50_000, selection=SelectionMode.EM,
+                                         rounds=ADULT_ROUNDS))
 
 
 def adult_p2() -> tuple[list[list[int]], int, int]:

@@ -12,8 +12,8 @@ The public API, by task (``docs/api.md`` has an example of each):
 * **Synthesize**: :func:`marginals_from_release` reads a release into
   :class:`NoisyMarginal` s, and :func:`synthesize` turns them into synthetic rows.
 * **Plan and audit the privacy**: :class:`SessionPlan` is the public plan both servers
-  follow; its :class:`PrivacyRecord` lists every noise as a mechanism
-  (:class:`UniformSum`, :class:`DiscreteGaussian`, :class:`PureStep`), and
+  follow, built from a :class:`PlanRequest`; its :class:`PrivacyRecord` lists every noise
+  as a mechanism (:class:`UniformSum`, :class:`DiscreteGaussian`, :class:`PureStep`), and
   :func:`epsilon_of` re-accounts it.
 
 Every name is imported on first use (PEP 562): ``import feddpsyn`` stays as cheap as the
@@ -38,7 +38,8 @@ __all__ = [
     "SessionCreate", "BudgetSpec", "SelectionRequest",
     "ClientAgent",
     "marginals_from_release", "NoisyMarginal", "synthesize",
-    "SessionPlan", "PrivacyRecord", "epsilon_of", "UniformSum", "DiscreteGaussian", "PureStep",
+    "SessionPlan", "PlanRequest", "PrivacyRecord", "epsilon_of", "UniformSum",
+    "DiscreteGaussian", "PureStep",
 ]
 
 # Each public name -> the module it lives in. All are lazy, not only the heavy ones: the
@@ -55,6 +56,7 @@ _LAZY = {
     "NoisyMarginal": "synthesis.marginals",
     "synthesize": "synthesis.synthesize",
     "SessionPlan": "params.session_plan",
+    "PlanRequest": "params.plan_request",
     "PrivacyRecord": "common.wire",
     "epsilon_of": "dp.pld_accounting",
     "UniformSum": "dp.pld_accounting",
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     from clients.schema_draft import draft_schema
     from common.wire import BudgetSpec, PrivacyRecord, SelectionRequest, SessionCreate
     from dp.pld_accounting import DiscreteGaussian, PureStep, UniformSum, epsilon_of
+    from params.plan_request import PlanRequest
     from params.schema import Schema
     from params.session_plan import SessionPlan
     from synthesis.marginals import NoisyMarginal, marginals_from_release

@@ -26,6 +26,7 @@ def params_command(schema: Optional[Path] = typer.Option(
     derived from the budget, epsilon per round with its numerical part, rho, fhe_delta."""
     from params.modes import SelectionMode
     from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS
+    from params.plan_request import PlanRequest
     from params.schema import Schema, SchemaError
     from params.session_plan import SessionPlan
 
@@ -37,9 +38,9 @@ def params_command(schema: Optional[Path] = typer.Option(
     rows = []
     for name in SELECTION_SETS:
         try:
-            plan = SessionPlan.build(s, None, epsilon, delta, None, "default", max_rows,
-                                     selection=selection, rounds=rounds, selection_set=name,
-                                     noise=noise)
+            plan = SessionPlan.build(PlanRequest(s, epsilon, delta, max_rows,
+                                                 selection=selection, rounds=rounds,
+                                                 selection_set=name, noise=noise))
         except ValueError as exc:
             fail(f"set {name}: {exc}")
         report = plan.selection.report(plan.pair_cells())

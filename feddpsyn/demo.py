@@ -32,6 +32,7 @@ from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
 from params.modes import SelectionMode
 from params.schema import Schema
 from params.operator_bound import stated_max_rows
+from params.plan_request import PlanRequest
 from params.selection_plan import DEFAULT_SPLITS
 from params.session_plan import SessionPlan
 from params.table_codec import encode_csv
@@ -263,8 +264,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
                                      selection=wire.SelectionRequest(mode=selection,
                                                                      rounds=rounds),
                                      noise=noise)
-        plan = SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
-                                 selection=selection, rounds=rounds, noise=noise)
+        plan = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
+                                             selection=selection, rounds=rounds, noise=noise))
         estimate = 0.0
         if plan.selection is not None:
             cells = plan.pair_cells()
@@ -386,13 +387,13 @@ def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, ep
     where every pair was released."""
     split = DEFAULT_SPLITS[selection]
     if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
-        plan = SessionPlan.build(schema, None, epsilon, delta,
-                                 {"one_way": split["one_way"], "two_way": 0.5}, "default",
-                                 max_rows)
+        plan = SessionPlan.build(PlanRequest(
+            schema, epsilon, delta, max_rows,
+            split={"one_way": split["one_way"], "two_way": 0.5}))
         return [m for m in central_marginals(plan, union) if len(m.attrs) == 1]
-    plan = SessionPlan.build(schema, chosen, epsilon, delta,
-                             {"one_way": split["one_way"], "two_way": split["two_way"]},
-                             "default", max_rows)
+    plan = SessionPlan.build(PlanRequest(
+        schema, epsilon, delta, max_rows, pairs=chosen,
+        split={"one_way": split["one_way"], "two_way": split["two_way"]}))
     return central_marginals(plan, union)
 
 

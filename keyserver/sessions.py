@@ -45,7 +45,9 @@ from common.credentials import store_client_tokens, stored_token_hashes
 from common.serving import Database, ServiceError
 from dp.noise_pool import pool_noise
 from keyserver.keys import SessionKeys
+from params.plan_request import PlanRequest
 from params.schema import Schema
+from params.selection_plan import EmSelection
 from params.session_plan import SessionPlan
 
 __all__ = ["SESSIONS_SQL", "SessionRegistry", "build_plan", "published_plan", "plan_facts",
@@ -93,13 +95,12 @@ def not_ready(session_id: str, preparation: wire.Preparation) -> ServiceError:
 def build_plan(request: wire.SessionCreate) -> SessionPlan:
     """The plan of a new session under today's rules (only ever at creation: module
     docstring)."""
-    return SessionPlan.build(Schema.from_dict(request.schema_), request.pairs,
-                             request.budget.epsilon, request.budget.delta, request.budget.split,
-                             request.parameter_set, request.max_rows,
-                             selection=request.selection.mode,
-                             rounds=request.selection.rounds,
-                             selection_set=request.selection.parameter_set,
-                             noise=request.noise)
+    return SessionPlan.build(PlanRequest(
+        Schema.from_dict(request.schema_), request.budget.epsilon, request.budget.delta,
+        request.max_rows, pairs=request.pairs, split=request.budget.split,
+        parameter_set=request.parameter_set, selection=request.selection.mode,
+        rounds=request.selection.rounds, selection_set=request.selection.parameter_set,
+        noise=request.noise))
 
 
 class PlanMismatch(ValueError):
@@ -121,7 +122,7 @@ def plan_facts(plan: SessionPlan) -> dict[str, object]:
     if plan.selection is not None:
         facts["indif_chunks"] = _digest([[index, cells.tolist(), size]
                                          for index, cells, size in plan.indif_chunks()])
-        batches = plan.selection.batches
+        batches = plan.selection.batches if isinstance(plan.selection, EmSelection) else None
         facts["batches"] = None if batches is None else [batches.candidates, batches.size]
     return facts
 

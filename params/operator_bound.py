@@ -11,6 +11,7 @@ the demo does.
 from __future__ import annotations
 
 from params.modes import SelectionMode
+from params.plan_request import PlanRequest
 from params.schema import Schema
 from params.selection_plan import max_rows_with_room
 from params.session_plan import SessionPlan
@@ -25,8 +26,9 @@ def stated_max_rows(schema: Schema, rows: int, epsilon: float, delta: float, sel
     max_rows = int(rows * 1.1) + 10
     if selection == SelectionMode.NONE:
         return max_rows
-    draft = SessionPlan.build(schema, None, epsilon, delta, None, parameter_set, max_rows,
-                              selection=selection, rounds=rounds, noise=noise)
+    draft = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
+                                          parameter_set=parameter_set, selection=selection,
+                                          rounds=rounds, noise=noise))
     return max(max_rows, max_rows_with_room(
         rows, [m.size for m in draft.layout.one_way],
         *draft.release("one_way").row_bound_noise(),

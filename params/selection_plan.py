@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any, ClassVar, Literal, Self, TypedDict
 
 import numpy as np
 
@@ -73,9 +74,9 @@ from params.layout import MarginalLayout
 from params.modes import NoiseMode, SelectionMode
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
-__all__ = ["SelectionPlan", "DEFAULT_SPLITS", "chunk_sizes_for",
-           "indif_chunks", "candidate_batches", "RowBound", "row_bound", "row_bound_spread",
-           "max_rows_with_room", "ROW_BOUND_SHARE"]
+__all__ = ["SelectionPlan", "EmSelection", "NoisyGreedySelection", "NoSelection",
+           "DEFAULT_SPLITS", "chunk_sizes_for", "indif_chunks", "candidate_batches", "RowBound",
+           "row_bound", "row_bound_spread", "max_rows_with_room", "ROW_BOUND_SHARE"]
 
 # The share of the requested delta the bootstraps' failure term may take before the plan
 # lowers p_error (``SelectionPlan.with_fhe_room``).
@@ -173,39 +174,33 @@ def recorded_batches(batch_size: int | None, candidates: int) -> BatchLayout | N
     return layout
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectionPlan:
-    mode: SelectionMode
-    rounds: int               # pairs chosen (em); 0 for the other modes
+    """What every mode's selection plan has: its budget, P2's widths, the bootstraps'
+    error probability and the row bound. One subclass per mode holds what only that mode
+    has (:class:`EmSelection`, :class:`NoisyGreedySelection`, :class:`NoSelection`);
+    :meth:`build` and :meth:`from_public` give the mode's own."""
+
+    mode: ClassVar[SelectionMode]
     rho: Fraction             # the selection's whole budget
     indif_bits: int           # P2's k: every |C - K| < 2^(k-1)
     score_bits: int           # digits of a pair's InDif (<= 2 max_rows)
-    step: SelectionStep | None = None
-    shape: SelectionShape | None = None
-    noise_sigma2: Fraction | None = None   # noisy-greedy: per-score variance
     p_error: float = 2.0 ** -40
     chunk_sizes: tuple[int, ...] = (16,)
     max_rows: int = 0
-    pairs: int = 0                          # candidate pairs (noisy-greedy)
-    noise_bits: int = 0                     # noisy-greedy: |noise| < 2^noise_bits
     parameters: SelectionParameterSet = field(
         default_factory=lambda: get_selection_set(DEFAULT_SELECTION_SET))
-    # em: P3 by candidate batches (:func:`candidate_batches`), or None for one call a round
-    batches: BatchLayout | None = None
-    # noisy-greedy: one joint noise per score neither server knows (``crypto.noisy_scores``'s
-    # ``joint``; the rule is ``params.noise_rules.score_shape_for``), or None: two servers'
-    # Gaussians of noise_sigma2 each.
-    score_joint: JointNoiseShape | None = None
-    # noisy-greedy with joint scores: their conditioning mass over the pairs (a delta term).
-    joint_failure: float = 0.0
 
-    @classmethod
-    def build(cls, mode: SelectionMode | str, pairs: int, max_rows: int, rho: Fraction,
+    @staticmethod
+    def build(mode: SelectionMode | str, pairs: int, max_rows: int, rho: Fraction,
               rounds: int | None,
               p_error: float | None = None,
-              parameters: SelectionParameterSet | str | None = None) -> SelectionPlan:
-        """``parameters``: a named set (``params.parameter_sets.SELECTION_SETS``; default
-        ``DEFAULT_SELECTION_SET``); ``p_error`` overrides the set's (tests only)."""
+              parameters: SelectionParameterSet | str | None = None,
+              ) -> EmSelection | NoisyGreedySelection | NoSelection:
+        """The plan of ``mode`` over ``pairs`` candidates. ``rounds``: em's selected pairs
+        (default half the candidates; the other modes ignore it); ``parameters``: a named
+        set (``params.parameter_sets.SELECTION_SETS``; default ``DEFAULT_SELECTION_SET``);
+        ``p_error`` overrides the set's (tests only)."""
         try:
             mode = SelectionMode(mode)
         except ValueError:
@@ -216,29 +211,34 @@ class SelectionPlan:
         if parameters.lam != 1:
             # Our InDif has sensitivity 1: exp(-eps 2^(j - lambda)) is eps-DP only at lambda 1.
             raise ValueError("only lambda = 1 matches InDif's sensitivity of 1")
-        p_error = parameters.p_error if p_error is None else p_error
-        common = dict(p_error=p_error, max_rows=max_rows, parameters=parameters,
-                      chunk_sizes=parameters.chunk_sizes)
-        indif_bits = max(2, (max_rows + 1).bit_length() + 1)
-        score_bits = (2 * max_rows).bit_length()
+        widths = _Widths(p_error=parameters.p_error if p_error is None else p_error,
+                         max_rows=max_rows, parameters=parameters,
+                         chunk_sizes=parameters.chunk_sizes,
+                         indif_bits=max(2, (max_rows + 1).bit_length() + 1),
+                         score_bits=(2 * max_rows).bit_length())
         if mode == SelectionMode.NONE:
-            return cls(mode, 0, Fraction(0), indif_bits, score_bits, **common)
+            return NoSelection(rho=Fraction(0), **widths)
         if rho <= 0:
             raise ValueError("the selection needs a positive share of the budget")
         if mode == SelectionMode.NOISY_GREEDY:
-            sigma2 = Fraction(pairs) / (2 * rho)
-            return cls(mode, 0, rho, indif_bits, score_bits, noise_sigma2=sigma2, pairs=pairs,
-                       noise_bits=noise_offset_bits(sigma2), **common)
-        rounds = rounds if rounds is not None else max(1, pairs // 2)
-        if not 1 <= rounds < pairs:
-            raise ValueError(f"em selects between 1 and {pairs - 1} pairs, not {rounds}")
-        rho_step = rho / rounds
-        shape = choose_shape(pairs, score_bits, math.sqrt(2 * float(rho_step)),
-                             relative_loss=float(parameters.relative_loss),
-                             clamp_exponent=parameters.clamp_exponent)
-        step = plan_step(rho_step, shape)
-        return cls(mode, rounds, rho, indif_bits, score_bits, step=step, shape=shape,
-                   batches=candidate_batches(pairs), **common)
+            return NoisyGreedySelection.planned(pairs, rho, widths)
+        return EmSelection.planned(pairs, rho, rounds, widths)
+
+    @staticmethod
+    def from_public(public: wire.SelectionPublic,
+                    pairs: int) -> EmSelection | NoisyGreedySelection:
+        """The plan a public record describes (:meth:`to_public`), for ``pairs`` candidates.
+        The record carries what the selection charges, not the share it was planned from:
+        ``rho`` is the charged budget (the rest is already in the 2-way release's rho)."""
+        raw = dict(public.parameter_set)
+        parameters = SelectionParameterSet(**{**raw, "relative_loss": Fraction(
+            raw["relative_loss"]), "chunk_sizes": tuple(raw["chunk_sizes"])})
+        widths = _Widths(p_error=public.p_error, max_rows=public.max_rows,
+                         parameters=parameters, chunk_sizes=parameters.chunk_sizes,
+                         indif_bits=public.indif_bits, score_bits=public.score_bits)
+        if public.mode == SelectionMode.NOISY_GREEDY:
+            return NoisyGreedySelection.described(public, pairs, widths)
+        return EmSelection.described(public, pairs, widths)
 
     def to_public(self, pair_cells: list[int], used_chunk_sizes: tuple[int, ...],
                   epsilon: float, delta: float, delta_terms: dict[str, float],
@@ -246,133 +246,47 @@ class SelectionPlan:
         """The public record of this selection (what both servers derive their part from):
         widths, the per-round budget with its numerical part (em), the noise and its budget
         (noisy-greedy), the delta terms; ``bootstraps``: the compiled module's count."""
-        common = dict(
+        return wire.SelectionPublic(
             mode=self.mode, parameter_set=self.parameters.to_dict(),
             indif_bits=self.indif_bits, score_bits=self.score_bits, max_rows=self.max_rows,
             chunk_sizes=list(used_chunk_sizes), p_error=self.p_error, bootstraps=bootstraps,
             fhe_delta=self.fhe_delta(pair_cells, bootstraps),
-            row_bound_delta=self.row_bound_delta(delta, epsilon), delta_terms=delta_terms)
-        if self.mode == SelectionMode.NOISY_GREEDY:
-            return wire.SelectionPublic(
-                rounds=0, rho=str(self.rho_charged), noise_sigma2=str(self.noise_sigma2),
-                noise_bits=self.noise_bits,
-                noise_tail_probability=self.noise_tail_probability(),
-                score_noise=(NoiseMode.TWO_SERVER if self.score_joint is None
-                             else NoiseMode.JOINT),
-                joint=None if self.score_joint is None else wire.JointNoisePublic(
-                    uniforms=self.score_joint.uniforms, bits=self.score_joint.bits),
-                joint_failure=self.joint_failure, **common)
-        return wire.SelectionPublic(
-            rounds=self.rounds, rho_round=str(self.step.rho),
-            epsilon_round=str(self.step.epsilon), eta=self.step.eta, nb=self.shape.nb,
-            kappa_prime=list(self.shape.kappa_prime),
-            thresholds=thresholds(self.shape, self.step.epsilon),
-            batch_size=0 if self.batches is None else self.batches.size, **common)
+            row_bound_delta=self.row_bound_delta(delta, epsilon), delta_terms=delta_terms,
+            **self._public_fields())
 
-    @classmethod
-    def from_public(cls, public: wire.SelectionPublic, pairs: int) -> SelectionPlan:
-        """The plan a public record describes (:meth:`to_public`), for ``pairs`` candidates.
-        The record carries what the selection charges, not the share it was planned from:
-        ``rho`` is the charged budget (the rest is already in the 2-way release's rho)."""
-        raw = dict(public.parameter_set)
-        parameters = SelectionParameterSet(**{**raw, "relative_loss": Fraction(
-            raw["relative_loss"]), "chunk_sizes": tuple(raw["chunk_sizes"])})
-        common = dict(p_error=public.p_error, max_rows=public.max_rows, parameters=parameters,
-                      chunk_sizes=parameters.chunk_sizes)
-        if public.mode == SelectionMode.NOISY_GREEDY:
-            joint = (None if public.joint is None
-                     else JointNoiseShape(public.joint.uniforms, public.joint.bits))
-            return cls(SelectionMode(public.mode), 0, Fraction(public.rho), public.indif_bits,
-                       public.score_bits, noise_sigma2=Fraction(public.noise_sigma2),
-                       pairs=pairs, noise_bits=public.noise_bits, score_joint=joint,
-                       joint_failure=public.joint_failure or 0.0, **common)
-        shape = SelectionShape(candidates=pairs, score_bits=public.score_bits, drop_bits=0,
-                               nb=public.nb, kappa_prime=tuple(public.kappa_prime))
-        step = SelectionStep.of(Fraction(public.epsilon_round), public.eta)
-        if step.rho != Fraction(public.rho_round):
-            raise ValueError("the selection's public record is inconsistent: its per-round "
-                             "rho does not follow from its epsilon and eta")
-        return cls(SelectionMode(public.mode), public.rounds, step.rho * public.rounds,
-                   public.indif_bits,
-                   public.score_bits, step=step, shape=shape,
-                   batches=recorded_batches(public.batch_size, pairs), **common)
+    def _public_fields(self) -> dict[str, Any]:
+        """The mode's own fields of its public record (:meth:`to_public`)."""
+        raise NotImplementedError
 
     @property
     def rho_charged(self) -> Fraction:
         """What the ledger charges for the whole selection (<= rho)."""
-        if self.mode == SelectionMode.EM:
-            return self.step.rho * self.rounds
-        return self.rho if self.mode == SelectionMode.NOISY_GREEDY else Fraction(0)
+        raise NotImplementedError
 
     def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
         """Upper bounds on the session's bootstraps per phase, from the pairs' cell counts:
         ``p2``: P2 on every chunk (``crypto.indif.chunk_bootstraps``) and 2n - 1 per chunk
         sum; ``p3``: the em rounds over every compiled candidate (masked ones too), every
-        call of a batched round (:meth:`round_bootstraps`);
+        call of a batched round (:meth:`EmSelection.round_bootstraps`);
         ``noise``: noisy-greedy's one noise addition a pair."""
-        if self.mode == SelectionMode.NONE:
-            return {"p2": 0, "p3": 0, "noise": 0}
         p2 = 0
         for cells in pair_cells:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
             p2 += sum(chunk_bootstraps(c, self.indif_bits) for c in chunks)
             p2 += (len(chunks) - 1) * (2 * self.score_bits - 1)
-        if self.mode == SelectionMode.NOISY_GREEDY:
-            return {"p2": p2, "p3": 0,
-                    "noise": len(pair_cells) * self.noisy_shape().noise_bootstraps}
-        return {"p2": p2, "p3": self.round_bootstraps() * self.rounds, "noise": 0}
-
-    def round_bootstraps(self, per_function: dict[str, int] | None = None) -> int:
-        """em: one round's bootstraps, every call it makes: the one ``select``, or a batched
-        round's B batch maxima, their combine, B picks, the least and B masks
-        (``crypto.private_selection.batch_names``). ``per_function``: the compiled module's
-        counts by function name; default the structural bound (``crypto.selection_cost``)."""
-        if self.batches is None:
-            return pbs_estimate(self.shape) if per_function is None else per_function["select"]
-        if per_function is None:
-            return batched_pbs_estimate(self.shape, self.batches)["round"]
-        count = {stage: per_function[name] for stage, name in
-                 batch_names(self.batches).items()}
-        return (self.batches.count * (count["maximum"] + count["pick"] + count["mask"])
-                + count["combine_maximum"] + count["least"])
+        return {"p2": p2, "p3": 0, "noise": 0}
 
     def bootstraps(self, pair_cells: list[int]) -> int:
         """An upper bound on all of the session's bootstraps (:meth:`bootstraps_by_phase`)."""
         return sum(self.bootstraps_by_phase(pair_cells).values())
 
-    def noisy_shape(self, chunk_sizes: tuple[int, ...] | None = None) -> NoisyScoreShape:
-        """The noisy-greedy module's widths (``crypto.noisy_scores``), for the chunk sizes a
-        session uses (default: every size of the set)."""
-        return NoisyScoreShape(count_bits=self.indif_bits,
-                               chunk_sizes=tuple(chunk_sizes or self.chunk_sizes),
-                               score_bits=self.score_bits, noise_bits=self.noise_bits,
-                               joint=self.score_joint)
-
-    @property
-    def score_variance(self) -> Fraction:
-        """noisy-greedy: Var(noisy score - InDif) in the key server's greedy rule: the joint
-        shape's variance, or the two servers' Gaussians' 2 noise_sigma2."""
-        if self.score_joint is not None:
-            return self.score_joint.variance
-        return 2 * self.noise_sigma2
-
-    def noise_tail_probability(self) -> float:
-        """noisy-greedy: bound on the compute server failing closed on a noise draw
-        (``crypto.noisy_scores``; the session adds e^eps times it to delta); 0 with joint
-        scores (a bounded noise: nothing to fail)."""
-        if self.score_joint is not None:
-            return 0.0
-        return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
-
     def with_fhe_room(self, pair_cells: list[int], epsilon: float,
-                      delta: float) -> SelectionPlan:
+                      delta: float) -> Self:
         """This plan, with a smaller ``p_error`` where the set's would make the bootstrap
         term, (1 + e^eps) x bootstraps x p_error, take more than ``FHE_DELTA_SHARE`` of
         delta: at a large eps the coupling factor alone would otherwise refuse a session
         that a smaller eps accepts. The new p_error is a power of two, in the public record
         (``p_error``), and both servers compile with it; the set's stays where it fits."""
-        if self.mode == SelectionMode.NONE:
-            return self
         bound = self.bootstraps(pair_cells) * (1 + math.exp(epsilon))
         room = float(FHE_DELTA_SHARE * Fraction(delta)) / bound
         if self.p_error <= room:
@@ -388,18 +302,15 @@ class SelectionPlan:
                     bootstraps: int | None = None) -> dict[str, float]:
         """The selection's share of delta, each term an event of bounded probability counted
         with the (1 + e^eps) coupling (module docstring), rounded up."""
-        if self.mode == SelectionMode.NONE:
-            return {}
         factor = 1 + math.exp(epsilon)
         terms = {"fhe": factor * self.fhe_delta(pair_cells, bootstraps),
-                 "row_bound": factor * self.row_bound_delta(delta, epsilon)}
-        if self.mode == SelectionMode.NOISY_GREEDY and self.score_joint is None:
-            terms["noise_tail"] = factor * self.noise_tail_probability()
-        if self.mode == SelectionMode.NOISY_GREEDY and self.score_joint is not None:
-            # The conditioning rule's excluded mass, charged as it is (no coupling factor),
-            # as for the joint releases (``dp.binomial_accounting``).
-            terms["joint_scores"] = self.joint_failure
+                 "row_bound": factor * self.row_bound_delta(delta, epsilon),
+                 **self._mode_delta_terms(factor)}
         return {k: math.nextafter(v, math.inf) for k, v in terms.items()}
+
+    def _mode_delta_terms(self, factor: float) -> dict[str, float]:
+        """The mode's own delta terms (:meth:`delta_terms`), before rounding up."""
+        return {}
 
     @staticmethod
     def row_bound_delta(delta: float, epsilon: float) -> float:
@@ -410,37 +321,243 @@ class SelectionPlan:
     def compiled_bootstraps(self, pair_cells: list[int], per_function: dict[str, int]) -> int:
         """The session's bootstraps from the compiled module's per-function counts: every
         chunk's ``indif_<s>``, every chunk sum's ``add``, every call of every round (em,
-        :meth:`round_bootstraps`) or every pair's ``noise`` (noisy-greedy)."""
+        :meth:`EmSelection.round_bootstraps`) or every pair's ``noise`` (noisy-greedy)."""
         total = 0
         for cells in pair_cells:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
             total += sum(per_function[f"indif_{c}"] for c in chunks)
             total += (len(chunks) - 1) * per_function["add"]
-        if self.mode == SelectionMode.EM:
-            total += self.rounds * self.round_bootstraps(per_function)
-        if self.mode == SelectionMode.NOISY_GREEDY:
-            total += len(pair_cells) * per_function[self.noisy_shape().noise_function]
         return total
 
-    def report(self, pair_cells: list[int]) -> dict:
-        out = {"mode": self.mode, "parameter_set": self.parameters.to_dict(),
-               "rho_budget": float(self.rho),
-               "rho_charged": float(self.rho_charged),
-               "fhe_delta": self.fhe_delta(pair_cells), "p_error": self.p_error}
-        if self.mode == SelectionMode.EM:
-            out.update(rounds=self.rounds, step_epsilon=float(self.step.epsilon),
-                       step_eta=self.step.eta, step_epsilon_total=float(self.step.epsilon_total),
-                       numerical_extra_epsilon=4 * self.step.eta * self.rounds,
-                       nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime),
-                       candidate_batches=(None if self.batches is None else
-                                          [self.batches.count, self.batches.size]))
-        if self.mode == SelectionMode.NOISY_GREEDY:
-            out.update(noise_sigma2=float(self.noise_sigma2), noise_bits=self.noise_bits,
-                       noise_tail_probability=self.noise_tail_probability(),
-                       score_noise=(NoiseMode.TWO_SERVER if self.score_joint is None
-                                    else NoiseMode.JOINT),
-                       score_variance=float(self.score_variance))
-        return out
+    def report(self, pair_cells: list[int]) -> dict[str, Any]:
+        return {"mode": self.mode, "parameter_set": self.parameters.to_dict(),
+                "rho_budget": float(self.rho),
+                "rho_charged": float(self.rho_charged),
+                "fhe_delta": self.fhe_delta(pair_cells), "p_error": self.p_error}
+
+
+class _Widths(TypedDict):
+    """The fields every mode's plan shares but ``rho``, as :meth:`SelectionPlan.build` and
+    :meth:`SelectionPlan.from_public` derive them."""
+
+    p_error: float
+    chunk_sizes: tuple[int, ...]
+    max_rows: int
+    parameters: SelectionParameterSet
+    indif_bits: int
+    score_bits: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmSelection(SelectionPlan):
+    """em: ``rounds`` pairs chosen by Primitive 3, each round a permute-and-flip ``step`` of
+    the module's ``shape``, run by candidate ``batches`` (or one call a round: None)."""
+
+    mode: ClassVar[Literal[SelectionMode.EM]] = SelectionMode.EM
+    rounds: int               # pairs chosen
+    step: SelectionStep
+    shape: SelectionShape
+    # P3 by candidate batches (:func:`candidate_batches`), or None for one call a round
+    batches: BatchLayout | None = None
+
+    @classmethod
+    def planned(cls, pairs: int, rho: Fraction, rounds: int | None,
+                widths: _Widths) -> EmSelection:
+        """em's plan of budget ``rho`` over ``pairs`` candidates (:meth:`SelectionPlan.build`)."""
+        rounds = rounds if rounds is not None else max(1, pairs // 2)
+        if not 1 <= rounds < pairs:
+            raise ValueError(f"em selects between 1 and {pairs - 1} pairs, not {rounds}")
+        parameters = widths["parameters"]
+        rho_step = rho / rounds
+        shape = choose_shape(pairs, widths["score_bits"], math.sqrt(2 * float(rho_step)),
+                             relative_loss=float(parameters.relative_loss),
+                             clamp_exponent=parameters.clamp_exponent)
+        step = plan_step(rho_step, shape)
+        return cls(rounds=rounds, rho=rho, step=step, shape=shape,
+                   batches=candidate_batches(pairs), **widths)
+
+    @classmethod
+    def described(cls, public: wire.SelectionPublic, pairs: int,
+                  widths: _Widths) -> EmSelection:
+        """em's plan as its public record states it (:meth:`SelectionPlan.from_public`)."""
+        shape = SelectionShape(candidates=pairs, score_bits=public.score_bits, drop_bits=0,
+                               nb=public.nb, kappa_prime=tuple(public.kappa_prime))
+        step = SelectionStep.of(Fraction(public.epsilon_round), public.eta)
+        if step.rho != Fraction(public.rho_round):
+            raise ValueError("the selection's public record is inconsistent: its per-round "
+                             "rho does not follow from its epsilon and eta")
+        return cls(rounds=public.rounds, rho=step.rho * public.rounds, step=step, shape=shape,
+                   batches=recorded_batches(public.batch_size, pairs), **widths)
+
+    def _public_fields(self) -> dict[str, Any]:
+        return dict(rounds=self.rounds, rho_round=str(self.step.rho),
+                    epsilon_round=str(self.step.epsilon), eta=self.step.eta,
+                    nb=self.shape.nb, kappa_prime=list(self.shape.kappa_prime),
+                    thresholds=thresholds(self.shape, self.step.epsilon),
+                    batch_size=0 if self.batches is None else self.batches.size)
+
+    @property
+    def rho_charged(self) -> Fraction:
+        return self.step.rho * self.rounds
+
+    def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
+        return {**super().bootstraps_by_phase(pair_cells),
+                "p3": self.round_bootstraps() * self.rounds}
+
+    def round_bootstraps(self, per_function: dict[str, int] | None = None) -> int:
+        """One round's bootstraps, every call it makes: the one ``select``, or a batched
+        round's B batch maxima, their combine, B picks, the least and B masks
+        (``crypto.private_selection.batch_names``). ``per_function``: the compiled module's
+        counts by function name; default the structural bound (``crypto.selection_cost``)."""
+        if self.batches is None:
+            return pbs_estimate(self.shape) if per_function is None else per_function["select"]
+        if per_function is None:
+            return batched_pbs_estimate(self.shape, self.batches)["round"]
+        count = {stage: per_function[name] for stage, name in
+                 batch_names(self.batches).items()}
+        return (self.batches.count * (count["maximum"] + count["pick"] + count["mask"])
+                + count["combine_maximum"] + count["least"])
+
+    def compiled_bootstraps(self, pair_cells: list[int], per_function: dict[str, int]) -> int:
+        return (super().compiled_bootstraps(pair_cells, per_function)
+                + self.rounds * self.round_bootstraps(per_function))
+
+    def report(self, pair_cells: list[int]) -> dict[str, Any]:
+        return {**super().report(pair_cells),
+                "rounds": self.rounds, "step_epsilon": float(self.step.epsilon),
+                "step_eta": self.step.eta,
+                "step_epsilon_total": float(self.step.epsilon_total),
+                "numerical_extra_epsilon": 4 * self.step.eta * self.rounds,
+                "nb": self.shape.nb, "kappa_prime": list(self.shape.kappa_prime),
+                "candidate_batches": (None if self.batches is None else
+                                      [self.batches.count, self.batches.size])}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoisyGreedySelection(SelectionPlan):
+    """noisy-greedy: every one of ``pairs`` scores carries noise (each server's
+    N_Z(0, noise_sigma2), or one ``score_joint`` noise), then PrivSyn's greedy rule."""
+
+    mode: ClassVar[Literal[SelectionMode.NOISY_GREEDY]] = SelectionMode.NOISY_GREEDY
+    pairs: int                # candidate pairs
+    noise_sigma2: Fraction    # per-score variance of each server's Gaussian
+    noise_bits: int           # |noise| < 2^noise_bits
+    # One joint noise per score neither server knows (``crypto.noisy_scores``'s ``joint``;
+    # the rule is ``params.noise_rules.score_shape_for``), or None: two servers' Gaussians of
+    # noise_sigma2 each.
+    score_joint: JointNoiseShape | None = None
+    # With joint scores: their conditioning mass over the pairs (a delta term).
+    joint_failure: float = 0.0
+
+    @classmethod
+    def planned(cls, pairs: int, rho: Fraction, widths: _Widths) -> NoisyGreedySelection:
+        """noisy-greedy's plan of budget ``rho`` over ``pairs`` candidates, its scores with
+        the two servers' Gaussians (:meth:`SelectionPlan.build`)."""
+        sigma2 = Fraction(pairs) / (2 * rho)
+        return cls(rho=rho, noise_sigma2=sigma2, pairs=pairs,
+                   noise_bits=noise_offset_bits(sigma2), **widths)
+
+    @classmethod
+    def described(cls, public: wire.SelectionPublic, pairs: int,
+                  widths: _Widths) -> NoisyGreedySelection:
+        """noisy-greedy's plan as its public record states it
+        (:meth:`SelectionPlan.from_public`)."""
+        joint = (None if public.joint is None
+                 else JointNoiseShape(public.joint.uniforms, public.joint.bits))
+        return cls(rho=Fraction(public.rho), noise_sigma2=Fraction(public.noise_sigma2),
+                   pairs=pairs, noise_bits=public.noise_bits, score_joint=joint,
+                   joint_failure=public.joint_failure or 0.0, **widths)
+
+    def _public_fields(self) -> dict[str, Any]:
+        return dict(rounds=0, rho=str(self.rho_charged), noise_sigma2=str(self.noise_sigma2),
+                    noise_bits=self.noise_bits,
+                    noise_tail_probability=self.noise_tail_probability(),
+                    score_noise=self.score_noise,
+                    joint=None if self.score_joint is None else wire.JointNoisePublic(
+                        uniforms=self.score_joint.uniforms, bits=self.score_joint.bits),
+                    joint_failure=self.joint_failure)
+
+    @property
+    def rho_charged(self) -> Fraction:
+        return self.rho
+
+    @property
+    def score_noise(self) -> NoiseMode:
+        """The scores' noise: one joint noise, or each server's Gaussian."""
+        return NoiseMode.TWO_SERVER if self.score_joint is None else NoiseMode.JOINT
+
+    def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
+        return {**super().bootstraps_by_phase(pair_cells),
+                "noise": len(pair_cells) * self.noisy_shape().noise_bootstraps}
+
+    def noisy_shape(self, chunk_sizes: tuple[int, ...] | None = None) -> NoisyScoreShape:
+        """The noisy-greedy module's widths (``crypto.noisy_scores``), for the chunk sizes a
+        session uses (default: every size of the set)."""
+        return NoisyScoreShape(count_bits=self.indif_bits,
+                               chunk_sizes=tuple(chunk_sizes or self.chunk_sizes),
+                               score_bits=self.score_bits, noise_bits=self.noise_bits,
+                               joint=self.score_joint)
+
+    @property
+    def score_variance(self) -> Fraction:
+        """Var(noisy score - InDif) in the key server's greedy rule: the joint shape's
+        variance, or the two servers' Gaussians' 2 noise_sigma2."""
+        if self.score_joint is not None:
+            return self.score_joint.variance
+        return 2 * self.noise_sigma2
+
+    def noise_tail_probability(self) -> float:
+        """Bound on the compute server failing closed on a noise draw
+        (``crypto.noisy_scores``; the session adds e^eps times it to delta); 0 with joint
+        scores (a bounded noise: nothing to fail)."""
+        if self.score_joint is not None:
+            return 0.0
+        return noise_tail_probability(self.noise_sigma2, self.noise_bits, self.pairs)
+
+    def _mode_delta_terms(self, factor: float) -> dict[str, float]:
+        if self.score_joint is None:
+            return {"noise_tail": factor * self.noise_tail_probability()}
+        # The conditioning rule's excluded mass, charged as it is (no coupling factor), as
+        # for the joint releases (``dp.binomial_accounting``).
+        return {"joint_scores": self.joint_failure}
+
+    def compiled_bootstraps(self, pair_cells: list[int], per_function: dict[str, int]) -> int:
+        return (super().compiled_bootstraps(pair_cells, per_function)
+                + len(pair_cells) * per_function[self.noisy_shape().noise_function])
+
+    def report(self, pair_cells: list[int]) -> dict[str, Any]:
+        return {**super().report(pair_cells),
+                "noise_sigma2": float(self.noise_sigma2), "noise_bits": self.noise_bits,
+                "noise_tail_probability": self.noise_tail_probability(),
+                "score_noise": self.score_noise,
+                "score_variance": float(self.score_variance)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoSelection(SelectionPlan):
+    """none: every pair (or the pairs given); nothing is selected, charged or bootstrapped.
+    A session without a selection has none (``SessionPlan.selection`` is None): this plan
+    only answers what the mode would cost."""
+
+    mode: ClassVar[Literal[SelectionMode.NONE]] = SelectionMode.NONE
+
+    @property
+    def rho_charged(self) -> Fraction:
+        return Fraction(0)
+
+    def bootstraps_by_phase(self, pair_cells: list[int]) -> dict[str, int]:
+        return {"p2": 0, "p3": 0, "noise": 0}
+
+    def with_fhe_room(self, pair_cells: list[int], epsilon: float,
+                      delta: float) -> Self:
+        return self
+
+    def delta_terms(self, pair_cells: list[int], epsilon: float, delta: float,
+                    bootstraps: int | None = None) -> dict[str, float]:
+        return {}
+
+    def _public_fields(self) -> dict[str, Any]:
+        raise ValueError("a session without a selection publishes no selection record")
 
 
 @dataclass(frozen=True)

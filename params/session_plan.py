@@ -41,11 +41,12 @@ from params.privacy_record import accounted_epsilon, plan_mechanisms
 from params.noise_rules import (JOINT_TAIL, dominated_envelope, envelope_shape_for, joint_shape_for,
                                 pair_failure_cap, score_shape_for)
 from params.parameter_sets import ParameterSet, get_parameter_set
+from params.plan_request import PlanRequest
 from params.release_spec import (ReleaseSpec, noise_draws, noise_label, release_count,
                                  split_share, two_way_rho)
 from params.schema import Schema
-from params.selection_plan import (DEFAULT_SPLITS, RowBound, SelectionPlan, indif_chunks,
-                                   row_bound)
+from params.selection_plan import (DEFAULT_SPLITS, EmSelection, NoisyGreedySelection, RowBound,
+                                   SelectionPlan, indif_chunks, row_bound)
 
 __all__ = ["SessionPlan"]
 
@@ -61,7 +62,7 @@ class SessionPlan:
     delta: float
     rho_total: Fraction
     releases: tuple[ReleaseSpec, ...]
-    selection: SelectionPlan | None = None
+    selection: EmSelection | NoisyGreedySelection | None = None
     # The delta of the zCDP -> (eps, delta) conversion: the requested delta minus the
     # selection's reserved terms (``build``). None: the requested delta (no selection).
     delta_conversion_: float | None = None
@@ -77,38 +78,28 @@ class SessionPlan:
         return self.delta if self.delta_conversion_ is None else self.delta_conversion_
 
     @classmethod
-    def build(cls, schema: Schema, pairs: list[tuple[int, int]] | None, epsilon: float,
-              delta: float, split: dict[str, float] | None, parameter_set: str,
-              max_rows: int, selection: SelectionMode | str = SelectionMode.NONE,
-              rounds: int | None = None, selection_set: str | None = None,
-              noise: NoiseMode | str = NoiseMode.TWO_SERVER,
-              calibrated: bool = True) -> SessionPlan:
-        """The session's plan. With a selection, its failure terms (bootstraps, the row
-        bound, noisy-greedy's noise tail) are reserved out of ``delta`` before the budget is
-        converted to zCDP, so that the conversion's delta plus the terms is at most ``delta``
-        (``params.selection_plan``); the terms depend on the widths, which depend on rho, so
-        the reserve is found by a short fixed-point iteration (bounded, fails closed). The
-        joint releases' conditioning mass is reserved the same way (``docs/privacy-plan.md``,
-        "Composition and conversion"). Where every noise is fixed before any data
-        (``params.privacy_record``), the budget is then calibrated on the noises' composed
-        PLD so that the session spends the eps asked (:meth:`_calibrated`);
-        ``calibrated=False`` keeps the zCDP conversion's budget (the benchmark's what-if
-        simulations, which account their variants themselves)."""
-        if noise not in tuple(NoiseMode):
-            modes = tuple(m.value for m in NoiseMode)
-            raise ValueError(f"noise must be one of {modes}, not {noise!r}")
-        noise = NoiseMode(noise)
-        args = (schema, pairs, epsilon, delta, split, parameter_set, max_rows, selection,
-                rounds, selection_set, noise)
+    def build(cls, request: PlanRequest) -> SessionPlan:
+        """The session's plan for ``request``. With a selection, its failure terms
+        (bootstraps, the row bound, noisy-greedy's noise tail) are reserved out of ``delta``
+        before the budget is converted to zCDP, so that the conversion's delta plus the
+        terms is at most ``delta`` (``params.selection_plan``); the terms depend on the
+        widths, which depend on rho, so the reserve is found by a short fixed-point iteration
+        (bounded, fails closed). The joint releases' conditioning mass is reserved the same
+        way (``docs/privacy-plan.md``, "Composition and conversion"). Where every noise is
+        fixed before any data (``params.privacy_record``), the budget is then calibrated on
+        the noises' composed PLD so that the session spends the eps asked
+        (:meth:`_calibrated`); ``request.calibrated=False`` keeps the zCDP conversion's
+        budget (the benchmark's what-if simulations, which account their variants
+        themselves)."""
         split_two_way, joint_scores = True, True
         for _ in range(3):  # bounded: each retry drops one joint part
-            plan = cls._settled(*args, split_two_way=split_two_way, joint_scores=joint_scores,
-                                exact=calibrated)
+            plan = cls._settled(request, split_two_way=split_two_way, joint_scores=joint_scores,
+                                exact=request.calibrated)
             try:
-                if calibrated and plan_mechanisms(plan) is not None:
+                if request.calibrated and plan_mechanisms(plan) is not None:
                     # Confirmed by the composed PLD of its noises (the start of the
                     # calibration fails closed if it is above eps).
-                    return cls._calibrated(plan, args, split_two_way, joint_scores)
+                    return cls._calibrated(plan, request, split_two_way, joint_scores)
                 plan.check_joint()
                 return plan
             except ValueError:
@@ -117,18 +108,19 @@ class SessionPlan:
                 # "auto" gives the release its even two-server form first, then the scores
                 # their two servers' Gaussians (``docs/privacy-plan.md``, "When the split
                 # is refused at build").
-                if noise != NoiseMode.AUTO:
+                if request.noise != NoiseMode.AUTO:
                     raise
                 if any(r.split_pending for r in plan.releases):
                     split_two_way = False
-                elif plan.selection is not None and plan.selection.score_joint is not None:
+                elif (isinstance(plan.selection, NoisyGreedySelection)
+                      and plan.selection.score_joint is not None):
                     joint_scores = False
                 else:
                     raise
         raise ValueError("the session's joint parts did not confirm")
 
     @classmethod
-    def _calibrated(cls, plan: SessionPlan, args: tuple, split_two_way: bool,
+    def _calibrated(cls, plan: SessionPlan, request: PlanRequest, split_two_way: bool,
                     joint_scores: bool) -> SessionPlan:
         """``plan`` with the largest rho_total whose noises' composed PLD stays within the
         requested eps at the conversion's delta (``dp.pld_accounting.calibrate``): the zCDP
@@ -140,7 +132,7 @@ class SessionPlan:
 
         def epsilon_at(rho: Fraction) -> float:
             if rho not in built:
-                built[rho] = cls._settled(*args, split_two_way=split_two_way,
+                built[rho] = cls._settled(request, split_two_way=split_two_way,
                                           joint_scores=joint_scores, rho_total=rho, exact=True)
             candidate = built[rho]
             return accounted_epsilon(candidate)
@@ -159,21 +151,20 @@ class SessionPlan:
         rho = max(rho, plan.rho_total)
         best, eps = built[rho], epsilon_at(rho)
         if eps < CALIBRATION_LOW * plan.epsilon:
-            best = cls._filled(best, eps, args, split_two_way, joint_scores)
+            best = cls._filled(best, eps, request, split_two_way, joint_scores)
         return replace(best, accounting="pld")
 
     @classmethod
-    def _filled(cls, plan: SessionPlan, eps: float, args: tuple, split_two_way: bool,
+    def _filled(cls, plan: SessionPlan, eps: float, request: PlanRequest, split_two_way: bool,
                 joint_scores: bool) -> SessionPlan:
         """A calibrated ``plan`` whose eps is still below the band: at large eps the joint
         shapes are coarse, and one more step of rho moves every release to its next shape
         at once, past the eps asked. Here one part of the budget at a time (the largest
         first) takes the slack alone, the others keeping their rho: the split moves a
         little off its default, every candidate is built by the rules and accounted."""
-        schema, pairs, epsilon, delta, split, *rest = args
-        selection = rest[2]
-        base = dict(split) if split is not None else default_split(
-            selection, [m.size for m in plan.layout.one_way],
+        epsilon = request.epsilon
+        base = dict(request.split) if request.split is not None else default_split(
+            request.selection, [m.size for m in plan.layout.one_way],
             [m.size for m in plan.layout.two_way])
         for name in sorted(base, key=lambda k: -base[k]):
             if not base[name] or name == "selection":
@@ -186,7 +177,7 @@ class SessionPlan:
                 if total not in built:
                     grown = {k: float(parts[k] / total) for k in parts}
                     grown[name] = float((parts[name] + total - rho) / total)
-                    built[total] = cls._settled(schema, pairs, epsilon, delta, grown, *rest,
+                    built[total] = cls._settled(replace(request, split=grown),
                                                 split_two_way=split_two_way,
                                                 joint_scores=joint_scores, rho_total=total,
                                                 exact=True)
@@ -207,18 +198,16 @@ class SessionPlan:
         return plan
 
     @classmethod
-    def _settled(cls, schema, pairs, epsilon, delta, split, parameter_set, max_rows,
-                 selection, rounds, selection_set, noise, split_two_way,
-                 joint_scores=True, rho_total: Fraction | None = None,
-                 exact: bool = False) -> SessionPlan:
+    def _settled(cls, request: PlanRequest, split_two_way: bool, joint_scores: bool = True,
+                 rho_total: Fraction | None = None, exact: bool = False) -> SessionPlan:
         """:meth:`_build` at the conversion delta that leaves room for the reserved terms
         (a short fixed-point iteration, bounded, fails closed); ``rho_total``: the budget
         to plan with (default: the zCDP conversion's at that delta)."""
+        delta = request.delta
         reserved = 0.0
         for _ in range(8):
-            plan = cls._build(schema, pairs, epsilon, delta, delta - reserved, split,
-                              parameter_set, max_rows, selection, rounds, selection_set,
-                              noise, split_two_way, joint_scores, rho_total, exact)
+            plan = cls._build(request, delta - reserved, split_two_way, joint_scores, rho_total,
+                              exact)
             need = sum(plan.delta_terms().values())
             if need <= reserved:
                 break
@@ -228,7 +217,7 @@ class SessionPlan:
         else:
             raise ValueError("the selection's delta reserve did not settle")
         if reserved > delta / 2:
-            remedy = ("or select fewer rounds" if selection == SelectionMode.EM else
+            remedy = ("or select fewer rounds" if request.selection == SelectionMode.EM else
                       "or a smaller epsilon (the bootstrap term grows as 1 + e^eps)")
             raise ValueError(
                 f"the selection's failure terms need delta >= {2 * reserved:.3g} (bootstraps "
@@ -237,13 +226,14 @@ class SessionPlan:
         return plan
 
     @classmethod
-    def _build(cls, schema: Schema, pairs, epsilon: float, delta: float,
-               delta_conversion: float, split, parameter_set: str, max_rows: int,
-               selection: SelectionMode | str, rounds, selection_set, noise: NoiseMode,
-               split_two_way: bool = True, joint_scores: bool = True,
-               rho_total: Fraction | None = None, exact: bool = False) -> SessionPlan:
-        params = get_parameter_set(parameter_set)
-        layout = MarginalLayout.build(schema.domain_sizes, pairs)
+    def _build(cls, request: PlanRequest, delta_conversion: float, split_two_way: bool = True,
+               joint_scores: bool = True, rho_total: Fraction | None = None,
+               exact: bool = False) -> SessionPlan:
+        schema, epsilon, delta = request.schema, request.epsilon, request.delta
+        selection, noise, max_rows = request.selection, request.noise, request.max_rows
+        split = request.split
+        params = get_parameter_set(request.parameter_set)
+        layout = MarginalLayout.build(schema.domain_sizes, request.pairs)
         if not layout.two_way:
             raise ValueError("a session needs at least one 2-way marginal")
         if split is None and selection in DEFAULT_SPLITS:
@@ -260,17 +250,15 @@ class SessionPlan:
         def share(name: str) -> Fraction:
             return split_share(rho_total, split[name])
 
-        chosen = None
-        if selection == SelectionMode.NOISY_GREEDY and rounds is not None:
-            raise ValueError("noisy-greedy chooses how many pairs to keep itself (PrivSyn's "
-                             "greedy rule); rounds are for em")
+        chosen: EmSelection | NoisyGreedySelection | None = None
         if selection != SelectionMode.NONE:
-            chosen = SelectionPlan.build(selection, len(layout.two_way), max_rows,
-                                         share("selection"), rounds,
-                                         parameters=selection_set)
-            chosen = chosen.with_fhe_room([m.size for m in layout.two_way], epsilon, delta)
-        if (chosen is not None and chosen.mode == SelectionMode.NOISY_GREEDY
-                and noise != NoiseMode.TWO_SERVER and joint_scores):
+            planned = SelectionPlan.build(selection, len(layout.two_way), max_rows,
+                                          share("selection"), request.rounds,
+                                          parameters=request.selection_set)
+            assert isinstance(planned, EmSelection | NoisyGreedySelection)
+            chosen = planned.with_fhe_room([m.size for m in layout.two_way], epsilon, delta)
+        if (isinstance(chosen, NoisyGreedySelection) and noise != NoiseMode.TWO_SERVER
+                and joint_scores):
             chosen = cls._with_score_noise(chosen, noise, rho_total, delta_conversion)
         one_way = ReleaseSpec("one_way", tuple(m.key for m in layout.one_way),
                               share("one_way"),
@@ -281,7 +269,8 @@ class SessionPlan:
             rho_two = two_way_rho(rho_total, split, chosen.rho_charged)
             # em: the rounds; noisy-greedy: the worst case, every pair.
             keys = ()
-            count = chosen.rounds if chosen.mode == SelectionMode.EM else len(layout.two_way)
+            count = (chosen.rounds if isinstance(chosen, EmSelection)
+                     else len(layout.two_way))
         two_way = ReleaseSpec("two_way", keys, rho_two,
                               gaussian_sigma2(rho_two, count or len(keys)))
         releases = (one_way, two_way)
@@ -296,7 +285,7 @@ class SessionPlan:
         # exact: every noise is fixed before any data, or noisy-greedy's split release is
         # bounded by its Gaussian (``params.privacy_record``); the plan is then accounted by
         # its composed PLD. noisy-greedy's even release keeps the Renyi bound.
-        late = chosen is not None and chosen.mode == SelectionMode.NOISY_GREEDY
+        late = isinstance(chosen, NoisyGreedySelection)
         accounting = "pld" if exact and (not late or releases[1].split_pending) else "rdp"
         plan = cls(schema, layout, params, epsilon, delta, rho_total, releases,
                    chosen, delta_conversion, max_rows, accounting)
@@ -304,8 +293,8 @@ class SessionPlan:
         return plan
 
     @staticmethod
-    def _with_score_noise(chosen: SelectionPlan, noise: NoiseMode, rho_total: Fraction,
-                          delta_conversion: float) -> SelectionPlan:
+    def _with_score_noise(chosen: NoisyGreedySelection, noise: NoiseMode, rho_total: Fraction,
+                          delta_conversion: float) -> NoisyGreedySelection:
         """noisy-greedy's scores with the joint shape :func:`score_shape_for` gives them, or
         two-server where it refuses (noise "joint": refused)."""
         shape, why = score_shape_for(chosen.pairs, chosen.rho, rho_total, delta_conversion,
@@ -321,13 +310,13 @@ class SessionPlan:
     @staticmethod
     def _with_noise(spec: ReleaseSpec, noise: NoiseMode, rho_total: Fraction,
                     delta_conversion: float, max_rows: int, params: ParameterSet,
-                    chosen: SelectionPlan | None, layout: MarginalLayout,
+                    chosen: EmSelection | NoisyGreedySelection | None,
+                    layout: MarginalLayout,
                     split_two_way: bool = True, exact: bool = False) -> ReleaseSpec:
         """``spec`` with the joint shape the rule gives it (``params.noise_rules``);
         noisy-greedy's 2-way release: its envelope and PrivSyn's split, or the even two-server
         release."""
-        if (spec.name == "two_way" and chosen is not None
-                and chosen.mode == SelectionMode.NOISY_GREEDY):
+        if spec.name == "two_way" and isinstance(chosen, NoisyGreedySelection):
             envelope = dominated_envelope if exact else functools.partial(
                 envelope_shape_for, rho_total=rho_total)
             shape, why = (envelope(layout=layout, rho=spec.rho,
@@ -387,17 +376,18 @@ class SessionPlan:
         Fails closed: a plan that does not confirm is refused."""
         joint = [r for r in self.releases if r.joint is not None and not r.split_pending]
         split = [r for r in self.releases if r.split_pending]
-        scores = None if self.selection is None else self.selection.score_joint
+        greedy = self.selection if isinstance(self.selection, NoisyGreedySelection) else None
+        scores = None if greedy is None else greedy.score_joint
         if not joint and not split and scores is None:
             return
         rho_rest = self.rho_total - sum((r.rho for r in joint), start=Fraction(0))
         parts = [(r.joint.pair(), release_count(r), JOINT_TAIL) for r in joint]
         failures = sum(r.failure() for r in joint)
-        if scores is not None:
+        if greedy is not None and scores is not None:
             # noisy-greedy's scores: one joint noise each, a record moves every score by 1.
-            rho_rest -= self.selection.rho_charged
-            parts.append((scores.pair(), self.selection.pairs, JOINT_TAIL))
-            failures += self.selection.joint_failure
+            rho_rest -= greedy.rho_charged
+            parts.append((scores.pair(), greedy.pairs, JOINT_TAIL))
+            failures += greedy.joint_failure
         # A split release's groups are chosen at run time, each matched below a rho_g at the
         # conversion's orders (rho_g adding up to its rho): on those orders, and only there,
         # its curve is below a rho whatever the selection, so it counts as zCDP on them.
@@ -482,9 +472,11 @@ class SessionPlan:
 
     def noise_draws(self) -> list[NoiseDraw]:
         mode = None if self.selection is None else self.selection.mode
-        gaussian_scores = self.selection is not None and self.selection.score_joint is None
+        greedy = self.selection if isinstance(self.selection, NoisyGreedySelection) else None
+        gaussian_scores = greedy is not None and greedy.score_joint is None
         return noise_draws(self.layout, self.releases, mode,
-                           self.selection.noise_sigma2 if gaussian_scores else None)
+                           greedy.noise_sigma2 if greedy is not None and gaussian_scores
+                           else None)
 
     def keys_of_pairs(self, pairs: list[tuple[int, int]]) -> tuple[str, ...]:
         """The marginal keys of ``pairs``, in layout order."""

@@ -3,6 +3,7 @@ takes its shapes, or its even two-server fallback, from the servers' own rule
 (``fedbench.methods.feddpsyn_sim.servers_split`` calls ``SessionPlan.split_release``)."""
 
 from fedbench.methods.feddpsyn_sim import servers_split
+from params.plan_request import PlanRequest
 from params.schema import Schema
 from params.session_plan import SessionPlan
 
@@ -12,8 +13,8 @@ SCHEMA = Schema.from_dict({"name": "sim", "columns": [
 
 
 def test_the_simulated_split_is_the_servers_resolution():
-    served = SessionPlan.build(SCHEMA, None, 2.0, 1e-6, None, "test-small", 2000,
-                               selection="noisy-greedy", noise="auto")
+    served = SessionPlan.build(PlanRequest(SCHEMA, 2.0, 1e-6, 2000, parameter_set="test-small",
+                                           selection="noisy-greedy", noise="auto"))
     two = served.release("two_way")
     pairs = [s.attrs for s in served.layout.two_way]
     for chosen in (pairs, pairs[::2], pairs[:1]):

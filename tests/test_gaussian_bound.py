@@ -18,6 +18,7 @@ from dp.gaussian_domination import bound_delta, dominated, mu_at_most, shape_dom
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.privsyn_allocation import allocation_weight
 from params.noise_rules import GAUSSIAN_BOUND_SHARE, bound_eta
+from params.plan_request import PlanRequest
 from params.privacy_record import accounted_epsilon, plan_mechanisms
 from params.schema import Schema
 from params.session_plan import SessionPlan
@@ -63,8 +64,8 @@ def test_a_shape_with_more_uniforms_stays_dominated():
 
 
 def _plan(eps: float) -> SessionPlan:
-    return SessionPlan.build(MIXED, None, eps, 1e-6, None, "test-small", 2000,
-                             selection="noisy-greedy", noise="auto")
+    return SessionPlan.build(PlanRequest(MIXED, eps, 1e-6, 2000, parameter_set="test-small",
+                                         selection="noisy-greedy", noise="auto"))
 
 
 @pytest.mark.parametrize("eps", [0.5, 2.0])

@@ -174,11 +174,12 @@ def test_fed_heart_demo_session_keeps_its_epsilon_with_joint_noise():
     from dp.accounting import eps_delta_to_rho
     from params.privacy_record import accounted_epsilon
     from params.schema import Schema
+    from params.plan_request import PlanRequest
     from params.session_plan import SessionPlan
 
     schema = Schema.load("params/schemas/fed_heart_disease.schema.json")
-    plan = SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143, selection="em",
-                             rounds=4, noise="auto")
+    plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="em", rounds=4,
+                                         noise="auto"))
     assert plan.accounting == "pld"
     assert 0.98 <= accounted_epsilon(plan) <= 1.0
     assert plan.rho_total > eps_delta_to_rho(1.0, plan.delta_conversion) * Fraction(11, 10)

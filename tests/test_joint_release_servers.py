@@ -162,15 +162,16 @@ def test_a_large_eps_session_stays_two_server(joint_session, tmp_path):
     """At eps 50 a matching joint shape is tiny: its conditioning mass would take far more
     than its share of delta (or its variance would not be lower); the rule keeps the two
     servers' Gaussians."""
+    from params.plan_request import PlanRequest
     from params.session_plan import SessionPlan
 
-    plan = SessionPlan.build(Schema.from_dict(SCHEMA), None, 50.0, 1e-6, None, "test-small",
-                             1000, noise="auto")
+    plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 50.0, 1e-6, 1000,
+                                         parameter_set="test-small", noise="auto"))
     assert [r.noise_kind for r in plan.releases] == ["two-server", "two-server"]
     assert plan.joint_columns == 0
     with pytest.raises(ValueError, match="cannot carry the joint noise"):
-        SessionPlan.build(Schema.from_dict(SCHEMA), None, 50.0, 1e-6, None, "test-small",
-                          1000, noise="joint")
+        SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 50.0, 1e-6, 1000,
+                                      parameter_set="test-small", noise="joint"))
 
 
 def test_synthesis_weighs_each_count_by_its_stated_variance(joint_session):

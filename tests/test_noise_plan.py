@@ -13,6 +13,7 @@ from dp.privsyn_allocation import allocation_weight
 from params.schema import Schema
 from params.noise_rules import JOINT_MAX_BITS_PER_CALL, JOINT_TAIL, pair_failure_cap
 from params.release_spec import release_count
+from params.plan_request import PlanRequest
 from params.session_plan import SessionPlan
 
 SCHEMA = Schema.from_dict({"name": "plan", "columns": [
@@ -21,9 +22,9 @@ SCHEMA = Schema.from_dict({"name": "plan", "columns": [
 
 def build(eps=1.0, noise="auto", selection="none", rounds=None, parameter_set="test-small",
           max_rows=1000, calibrated=True):
-    return SessionPlan.build(SCHEMA, None, eps, 1e-6, None, parameter_set, max_rows,
-                             selection=selection, rounds=rounds, noise=noise,
-                             calibrated=calibrated)
+    return SessionPlan.build(PlanRequest(SCHEMA, eps, 1e-6, max_rows, parameter_set=parameter_set,
+                                         selection=selection, rounds=rounds, noise=noise,
+                                         calibrated=calibrated))
 
 
 def test_auto_at_eps_1_gives_every_release_one_joint_noise_of_lower_variance():
@@ -70,8 +71,9 @@ def mixed_plan(eps=1.0, noise="auto", calibrated=False):
     """noisy-greedy on mixed pair sizes; uncalibrated by default: the split release under its
     Renyi rule (a session planned without calibration, or recorded before it). The Gaussian
     bound's rule is ``tests/test_gaussian_bound.py``'s."""
-    return SessionPlan.build(MIXED, None, eps, 1e-6, None, "test-small", 2000,
-                             selection="noisy-greedy", noise=noise, calibrated=calibrated)
+    return SessionPlan.build(PlanRequest(MIXED, eps, 1e-6, 2000, parameter_set="test-small",
+                                         selection="noisy-greedy", noise=noise,
+                                         calibrated=calibrated))
 
 
 def test_noisy_greedys_two_way_is_split_with_an_envelope_and_the_worst_case_reserve():

@@ -88,12 +88,13 @@ def test_offset_bits_cover_forty_sigmas_and_the_tail_is_counted():
 
 
 def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
+    from params.plan_request import PlanRequest
     from params.schema import Schema
     from params.session_plan import SessionPlan
     from tests.test_servers import SCHEMA
 
-    plan = SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
-                             1000, selection="noisy-greedy")
+    plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,
+                                         parameter_set="test-small", selection="noisy-greedy"))
     chosen, pairs = plan.selection, len(plan.layout.two_way)
     # Each server's view is protected by the other's noise alone: one sigma2 for the charge.
     assert chosen.rho_charged == chosen.rho
@@ -114,8 +115,9 @@ def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
     with pytest.raises(ValueError, match="waits"):
         plan.resolve(two_way, None)
     with pytest.raises(ValueError, match="rounds are for em"):
-        SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
-                          1000, selection="noisy-greedy", rounds=2)
+        SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,
+                                      parameter_set="test-small", selection="noisy-greedy",
+                                      rounds=2))
 
 
 def test_chained_chunk_sums_at_adult_width():

@@ -21,6 +21,7 @@ from crypto.noisy_scores import (
 from crypto.private_selection import indif_name
 from dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
 from params.noise_rules import JOINT_TAIL, SCORE_LOOKUP_BITS, score_shape_for
+from params.plan_request import PlanRequest
 from params.release_spec import SCORE_NOISE
 from params.schema import Schema
 from params.session_plan import SessionPlan
@@ -84,8 +85,9 @@ def test_joint_noise_on_indif_matches_its_model(module):
 def _plan(noise: str, epsilon: float = 1.0) -> SessionPlan:
     from tests.test_servers import SCHEMA
 
-    return SessionPlan.build(Schema.from_dict(SCHEMA), None, epsilon, 1e-6, None, "test-small",
-                             1000, selection="noisy-greedy", noise=noise)
+    return SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), epsilon, 1e-6, 1000,
+                                         parameter_set="test-small", selection="noisy-greedy",
+                                         noise=noise))
 
 
 def test_the_plan_gives_the_scores_a_matching_joint_shape_and_publishes_it():
@@ -129,8 +131,9 @@ def test_the_end_to_end_check_counts_the_score_noise():
     from tests.test_servers import SCHEMA
 
     # The Renyi check of an uncalibrated plan (a calibrated one is confirmed by its PLD).
-    plan = SessionPlan.build(Schema.from_dict(SCHEMA), None, 1.0, 1e-6, None, "test-small",
-                             1000, selection="noisy-greedy", noise="auto", calibrated=False)
+    plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,
+                                         parameter_set="test-small", selection="noisy-greedy",
+                                         noise="auto", calibrated=False))
     plan.check_joint()
     # A score noise far too small for the selection's rho: the session is refused.
     small = replace(plan, selection=replace(plan.selection, score_joint=JointNoiseShape(2, 1)))

@@ -14,6 +14,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
+from params.plan_request import PlanRequest
 from params.privacy_record import epsilon_after
 from params.schema import Schema
 from params.session_plan import SessionPlan
@@ -72,8 +73,8 @@ def _record(plan: SessionPlan) -> dict:
                                               ("noisy-greedy", None)])
 def test_an_auditor_finds_the_plan_spends_the_eps_asked(selection, rounds, epsilon):
     schema = Schema.load(FED_HEART)
-    plan = SessionPlan.build(schema, None, epsilon, 1e-5, None, "default", 1143,
-                             selection=selection, rounds=rounds, noise="auto")
+    plan = SessionPlan.build(PlanRequest(schema, epsilon, 1e-5, 1143, selection=selection,
+                                         rounds=rounds, noise="auto"))
     record = _record(plan)
     assert record["accounting"] == "pld"
     assert record["run_time"] == (["two_way"] if selection == "noisy-greedy" else [])
@@ -87,8 +88,8 @@ def test_an_auditor_finds_the_plan_spends_the_eps_asked(selection, rounds, epsil
 
 def test_the_ledger_reports_the_records_eps_once_everything_is_charged():
     schema = Schema.load(FED_HEART)
-    plan = SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143,
-                             selection="em", rounds=4, noise="auto")
+    plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="em", rounds=4,
+                                         noise="auto"))
     public = plan.to_public("s", ["a", "b"])
     charges = [("one_way", plan.release("one_way").rho)]
     charges += [(f"select-{i}", plan.selection.step.rho) for i in range(4)]
@@ -101,8 +102,8 @@ def test_the_ledger_reports_the_records_eps_once_everything_is_charged():
 
 def test_noisy_greedys_record_bounds_the_release_it_decides_at_run_time():
     schema = Schema.load(FED_HEART)
-    plan = SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143,
-                             selection="noisy-greedy", noise="auto")
+    plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="noisy-greedy",
+                                         noise="auto"))
     record = _record(plan)
     assert record["accounting"] == "pld" and record["run_time"] == ["two_way"]
     bound = [m for m in record["mechanisms"] if m["noise"] == "gaussian_bound"]
@@ -111,8 +112,8 @@ def test_noisy_greedys_record_bounds_the_release_it_decides_at_run_time():
     assert {m["name"] for m in record["mechanisms"]} == {"one_way", "selection_scores",
                                                          "two_way"}
     # Uncalibrated (the bench's what-if plans): the Renyi bound, the release unnamed.
-    old = _record(SessionPlan.build(schema, None, 1.0, 1e-5, None, "default", 1143,
-                                    selection="noisy-greedy", noise="auto", calibrated=False))
+    old = _record(SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="noisy-greedy",
+                                                noise="auto", calibrated=False)))
     assert old["accounting"] == "rdp" and old["epsilon_accounted"] is None
     assert {m["name"] for m in old["mechanisms"]} == {"one_way", "selection_scores"}
 
@@ -153,8 +154,8 @@ def _exact_loss_law(record: dict) -> dict[float, float]:
 
 
 def test_a_tiny_sessions_record_holds_by_exact_enumeration():
-    plan = SessionPlan.build(Schema.from_dict(TINY), None, 4.0, 1e-3, None, "test-small", 60,
-                             noise="auto")
+    plan = SessionPlan.build(PlanRequest(Schema.from_dict(TINY), 4.0, 1e-3, 60,
+                                         parameter_set="test-small", noise="auto"))
     record = _record(plan)
     law = _exact_loss_law(record)
     delta = record["delta"] - record["delta_reserved"]

@@ -31,6 +31,7 @@ from dp.joint_noise_accounting import JointNoiseShape
 from dp.pair_selection import expected_counts_for_pairs
 from dp.privsyn_allocation import greedy_select_allocated
 from feddpsyn.demo import _selection_summary, start_servers
+from params.plan_request import PlanRequest
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis import marginals_from_release
@@ -97,8 +98,9 @@ def greedy_session(tmp_path_factory):
 
 def _plan() -> SessionPlan:
     # The servers build a request's plan with noise "auto" (wire.SessionCreate's default).
-    return SessionPlan.build(Schema.from_dict(SCHEMA), None, EPSILON, 1e-6, None, "test-small",
-                             1000, selection="noisy-greedy", noise="auto")
+    return SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), EPSILON, 1e-6, 1000,
+                                         parameter_set="test-small", selection="noisy-greedy",
+                                         noise="auto"))
 
 
 def _ks_scores(state, sid) -> list[int]:

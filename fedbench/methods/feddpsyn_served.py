@@ -47,7 +47,8 @@ from fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores
                                            simulate_release)
 from params.operator_bound import stated_max_rows
 from params.schema import Schema
-from params.modes import SelectionMode
+from params.modes import NoiseMode, SelectionMode
+from params.plan_request import PlanRequest
 from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal
 from synthesis.synthesize import synthesize_records
@@ -61,9 +62,9 @@ __all__ = ["feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
                 rounds: int | None) -> SessionPlan:
     """The plan the servers build for a session over ``rows`` records (module docstring)."""
-    max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, "auto")
-    return SessionPlan.build(schema, None, epsilon, delta, None, "default", max_rows,
-                             selection=selection, rounds=rounds, noise="auto")
+    max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, NoiseMode.AUTO)
+    return SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows, selection=selection,
+                                         rounds=rounds, noise=NoiseMode.AUTO))
 
 
 def _score_noise(plan: SessionPlan, pairs: int) -> tuple[np.ndarray, str]:

@@ -59,8 +59,9 @@ from dp.privsyn_allocation import allocation_groups, greedy_select_allocated
 from fedbench.methods.base import MethodResult, budget_rho
 from params.layout import MarginalLayout
 from params.schema import Schema
-from params.modes import SelectionMode
+from params.modes import NoiseMode, SelectionMode
 from params.noise_rules import JOINT_DELTA_SHARE, JOINT_TAIL, conditioning_refusal
+from params.plan_request import PlanRequest
 from params.release_spec import ReleaseSpec, split_share, two_way_rho
 from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
 from params.session_plan import SessionPlan
@@ -136,9 +137,9 @@ def simulate_release(plan: SessionPlan, client_counts: list[np.ndarray],
             continue
         cells = plan.layout.cells_of(plan.slots_of(spec))
         shape, why = None, ""
-        if spec.joint is not None and noise in ("joint", "plan"):
+        if spec.joint is not None and noise in (NoiseMode.JOINT, "plan"):
             shape = spec.joint  # a shape the servers' rule already chose (servers_split)
-        elif noise == "joint":
+        elif noise == NoiseMode.JOINT:
             shape, why = joint_shape(plan, spec)
             if shape is None and fallbacks is not None:
                 fallbacks.append((spec.name, spec.rho, why))
@@ -210,7 +211,7 @@ def simulate_selection(plan: SessionPlan, selection: SelectionPlan, union_counts
     pairs, scores = pair_scores(plan, union_counts, one_way, max_rows)
     if selection.mode == SelectionMode.EM:
         return em_picks(selection, pairs, scores)
-    shape, why = score_shape(plan, selection) if noise == "joint" else (None, "")
+    shape, why = score_shape(plan, selection) if noise == NoiseMode.JOINT else (None, "")
     if why and fallbacks is not None:
         fallbacks.append(("scores", selection.rho_charged, why))
     if shape is not None:
@@ -248,8 +249,10 @@ def servers_split(schema: Schema, epsilon: float, delta: float, max_rows: int,
     rule's reason, the even two-server release it falls back to. The groups' shapes are
     verified against the shares of ``rho_two`` itself (at least the servers' own 2-way rho,
     which also reserves delta, so the envelope matches them too)."""
-    served = SessionPlan.build(schema, None, epsilon, delta, None, parameter_set, max_rows,
-                               selection="noisy-greedy", noise="auto")
+    served = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
+                                           parameter_set=parameter_set,
+                                           selection=SelectionMode.NOISY_GREEDY,
+                                           noise=NoiseMode.AUTO))
     planned = served.release("two_way")
     keys = served.keys_of_pairs(chosen)
     if planned.allocation == "privsyn":
@@ -279,13 +282,13 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
     split = DEFAULT_SPLITS[selection_mode]
     # The plan's own budget and Gaussians; the joint shapes are this module's (docstring), so
     # the two noises compare on one rho, and the joint session is checked end to end below.
-    plan = SessionPlan.build(schema, None, epsilon, delta,
-                             {"one_way": split["one_way"], "two_way": split["two_way"]},
-                             "default", max_rows=max_rows, noise="two-server",
-                             calibrated=False)
+    plan = SessionPlan.build(PlanRequest(
+        schema, epsilon, delta, max_rows,
+        split={"one_way": split["one_way"], "two_way": split["two_way"]},
+        noise=NoiseMode.TWO_SERVER, calibrated=False))
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     notes = {"noise": ("one joint noise neither server knows (per release: "
-                       "crypto.joint_noise.choose_shape)" if noise == "joint" else
+                       "crypto.joint_noise.choose_shape)" if noise == NoiseMode.JOINT else
                        "two independent discrete Gaussians (CS + KS)"),
              "selection": selection_mode}
     unspent = ""
@@ -306,7 +309,7 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
         chosen = simulate_selection(plan, selection, np.sum(counts, axis=0), one_way, max_rows,
                                     noise=noise, joint_parts=joint_parts,
                                     allocation=allocation, fallbacks=fallbacks)
-        if selection_mode == SelectionMode.EM or noise != "joint":
+        if selection_mode == SelectionMode.EM or noise != NoiseMode.JOINT:
             rho_zcdp = selection.rho_charged
         if not chosen:  # greedy may keep none: the 1-ways alone then
             noisy = one_way
@@ -317,11 +320,11 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
             rho_two = two_way_rho(plan.rho_total, split, selection.rho_charged)
             layout = MarginalLayout.build(schema.domain_sizes, chosen)
             two_noise = noise
-            if allocation == "privsyn" and noise == "joint":
+            if allocation == "privsyn" and noise == NoiseMode.JOINT:
                 two_ways, why = servers_split(schema, epsilon, delta, max_rows, chosen,
                                               rho_two, plan.parameters.name)
                 if why:  # the servers' even two-server release: zCDP, composed as such
-                    two_noise, rho_zcdp = "two-server", rho_zcdp + rho_two
+                    two_noise, rho_zcdp = NoiseMode.TWO_SERVER, rho_zcdp + rho_two
                     notes["two_way_noise"] = f"two-server: {why}"
             else:
                 groups = (allocation_groups({m.attrs: m.size for m in layout.two_way}, chosen,
@@ -345,7 +348,7 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
     if fallbacks:  # their two Gaussians are zCDP, composed as such
         rho_zcdp += sum((rho for _, rho, _ in fallbacks), start=Fraction(0))
         notes["two_server_fallbacks"] = [f"{name}: {why}" for name, _, why in fallbacks]
-    if noise == "joint":
+    if noise == NoiseMode.JOINT:
         session_delta = joint_session_delta(joint_parts, rho_zcdp, epsilon)
         if session_delta > delta:
             raise RuntimeError(f"the joint session is ({epsilon}, {session_delta:.4g})-DP, "

@@ -1,0 +1,67 @@
+"""What a session's plan is asked for: the table, the budget, the bound on its rows, and how
+it selects and noises its marginals.
+
+One value, checked once, from which :meth:`params.session_plan.SessionPlan.build` derives
+the whole plan: the key server builds it from a session's creation request, the CLI, the
+demo and the benchmarks from their arguments. Its modes are types
+(``params.modes``): a mode given as its string is read once, here.
+
+>>> from params.schema import Schema
+>>> schema = Schema.from_dict({"columns": [
+...     {"name": "a", "type": "categorical", "i2s": ["x", "y"]},
+...     {"name": "b", "type": "categorical", "i2s": ["u", "v", "w"]}]})
+>>> request = PlanRequest(schema, epsilon=1.0, delta=1e-5, max_rows=100,
+...                       selection="noisy-greedy")
+>>> request.selection is SelectionMode.NOISY_GREEDY, request.noise
+(True, <NoiseMode.TWO_SERVER: 'two-server'>)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from params.modes import NoiseMode, SelectionMode
+from params.schema import Schema
+
+__all__ = ["PlanRequest"]
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A session's plan as asked for.
+
+    ``pairs``: the 2-way marginals (default every pair); ``split``: the budget's shares by
+    release (default ``params.budget_split.default_split``); ``parameter_set`` and
+    ``selection_set``: the named cryptographic parameter sets
+    (``params.parameter_sets``); ``rounds``: em's selected pairs (default half the
+    candidates); ``calibrated``: spend the eps asked by the noises' composed PLD
+    (``SessionPlan.build``), or keep the zCDP conversion's budget (False: the benchmark's
+    what-if simulations)."""
+
+    schema: Schema
+    epsilon: float
+    delta: float
+    max_rows: int
+    pairs: Sequence[tuple[int, int]] | None = None
+    split: dict[str, float] | None = None
+    parameter_set: str = "default"
+    selection: SelectionMode = SelectionMode.NONE
+    rounds: int | None = None
+    selection_set: str | None = None
+    noise: NoiseMode = NoiseMode.TWO_SERVER
+    calibrated: bool = True
+
+    def __post_init__(self) -> None:
+        if self.noise not in tuple(NoiseMode):
+            modes = tuple(m.value for m in NoiseMode)
+            raise ValueError(f"noise must be one of {modes}, not {self.noise!r}")
+        if self.selection not in tuple(SelectionMode):
+            modes = tuple(m.value for m in SelectionMode)
+            raise ValueError(f"selection is one of {modes}, not {self.selection!r}")
+        # A mode given as its string (a wire model's Literal, a CLI option) becomes its member.
+        object.__setattr__(self, "noise", NoiseMode(self.noise))
+        object.__setattr__(self, "selection", SelectionMode(self.selection))
+        if self.selection == SelectionMode.NOISY_GREEDY and self.rounds is not None:
+            raise ValueError("noisy-greedy chooses how many pairs to keep itself (PrivSyn's "
+                             "greedy rule); rounds are for em")
