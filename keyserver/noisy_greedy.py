@@ -77,6 +77,7 @@ from keyserver.ledger import PrivacyLedger
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.release_spec import SCORE_NOISE
+from params.selection_plan import NoisyGreedySelection
 from params.session_plan import SessionPlan
 
 NOISY_GREEDY_SQL = """
@@ -149,7 +150,8 @@ class NoisyGreedyRole:
         """This server's encrypted bits of every pair's joint score noise, packed in pair
         order: the stored sets, made now for any pair the offline job has not reached."""
         plan = self._store.plan(session_id)
-        if plan.selection is None or plan.selection.score_joint is None:
+        if (not isinstance(plan.selection, NoisyGreedySelection)
+                or plan.selection.score_joint is None):
             raise ServiceError(404, "this session's scores carry no joint noise")
         for pair in range(plan.selection.pairs):  # bounded: one pass per pair
             if self._stored_bits(session_id, pair) is None:
@@ -162,8 +164,9 @@ class NoisyGreedyRole:
         none is missing (bounded: one pair per call)."""
         for session_id in session_ids:
             plan = self._store.plan(session_id)
-            if plan.selection is None or plan.selection.score_joint is None:
-                continue
+            if (not isinstance(plan.selection, NoisyGreedySelection)
+                    or plan.selection.score_joint is None):
+                continue  # no joint scores: an em session, or two servers' Gaussians
             have = self._sets.held(session_id)
             for pair in range(plan.selection.pairs):
                 if (SCORE_NOISE, pair) not in have:
