@@ -18,7 +18,6 @@ import httpx
 import numpy as np
 
 from distaim import sharing
-from distaim.protocol import client_vector
 from params.layout import MarginalLayout
 
 __all__ = ["session_info", "upload_vector", "upload_csv", "read_token_file"]
@@ -88,10 +87,14 @@ def upload_vector(http: httpx.Client, servers: list[str], session_id: str, clien
 
 
 def upload_csv(servers: list[str], session_id: str, client_id: str, token: Tokens,
-               csv_path: Path, schema_path: Path, timeout: float = 120) -> tuple[int, int]:
-    """(rows, bytes sent) for one data owner's CSV."""
+               csv_path: Path, schema_path: Path, timeout: float = 120,
+               allow_empty: bool = False) -> tuple[int, int]:
+    """(rows, bytes sent) for one data owner's CSV, read in chunks (memory does not grow
+    with the file: ``distaim.protocol.count_csv_vector``). A table with no row to count is
+    refused before anything is sent unless ``allow_empty``: an all-zero upload is almost
+    always a mistaken file, and a session takes one upload per client."""
+    from distaim.protocol import count_csv_vector
     from params.schema import Schema
-    from params.table_codec import encode_csv
     with httpx.Client(timeout=timeout) as http:
         info = session_info(http, servers, session_id, token)
         layout = MarginalLayout.for_workload(info["domain_sizes"],
@@ -101,7 +104,10 @@ def upload_csv(servers: list[str], session_id: str, client_id: str, token: Token
                 info.get("schema_fingerprint")
                 and info["schema_fingerprint"] != schema.fingerprint()):
             raise RuntimeError("the schema differs from the session's")
-        records = encode_csv(csv_path, schema).records
-        sent = upload_vector(http, servers, session_id, client_id, token,
-                             client_vector(records, layout), int(info["modulus"]))
-    return len(records), sent
+        vector, tally = count_csv_vector(csv_path, schema, layout)
+        if tally.rows_kept == 0 and not allow_empty:
+            raise ValueError(f"{csv_path}: no row to count ({tally.summary()}): nothing was "
+                             "uploaded; pass --allow-empty to upload an empty table")
+        sent = upload_vector(http, servers, session_id, client_id, token, vector,
+                             int(info["modulus"]))
+    return tally.rows_kept, sent

@@ -237,12 +237,16 @@ def upload(servers: str = _SERVERS, session: str = typer.Option(...),
            client_id: str = typer.Option(...),
            token_file: Path = typer.Option(..., help="the client's tokens: one per server, "
                                                      "one a line"),
-           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
-    """Count the session's workload on a CSV, share it and upload one share to each server."""
+           csv: Path = typer.Option(...), schema: Path = typer.Option(...),
+           allow_empty: bool = typer.Option(
+               False, "--allow-empty", help="upload a table with no row to count")):
+    """Count the session's workload on a CSV (read in chunks), share it and upload one share
+    to each server."""
     from distaim.client import read_token_file, upload_csv
     try:
         rows, sent = upload_csv(_servers(servers), session, client_id,
-                                read_token_file(token_file), csv, schema)
+                                read_token_file(token_file), csv, schema,
+                                allow_empty=allow_empty)
     except (RuntimeError, ValueError, OSError) as exc:
         _fail(str(exc))
     typer.echo(f"{client_id}: {rows} rows shared, {sent} bytes uploaded")
@@ -254,15 +258,14 @@ def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(.
     """Encode a CSV with the schema, count the session's workload marginals and write the
     seed-compressed shares for the three servers."""
     from distaim.party import write_client_upload
-    from distaim.protocol import Layout, client_vector
+    from distaim.protocol import Layout, count_csv_vector
     from params.schema import Schema
-    from params.table_codec import encode_csv
     session = json.loads((session_dir / "session.json").read_text())
     layout = Layout.for_workload(session["domain_sizes"], [tuple(c) for c in session["workload"]])
-    records = encode_csv(csv, Schema.load(schema)).records
-    written = write_client_upload(session_dir, session["session_id"], client_id,
-                                  client_vector(records, layout), session["modulus"])
-    typer.echo(f"{client_id}: {len(records)} rows, {layout.length} counts shared, "
+    vector, tally = count_csv_vector(csv, Schema.load(schema), layout)
+    written = write_client_upload(session_dir, session["session_id"], client_id, vector,
+                                  session["modulus"])
+    typer.echo(f"{client_id}: {tally.rows_kept} rows, {layout.length} counts shared, "
                f"{written} bytes")
 
 
