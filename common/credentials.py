@@ -18,15 +18,17 @@ import secrets
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol
 
-from fastapi import HTTPException, Request
+from fastapi import HTTPException, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from common import wire
 from common.serving import Database, ServiceError, write_private
 
 __all__ = ["ClientTokens", "CLIENT_TOKENS_SQL", "store_client_tokens", "stored_token_hashes",
-           "new_token", "token_hash", "token_matches", "read_or_create_token", "bearer",
+           "new_token", "token_hash", "token_matches", "read_or_create_token", "BEARER_SCHEME",
+           "bearer",
            "is_client", "client_of_token", "role_check", "own_client_check", "member_check"]
 
 # The table in which a server keeps its clients' token hashes (never the tokens).
@@ -83,13 +85,20 @@ def read_or_create_token(path: Path) -> str:
     return token
 
 
-def bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
+# The one security scheme of every server's OpenAPI document: each route that checks a
+# credential declares it; the check itself (401 without a token) is ``bearer``'s.
+BEARER_SCHEME = HTTPBearer(auto_error=False, scheme_name="bearer",
+                           description="the operator's, a client's or the peer's token")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)]
+
+
+def bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The bearer token of a request (401 without one)."""
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         raise HTTPException(status_code=401, detail="missing bearer token",
                             headers={"WWW-Authenticate": "Bearer"})
-    return token.strip()
+    return token
 
 
 def is_client(hashes: Mapping[str, str], client_id: str, token: str) -> bool:
@@ -106,12 +115,12 @@ def client_of_token(hashes: Mapping[str, str], token: str) -> str | None:
     return found
 
 
-def role_check(token: str, role: str) -> Callable[[Request], None]:
+def role_check(token: str, role: str) -> Callable[..., None]:
     """A route dependency admitting only the holder of ``token`` (the operator, the peer)."""
     expected = token_hash(token)
 
-    def check(request: Request) -> None:
-        if not token_matches(bearer(request), expected):
+    def check(credentials: Credentials) -> None:
+        if not token_matches(bearer(credentials), expected):
             raise ServiceError(403, f"{role} credentials required")
 
     return check
@@ -121,9 +130,9 @@ def own_client_check(tokens: ClientTokens) -> Callable[..., None]:
     """A route dependency admitting only the client the path names, with its own token."""
 
     def own_client(session_id: wire.SessionId, client_id: wire.ClientId,
-                   request: Request) -> None:
+                   credentials: Credentials) -> None:
         hashes = tokens.client_token_hashes(session_id)
-        if not is_client(hashes, client_id, bearer(request)):
+        if not is_client(hashes, client_id, bearer(credentials)):
             raise ServiceError(403, f"credentials are not those of client {client_id!r} "
                                     "in this session")
 
@@ -135,8 +144,9 @@ def member_check(tokens: ClientTokens, operator_token: str | None) -> Callable[.
     operator_hash = None if operator_token is None else token_hash(operator_token)
     who = "client" if operator_hash is None else "operator or client"
 
-    def member(session_id: wire.SessionId, request: Request) -> None:
-        token = bearer(request)
+    def member(session_id: wire.SessionId,
+               credentials: Credentials) -> None:
+        token = bearer(credentials)
         if operator_hash is not None and token_matches(token, operator_hash):
             return
         if client_of_token(tokens.client_token_hashes(session_id), token) is None:

@@ -23,6 +23,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Re-exported: the servers import it from here; the client agent from common.files.
@@ -94,10 +95,25 @@ def service_app(title: str, description: str, worker: BackgroundWorker,
                                                                type(exc.__cause__).__name__)
             return JSONResponse(status_code=422, content={
                 "detail": f"invalid request: body: not readable as JSON ({reason})"})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route whose path matched; a path
+            # served by several routes (one per method) allows all of theirs.
+            return await http_exception_handler(request, StarletteHTTPException(
+                405, exc.detail, headers={"Allow": ", ".join(_allowed_methods(request))}))
         return await http_exception_handler(request, exc)
 
     app.state.max_body_bytes = max_body_bytes
     return app
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at the request's path."""
+    allowed: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            allowed |= getattr(route, "methods", None) or set()
+    return sorted(allowed)
 
 
 class BodyLimit:

@@ -7,13 +7,56 @@ so each server's OpenAPI document is the contract, and both ends import the same
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-_ID_RE = re.compile(ID_PATTERN)
+SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
+
+# A client id in a body: the path's pattern (ClientId).
+ClientIdText = Annotated[str, Field(pattern=ID_PATTERN)]
+
+
+def json_number(value: Any) -> Any:
+    """``value`` unless it is text or a boolean (which pydantic would read as a number)."""
+    # pydantic would read "3" or true as a number; JSON Schema's number is neither
+    if isinstance(value, (str, bool)):
+        raise ValueError("a JSON number is required")
+    return value
+
+
+# Numbers of a request body: a JSON number, never text or a boolean that pydantic would
+# coerce (each a schema violation, as documented); a count may be written 3 or 3.0.
+Count = Annotated[int, BeforeValidator(json_number)]
+Number = Annotated[float, BeforeValidator(json_number)]
+# Where a bound sits inside a union or a list, it goes before the validator: pydantic
+# documents a bound after it as an unknown keyword ("ge") rather than "minimum".
+Index = Annotated[int, Field(ge=0), BeforeValidator(json_number)]
+
+
+def json_numbers(values: Any) -> Any:
+    # one pass over a long list (a masked vector), rather than a call per element
+    if isinstance(values, list) and any(isinstance(v, (str, bool)) for v in values):
+        raise ValueError("JSON numbers are required")
+    return values
+# The key server's parameter sets (params.parameter_sets.PARAMETER_SETS; the fuzz test checks
+# that the two lists agree) and its selection parameter sets (SELECTION_SETS).
+ParameterSetName = Literal["default", "test-small"]
+SelectionSetName = Literal["precise", "lean"]
+# The largest count_bits of a parameter set: a masked value is below 2^count_bits of the
+# session's set, which the session's public record states (409 above it).
+MAX_COUNT_BITS = 20
 
 # Path parameters: ids are checked before any lookup, so no odd byte reaches a URL or a file.
 # Only the servers' routes use them, and they need the web framework: they are built on
@@ -60,12 +103,34 @@ class DocumentModel(StrictModel):
         return getattr(self, key) if key in type(self).model_fields else default
 
 
+def _split_schema(names: tuple[str, ...]) -> dict[str, Any]:
+    fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+    return {"type": "object", "properties": {n: fraction for n in names},
+            "required": list(names), "additionalProperties": False}
+
+
+_SPLIT_NAMES = (("one_way", "two_way"), ("one_way", "selection", "two_way"))
+# The split's JSON schema: the two sets of names, each fraction in (0, 1]. That the fractions
+# sum to at most 1, and which set the session's selection takes, the key server checks on
+# the whole request (409, ``split_refusal`` and the plan).
+BudgetSplit = Annotated[dict[str, Number], WithJsonSchema(
+    {"oneOf": [_split_schema(names) for names in _SPLIT_NAMES]})]
+
+
+def split_refusal(split: dict[str, float] | None) -> str | None:
+    """Why a split that reads as its schema says cannot be a budget split (the fractions sum
+    above 1), or None."""
+    if split is not None and sum(split.values()) > 1 + 1e-12:
+        return "split fractions must sum to at most 1"
+    return None
+
+
 class BudgetSpec(StrictModel):
     """The session's total budget as (epsilon, delta)-DP, and how rho is split over releases."""
 
-    epsilon: float = Field(gt=0, le=100)
-    delta: float = Field(gt=0, lt=1)
-    split: dict[str, float] | None = Field(
+    epsilon: Number = Field(gt=0, le=100)
+    delta: Number = Field(gt=0, lt=1)
+    split: BudgetSplit | None = Field(
         default=None,
         description="fraction of the session's rho for 'one_way', 'selection' (with a private "
                     "selection) and 'two_way' (must sum to <= 1); default: 0.3 / 0.1 / "
@@ -77,11 +142,11 @@ class BudgetSpec(StrictModel):
     def _split_valid(cls, v: dict[str, float] | None) -> dict[str, float] | None:
         if v is None:
             return v
-        if set(v) not in ({"one_way", "two_way"}, {"one_way", "selection", "two_way"}):
+        if tuple(sorted(v)) not in _SPLIT_NAMES:
             raise ValueError("split names 'one_way' and 'two_way', and 'selection' when the "
                              "session selects its pairs privately")
-        if any(x <= 0 for x in v.values()) or sum(v.values()) > 1 + 1e-12:
-            raise ValueError("split fractions must be > 0 and sum to at most 1")
+        if any(not 0 < x <= 1 for x in v.values()):
+            raise ValueError("split fractions must be in (0, 1]")
         return v
 
 
@@ -94,23 +159,122 @@ class SelectionRequest(StrictModel):
                     "rule, InDif noised under encryption, greedy in clear at the key server; "
                     "em: private selection under encryption (FedDPSyn Primitives 2-3); none: "
                     "every pair (or 'pairs')")
-    rounds: int | None = Field(default=None, ge=1, le=10_000,
-                               description="pairs to select (em); default: half the pairs; "
-                                           "noisy-greedy chooses how many itself")
-    parameter_set: str | None = Field(
-        default=None, description="selection parameter set (params/parameter_sets.py: "
-                                  "'precise' | 'lean'); default: the project's default set")
+    rounds: Annotated[int, Field(ge=1, le=10_000), BeforeValidator(json_number)] | None = Field(
+        default=None, description="pairs to select (em); default: half the pairs; "
+                                  "noisy-greedy chooses how many itself")
+    parameter_set: SelectionSetName | None = Field(
+        default=None, description="selection parameter set (params/parameter_sets.py); "
+                                  "default: the project's default set")
+
+
+# A schema number: JSON's, or decimal text or a rational "p/q" (params.exact_numbers).
+_EXACT_TEXT = (r"^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$"
+               r"|^\s*[+-]?\d+/\d+\s*$")
+ExactNumber = Number | Annotated[str, Field(pattern=_EXACT_TEXT)]
+# A name compared after surrounding spaces are removed: something must remain.
+_NAME = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"\S")]
+
+
+class _OpenDocument(BaseModel):
+    # Keys a schema file may carry besides these are kept and ignored (params.schema).
+    model_config = ConfigDict(extra="allow")
+
+
+class CategoricalColumnDocument(_OpenDocument):
+    name: _NAME
+    type: Literal["categorical"]
+    i2s: list[str | Count | Number | StrictBool] = Field(
+        min_length=1, description="the categories, each distinct once written as text")
+    size: Count | None = Field(default=None, description="if given, the number of categories")
+    labels: list[Any] | None = Field(default=None, description="one per category")
+
+
+class ContinuousColumnDocument(_OpenDocument):
+    name: _NAME
+    type: Literal["continuous"]
+    min: ExactNumber = Field(description="public lower bound (min < max)")
+    max: ExactNumber = Field(description="public upper bound")
+    bins: Count = Field(default=32, ge=1, le=4096)
+    integer: StrictBool | None = None
+
+
+class TableSchemaDocument(_OpenDocument):
+    """A table schema as a request carries it (``params.schema.Schema.from_dict``): the key
+    server and the DistAIM servers check this shape (422), then what JSON Schema cannot say
+    (409: column names distinct, min < max, categories distinct, 'size' and 'labels'
+    matching 'i2s', 'target' one of the columns)."""
+
+    name: str | None = None
+    target: str | None = None
+    columns: list[Annotated[CategoricalColumnDocument | ContinuousColumnDocument,
+                            Field(discriminator="type")]] = Field(min_length=2,
+                                                                  max_length=10_000)
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema with its ``$defs`` references written in place (the document it is
+    embedded in has its own components)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            # a discriminator's mapping names the definitions; the oneOf's consts suffice
+            return {k: walk(v) for k, v in node.items() if k != "discriminator"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
+
+
+_TABLE_SCHEMA = TypeAdapter(TableSchemaDocument)
+# The request's schema stays the JSON object it was (the plan reads it as such); its shape is
+# checked and documented as TableSchemaDocument's.
+TableSchema = Annotated[dict[str, Any],
+                        WithJsonSchema(_inline(TableSchemaDocument.model_json_schema()))]
+
+
+def table_schema_shape(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` if it has TableSchemaDocument's shape, else ValueError saying where not."""
+    try:
+        _TABLE_SCHEMA.validate_python(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "".join(f".{part}" for part in first.get("loc", ()))
+        more = exc.error_count() - 1
+        raise ValueError(f"schema{where}: {first.get('msg')}"
+                         + (f" (and {more} more)" if more else "")) from None
+    return value
+
+
+ClientList = Annotated[list[ClientIdText], Field(min_length=1, max_length=1000),
+                       WithJsonSchema({"type": "array", "minItems": 1, "maxItems": 1000,
+                                       "uniqueItems": True,
+                                       "items": {"type": "string", "pattern": ID_PATTERN}})]
+
+
+def _unique_clients(v: list[str]) -> list[str]:
+    if len(set(v)) != len(v):
+        raise ValueError("client ids must be unique")
+    return v
 
 
 class SessionCreate(StrictModel):
-    schema_: dict[str, Any] = Field(alias="schema")
-    clients: list[str] = Field(min_length=1, max_length=1000)
+    """A session the operator asks the key server for (``POST /sessions``)."""
+
+    schema_: TableSchema = Field(alias="schema")
+    clients: ClientList
     budget: BudgetSpec
-    parameter_set: str = "default"
-    pairs: list[tuple[int, int]] | None = Field(
-        default=None, description="2-way marginals to release; default every pair")
-    max_rows: int = Field(default=100_000, gt=0,
-                          description="public upper bound on the rows of the union")
+    parameter_set: ParameterSetName = "default"
+    pairs: list[tuple[Index, Index]] | None = Field(
+        default=None, max_length=100_000,
+        description="2-way marginals to release (column indices, two distinct columns of "
+                    "the schema, each pair once); default every pair")
+    max_rows: Count = Field(default=100_000, gt=0,
+                            description="public upper bound on the rows of the union")
     selection: SelectionRequest = Field(default_factory=SelectionRequest)
     noise: Literal["auto", "joint", "two-server"] = Field(
         default="auto", description="auto: one joint noise neither server knows on every "
@@ -122,13 +286,13 @@ class SessionCreate(StrictModel):
 
     @field_validator("clients")
     @classmethod
-    def _ids_valid(cls, v: list[str]) -> list[str]:
-        bad = [c for c in v if not _ID_RE.match(c)]
-        if bad:
-            raise ValueError(f"client ids must match {ID_PATTERN}: {bad[:3]}")
-        if len(set(v)) != len(v):
-            raise ValueError("client ids must be unique")
-        return v
+    def _ids_unique(cls, v: list[str]) -> list[str]:
+        return _unique_clients(v)
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_shape(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return table_schema_shape(v)
 
 
 class JointNoisePublic(StrictModel):
@@ -386,12 +550,12 @@ class WorkProgress(StrictModel):
     server."""
 
     phase: str = Field(min_length=1, max_length=200)
-    done: int = Field(ge=0)
-    total: int = Field(ge=0)
+    done: Count = Field(ge=0)
+    total: Count = Field(ge=0)
     unit: str = Field(default="tasks", max_length=40)
-    age: float | None = Field(
-        default=None, ge=0, description="in a status: seconds since the compute server "
-                                        "reported it")
+    age: Annotated[float, Field(ge=0), BeforeValidator(json_number)] | None = Field(
+        default=None, description="in a status: seconds since the compute server reported "
+                                  "it")
 
     def text(self) -> str:
         return f"{self.phase}: {self.done} of {self.total} {self.unit}"
@@ -409,12 +573,17 @@ class PeerSession(StrictModel):
 
 
 class MaskedUpload(StrictModel):
-    commitment: str = Field(pattern=r"^[0-9a-f]{64}$")
-    values: list[int]
+    """A client's masked count vector. How many values, and below which power of 2, are
+    the session's (``total_cells`` and ``parameter_set.count_bits`` of its public record):
+    another length or a value at or above 2^count_bits is refused with 409."""
+
+    commitment: str = Field(pattern=SHA256_HEX_PATTERN)
+    values: Annotated[list[Annotated[int, Field(ge=0, lt=1 << MAX_COUNT_BITS)]],
+                      BeforeValidator(json_numbers)] = Field(max_length=16_000_000)
 
 
 class SeedUpload(StrictModel):
-    seed_hex: str = Field(pattern=r"^[0-9a-f]{64}$")
+    seed_hex: str = Field(pattern=SHA256_HEX_PATTERN)
 
 
 class UploadReceipt(StrictModel):
@@ -476,16 +645,18 @@ class LedgerView(StrictModel):
 
 
 class UploadDigest(StrictModel):
-    commitment: str = Field(pattern=r"^[0-9a-f]{64}$")
-    digest: str = Field(pattern=r"^[0-9a-f]{64}$",
+    commitment: str = Field(pattern=SHA256_HEX_PATTERN)
+    digest: str = Field(pattern=SHA256_HEX_PATTERN,
                         description="SHA-256 of the upload's ciphertexts")
 
 
 class UploadsClose(StrictModel):
     """The compute server's word that it holds exactly these uploads, one per client, and
-    will sum nothing else: the key server closes the session's uploads on it."""
+    will sum nothing else: the key server closes the session's uploads on it. It must name
+    every client of the session and no other (409 otherwise)."""
 
-    uploads: dict[str, UploadDigest] = Field(max_length=10_000)
+    uploads: dict[ClientIdText, UploadDigest] = Field(
+        max_length=10_000, json_schema_extra={"additionalProperties": False})
 
 
 class UploadsClosed(StrictModel):
@@ -496,26 +667,16 @@ class UploadsClosed(StrictModel):
 class ReleaseManifest(StrictModel):
     """The compute server's list of the ciphertext chunks of one release, by SHA-256."""
 
-    chunks: list[int] = Field(max_length=1_000_000)
-    digests: list[str] = Field(max_length=1_000_000)
+    chunks: list[Index] = Field(
+        max_length=1_000_000, description="the release's chunks, as the key server cuts it "
+                                          "(409 otherwise)")
+    digests: list[Annotated[str, Field(pattern=SHA256_HEX_PATTERN)]] = Field(
+        max_length=1_000_000, description="one SHA-256 per chunk, in order (409 otherwise)")
     noise: str | None = Field(
         default=None, max_length=1_000_000,
         description="the noise the compute server put in (SessionPlan.noise_statement): "
                     "required where the release's noise is decided at run time (a privsyn "
                     "release), and compared with the key server's own decision")
-
-    @field_validator("digests")
-    @classmethod
-    def _hex(cls, v: list[str]) -> list[str]:
-        if any(len(d) != 64 or any(ch not in "0123456789abcdef" for ch in d) for d in v):
-            raise ValueError("digests must be lowercase hex SHA-256")
-        return v
-
-    @model_validator(mode="after")
-    def _one_digest_per_chunk(self) -> "ReleaseManifest":
-        if len(self.chunks) != len(self.digests):
-            raise ValueError("one digest per chunk")
-        return self
 
     def digest(self) -> str:
         # Without the optional statement when absent: a fixed release's digest is unchanged.

@@ -40,10 +40,13 @@ from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Discriminator,
     Field,
+    StrictBool,
     Tag,
     TypeAdapter,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
@@ -67,28 +70,37 @@ MAX_CANDIDATES = 511       # distaim.secure_selection.SelectionPlan's table
 MAX_ROWS_BOUND = 1 << 24
 # Keys of a server's session.json that are its own, not part of the shared plan.
 LOCAL_KEYS = frozenset({"pid", "mpc_tls", "plan_digest"})
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,253}:[0-9]{1,5}$")
+# host:port, the port in 1..65535
+MPC_ADDRESS_PATTERN = (r"^[A-Za-z0-9_.:-]{1,253}:(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}"
+                       r"|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$")
+_Iterations = Annotated[int, Field(ge=1, le=100_000), BeforeValidator(wire.json_number)]
+# A rate in (0, 1]: 1, a decimal below 1, or p/q (above 1, or 0: refused with the plan, 409).
+PARTICIPATION_PATTERN = (r"^(?:1|0?\.[0-9]{0,5}[1-9][0-9]{0,5}"
+                         r"|[0-9]{1,6}/0{0,5}[1-9][0-9]{0,5})$")
 
 
 class SessionRequest(wire.StrictModel):
     """The operator's request to create a DistAIM session (the same at all three servers)."""
 
     session_id: str = Field(pattern=wire.ID_PATTERN)
-    schema_: dict[str, Any] = Field(alias="schema")
-    clients: list[str] = Field(min_length=1, max_length=1000)
-    epsilon: float = Field(gt=0, le=100)
-    delta: float = Field(gt=0, lt=1)
-    workload: list[list[int]] | None = Field(
+    schema_: wire.TableSchema = Field(alias="schema")
+    clients: wire.ClientList
+    epsilon: wire.Number = Field(gt=0, le=100)
+    delta: wire.Number = Field(gt=0, lt=1)
+    workload: list[Annotated[list[wire.Index],
+                             Field(min_length=1, max_length=3)]] | None = Field(
         default=None, max_length=10_000,
-        description="marginals (attribute indices) AIM is asked to answer; default all 2-way")
-    rounds: int | None = Field(default=10, ge=1, le=1000, description=(
+        description="marginals (1 to 3 distinct attribute indices of the schema, each "
+                    "marginal once) AIM is asked to answer; default all 2-way")
+    rounds: Annotated[int, Field(ge=1, le=1000), BeforeValidator(wire.json_number)] | None = Field(
+        default=10, description=(
         "planned AIM rounds (FLAIM's T); null: AIM's own plan (16d) with annealing"))
-    max_rounds: int = Field(default=1000, ge=1, le=10_000)
-    participation: str = Field(default="1", pattern=r"^[0-9]{1,6}(/[0-9]{1,6})?$|^0?\.[0-9]{1,6}$",
+    max_rounds: wire.Count = Field(default=1000, ge=1, le=10_000)
+    participation: str = Field(default="1", pattern=PARTICIPATION_PATTERN,
                                description="client sampling rate p per round, in (0, 1]")
-    rows_bound: int = Field(default=1 << 20, ge=1, le=MAX_ROWS_BOUND,
-                            description=("public upper bound on any one client's rows "
-                                         "(checked inside MPC, distaim.validation)"))
+    rows_bound: wire.Count = Field(default=1 << 20, ge=1, le=MAX_ROWS_BOUND,
+                                   description=("public upper bound on any one client's rows "
+                                                "(checked inside MPC, distaim.validation)"))
     schedule: Literal["deferred", "interleaved"] = Field(default="deferred", description=(
         "with participation < 1, which clients AIM's rounds read (distaim.protocol.Schedule): "
         "deferred, those joined by the last participation round; interleaved, FLAIM's "
@@ -96,54 +108,56 @@ class SessionRequest(wire.StrictModel):
     enrolment_one_ways: bool = Field(default=False, description=(
         "the 1-way initialisation reads every admitted client (assumes every client "
         "reachable once, which FLAIM's setting does not)"))
-    mpc_parties: list[str] = Field(min_length=3, max_length=3,
-                                   description="host:port of the three MPC parties, in order")
-    score_grid_bits: int = Field(default=0, ge=0, le=8, description=(
+    mpc_parties: Annotated[list[str], WithJsonSchema(
+        {"type": "array", "minItems": 3, "maxItems": 3, "uniqueItems": True,
+         "items": {"type": "string", "pattern": MPC_ADDRESS_PATTERN}})] = Field(
+        description="host:port of the three MPC parties, in order (this server's its own: "
+                    "409 otherwise)")
+    score_grid_bits: wire.Count = Field(default=0, ge=0, le=8, description=(
         "fractional bits g of the model answers in AIM's secure scores; each bit costs one "
         "more bit in every secure |x|; g = 0 selects 1.35x faster at the same error "
         "(bench/bench_distaim_speedup.py)"))
-    mpc_channel_tls: bool = Field(default=False, description=(
-        "the servers' MPC channels use mutual TLS (each server must be configured so)"))
-    round_iters: int | None = Field(default=None, ge=1, le=100_000, description=(
+    mpc_channel_tls: StrictBool = Field(default=False, description=(
+        "the servers' MPC channels use mutual TLS (each server must be configured so: 409 "
+        "otherwise)"))
+    round_iters: _Iterations | None = Field(default=None, description=(
         "cap on the estimator's iterations per round (default: the engine's, "
         "synthesis.aim: 100 in AIM's annealing mode, until converged with fixed rounds)"))
-    final_iters: int | None = Field(default=None, ge=1, le=100_000, description=(
+    final_iters: _Iterations | None = Field(default=None, description=(
         "cap on the estimator's iterations after the last round (default: until converged)"))
-    mpc_timeout: float = Field(default=120, gt=0, le=3600)
-    mpc_deadline: float = Field(default=3600, gt=0, le=7 * 86400)
+    mpc_timeout: wire.Number = Field(default=120, gt=0, le=3600)
+    mpc_deadline: wire.Number = Field(default=3600, gt=0, le=7 * 86400)
 
     model_config = wire.StrictModel.model_config | {"populate_by_name": True}
 
     @field_validator("clients")
     @classmethod
-    def _clients_valid(cls, v: list[str]) -> list[str]:
-        bad = [c for c in v if not re.match(wire.ID_PATTERN, c)]
-        if bad:
-            raise ValueError(f"client ids must match {wire.ID_PATTERN}: {bad[:3]}")
+    def _clients_unique(cls, v: list[str]) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError("client ids must be unique")
         return v
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_shape(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return wire.table_schema_shape(v)
 
     @field_validator("mpc_parties")
     @classmethod
     def _addresses_valid(cls, v: list[str]) -> list[str]:
         for a in v:
-            if not _ADDRESS.match(a) or not 0 < int(a.rpartition(":")[2]) < 65536:
+            if not re.match(MPC_ADDRESS_PATTERN, a):
                 raise ValueError(f"MPC party address must be host:port, not {a!r}")
-        if len(set(v)) != 3:
-            raise ValueError("the three MPC party addresses must differ")
+        if len(v) != 3 or len(set(v)) != 3:
+            raise ValueError("three MPC party addresses, all different")
         return v
 
     @field_validator("participation")
     @classmethod
-    def _rate_valid(cls, v: str) -> str:
-        try:
-            rate = Fraction(v)
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"participation must be a number in (0, 1], not {v!r}") from None
-        if not 0 < rate <= 1:
-            raise ValueError("participation must be in (0, 1]")
-        return str(rate)
+    def _rate_exact(cls, v: str) -> str:
+        # the plan (and its digest) holds the rate as an exact rational; its range is the
+        # plan's to check (build_plan)
+        return str(Fraction(v))
 
 
 def delta_reserve(delta: float) -> Fraction:
@@ -342,6 +356,8 @@ def build_plan(request: SessionRequest, modulus: int) -> FixedRoundsPlan | Annea
         schema = Schema.from_dict(request.schema_)
     except (SchemaError, ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"schema: {exc}") from None
+    if not 0 < Fraction(request.participation) <= 1:
+        raise ValueError(f"participation must be in (0, 1], not {request.participation}")
     sizes = [int(s) for s in schema.domain_sizes]
     workload = _normalise_workload(request.workload, len(sizes))
     if not workload:

@@ -107,16 +107,19 @@ class DistServer:
         return row["plan_digest"]
 
     def create(self, request: SessionRequest) -> tuple[DistSessionCreated, bool]:
+        # The body has the documented shape (else 422); a plan this server cannot run (the
+        # schema's own rules, the workload within it, the reserve, its MPC address and TLS)
+        # is refused with 409, the message naming the rule or the remedy.
         try:
             plan = build_plan(request, self.modulus)
         except ValueError as exc:
-            raise ServiceError(422, str(exc)) from None
+            raise ServiceError(409, str(exc)) from None
         own = ":".join(map(str, plan.mpc_parties[self.x - 1]))
         if own != self.mpc_address:
-            raise ServiceError(422, f"server {self.x} runs its MPC party at "
+            raise ServiceError(409, f"server {self.x} runs its MPC party at "
                                     f"{self.mpc_address}, the request says {own}")
         if plan.mpc_channel_tls != bool(self.mpc_tls):
-            raise ServiceError(422, f"server {self.x} runs its MPC channels "
+            raise ServiceError(409, f"server {self.x} runs its MPC channels "
                                     f"{'with' if self.mpc_tls else 'without'} TLS, the "
                                     "request says otherwise")
         digest = plan.digest()
@@ -184,9 +187,12 @@ class DistServer:
                 raise ServiceError(422, f"server {self.x} takes the share vector only")
             try:
                 blob = base64.b64decode(body.vector_b64, validate=True)
-                sharing.decode_vector(blob, modulus, length)
             except ValueError as exc:
                 raise ServiceError(422, f"share vector: {exc}") from None
+            try:
+                sharing.decode_vector(blob, modulus, length)
+            except ValueError as exc:  # the session's cells and field: 409
+                raise ServiceError(409, f"share vector: {exc}") from None
             name = f"share{self.x}.bin"
         digest = hashlib.sha256(blob).hexdigest()
         with self.db.transaction() as conn:

@@ -9,18 +9,38 @@ from pydantic import Field
 from common import wire
 from distaim.plan import DistPlan
 
-__all__ = ["MAX_BODY_BYTES", "ShareUpload", "ServerInfo", "DistSessionCreated",
-           "DistSessionInfo", "DistStatus"]
+__all__ = ["MAX_BODY_BYTES", "ShareUpload", "SeedShare", "VectorShare", "ServerInfo",
+           "DistSessionCreated", "DistSessionInfo", "DistStatus"]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# Standard base64, padded.
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
 class ShareUpload(wire.StrictModel):
     """A client's share for this server: the 32-byte seed (server 1) or the share vector
-    (servers 2 and 3, fixed-width little-endian field elements, base64)."""
+    (servers 2 and 3, fixed-width little-endian field elements, base64). Each server's
+    document declares the one it takes (:class:`SeedShare`, :class:`VectorShare`)."""
 
-    seed_hex: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    vector_b64: str | None = Field(default=None, max_length=MAX_BODY_BYTES)
+    seed_hex: str | None = Field(default=None, pattern=wire.SHA256_HEX_PATTERN)
+    vector_b64: str | None = Field(default=None, max_length=MAX_BODY_BYTES,
+                                   pattern=BASE64_PATTERN)
+
+
+class SeedShare(wire.StrictModel):
+    """What server 1 takes: the client's 32-byte seed, from which it derives its share."""
+
+    seed_hex: str = Field(pattern=wire.SHA256_HEX_PATTERN)
+    vector_b64: None = None
+
+
+class VectorShare(wire.StrictModel):
+    """What servers 2 and 3 take: the share vector, base64 of fixed-width little-endian
+    elements of the session's field, one per cell of its plan (``cells`` and ``modulus`` of
+    ``GET /sessions/{session_id}``; another length or an element outside the field: 409)."""
+
+    seed_hex: None = None
+    vector_b64: str = Field(max_length=MAX_BODY_BYTES, pattern=BASE64_PATTERN)
 
 
 class ServerInfo(wire.StrictModel):

@@ -128,14 +128,20 @@ class SessionPreparation:
     # ------------------------------------------------------------ the request
     def accept(self, request: wire.SessionCreate) -> wire.SessionAccepted:
         """Check the request and its plan, record the session as preparing, queue its job."""
+        # The body has the documented shape (else FastAPI's 422); what the document cannot
+        # say (the schema's own rules, pairs within it, a plan that fits the parameter sets
+        # and the budget) is refused with 409, its message naming the rule or the remedy.
         try:
-            Schema.from_dict(request.schema_)  # a clear 422 before anything else
+            Schema.from_dict(request.schema_)  # a clear message before anything else
         except SchemaError as exc:
-            raise ServiceError(422, f"invalid schema: {exc}") from None
+            raise ServiceError(409, f"invalid schema: {exc}") from None
+        refusal = wire.split_refusal(request.budget.split)
+        if refusal is not None:
+            raise ServiceError(409, refusal)
         try:
             plan = build_plan(request)
         except ValueError as exc:
-            raise ServiceError(422, str(exc)) from None
+            raise ServiceError(409, str(exc)) from None
         session_id = "s-" + secrets.token_hex(8)
         draft = plan.to_public(session_id, request.clients)
         try:

@@ -95,8 +95,11 @@ class Releases:
         spec = self._release_spec(session_id, plan, name)
         chunks, _ = self.release_chunks(session_id, plan, name)
         if manifest.chunks != chunks:
-            raise ServiceError(422, f"release {name!r} covers chunks {chunks}, manifest lists "
+            raise ServiceError(409, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
+        if len(manifest.digests) != len(chunks):
+            raise ServiceError(409, f"release {name!r} has {len(chunks)} chunks, the manifest "
+                                    f"lists {len(manifest.digests)} digests (one per chunk)")
         self._check_noise_statement(plan, name, spec, manifest)
         with self.db.transaction() as conn:
             if not uploads_closed(conn, session_id):

@@ -77,12 +77,14 @@ class MaskedUploads:
                      replace: bool = False) -> wire.UploadReceipt:
         public = self._sessions.public(session_id)
         k = public.parameter_set["count_bits"]
+        # The session's shape, not the body's (wire.MaskedUpload): 409, as HTTP has it for a
+        # request that conflicts with the state of its target.
         if len(upload.values) != public.total_cells:
-            raise ServiceError(422, f"expected {public.total_cells} masked values, "
+            raise ServiceError(409, f"this session expects {public.total_cells} masked values, "
                                     f"got {len(upload.values)}")
         values = np.asarray(upload.values, dtype=object)
-        if any((not isinstance(v, int)) or v < 0 or v >= (1 << k) for v in upload.values):
-            raise ServiceError(422, f"masked values must be integers in [0, 2^{k})")
+        if any(v >= (1 << k) for v in upload.values):
+            raise ServiceError(409, f"this session's masked values are integers in [0, 2^{k})")
         vector = values.astype(np.int64)
         digest = hashlib.sha256(upload.commitment.encode() + vector.tobytes()).hexdigest()
         directory = self._sessions.session_dir(session_id)
@@ -149,7 +151,7 @@ class MaskedUploads:
         public = self._sessions.public(session_id)
         named = {c: (u.commitment, u.digest) for c, u in uploads.uploads.items()}
         if sorted(named) != sorted(public.clients):
-            raise ServiceError(422, f"the uploads to close must name every client of the "
+            raise ServiceError(409, f"the uploads to close must name every client of the "
                                     f"session {public.clients}, no other")
         with self.db.transaction() as conn:
             closed = conn.execute("SELECT closed, uploads_json FROM uploads_closed WHERE "

@@ -59,7 +59,7 @@ def test_intake_checks_credentials_kind_and_idempotence(tmp_path):
         other = first.put(url, json={"seed_hex": "0" * 64}, headers=_auth(tok1["a"]))
         assert other.status_code == 409
         short = {"vector_b64": base64.b64encode(b"\0" * 12).decode()}
-        assert second.put(url, json=short, headers=_auth(tok2["a"])).status_code == 422
+        assert second.put(url, json=short, headers=_auth(tok2["a"])).status_code == 409
         assert second.put(url, json=vector, headers=_auth(tok2["a"])).status_code == 200
         info = first.get("/sessions/sx", headers=_auth(tok1["b"])).json()
         assert (info["party"], info["cells"], int(info["modulus"])) == (1, CELLS, p)
@@ -92,12 +92,14 @@ def test_operator_create_is_typed_idempotent_and_refuses_bad_plans(tmp_path):
         assert _create(first, tmp_path, 1, epsilon=2.0)[0].status_code == 409
         # refused before anything is stored: bad workload, wrong own MPC address, bad input
         assert _create(first, tmp_path, 1, session_id="s2",
-                       workload=[[0, 5]])[0].status_code == 422
+                       workload=[[0, 5]])[0].status_code == 409
         wrong = _create(first, tmp_path, 1, session_id="s2",
                         mpc_parties=["127.0.0.1:1", MPC[1], MPC[2]])[0]
-        assert wrong.status_code == 422 and "9301" in wrong.json()["detail"]
+        assert wrong.status_code == 409 and "9301" in wrong.json()["detail"]
         assert _create(first, tmp_path, 1, session_id="s2",
-                       participation="3/2")[0].status_code == 422
+                       participation="3/2")[0].status_code == 409
+        assert _create(first, tmp_path, 1, session_id="s2",
+                       participation="1.5")[0].status_code == 422
         assert _create(first, tmp_path, 1, session_id="s2",
                        clients=["a", "a"])[0].status_code == 422
         assert _create(first, tmp_path, 1, session_id="s2", extra=1)[0].status_code == 422
@@ -126,7 +128,7 @@ def test_tls_on_the_mpc_channels_is_part_of_the_plan(tmp_path):
     with TestClient(create_app(tmp_path / "s1", 1, MPC[0], mpc_tls=tls)) as first:
         assert first.get("/server").json()["mpc_channel_tls"] is True
         plain, _ = _create(first, tmp_path, 1)
-        assert plain.status_code == 422 and "with TLS" in plain.json()["detail"]
+        assert plain.status_code == 409 and "with TLS" in plain.json()["detail"]
         made, _ = _create(first, tmp_path, 1, mpc_channel_tls=True)
         assert made.status_code == 201 and made.json()["plan"]["mpc_channel_tls"] is True
     local = json.loads((tmp_path / "s1" / "sessions" / "sx" / "session.json").read_text())

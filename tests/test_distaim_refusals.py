@@ -93,13 +93,13 @@ def test_a_run_over_its_reserve_is_stopped_by_the_same_check():
         _within_reserve(session, Fraction(5, 10**15))
 
 
-def test_the_intake_refuses_it_with_422_and_stores_nothing(tmp_path):
+def test_the_intake_refuses_it_with_409_and_stores_nothing(tmp_path):
     with TestClient(create_app(tmp_path / "s1", 1, MPC[0])) as server:
         auth = {"Authorization": "Bearer "
                 + (tmp_path / "s1" / "operator.token").read_text().strip()}
         body = _request(epsilon=50.0).model_dump(by_alias=True)
         refused = server.post("/sessions", json=body, headers=auth)
-        assert refused.status_code == 422
+        assert refused.status_code == 409
         assert "lower epsilon to at most" in refused.json()["detail"]
         assert server.get("/sessions/sx/status", headers=auth).status_code == 404
         assert not (tmp_path / "s1" / "sessions" / "sx").exists()

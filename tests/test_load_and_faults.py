@@ -163,7 +163,7 @@ def test_corrupted_foreign_and_unregistered_ciphertexts_change_nothing(lone_key_
     assert r.status_code == 404
     wrong = {"chunks": chunks + [max(chunks) + 1], "digests": ["00" * 32] * (len(chunks) + 1)}
     r = httpx.put(f"{base}/manifest", json=wrong, headers=auth)
-    assert r.status_code == 422 and "covers chunks" in r.json()["detail"]
+    assert r.status_code == 409 and "covers chunks" in r.json()["detail"]
     assert httpx.get(ledger_url, headers=op).json()["entries"] == []
 
 

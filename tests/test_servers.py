@@ -170,11 +170,11 @@ def test_bad_session_requests_are_refused_with_the_reason(servers, released_sess
     bad_schema = {"schema": {"columns": []}, "clients": ["a"],
                   "budget": {"epsilon": 1, "delta": 1e-6}}
     r = httpx.post(f"{ks.url}/sessions", json=bad_schema, headers=headers)
-    assert r.status_code == 422 and "schema" in r.json()["detail"]
+    assert r.status_code == 422 and "schema" in r.json()["detail"]  # breaks the document
     too_big = {"schema": SCHEMA, "clients": ["a"], "budget": {"epsilon": 0.01, "delta": 1e-6},
                "parameter_set": "test-small", "max_rows": 30000}
     r = httpx.post(f"{ks.url}/sessions", json=too_big, headers=headers)
-    assert r.status_code == 422 and "does not fit" in r.json()["detail"]
+    assert r.status_code == 409 and "does not fit" in r.json()["detail"]  # well formed
     r = httpx.post(f"{ks.url}/sessions", content=b"{not json", headers=headers)
     assert r.status_code == 422
 
@@ -340,11 +340,14 @@ def test_malformed_uploads_get_a_4xx_that_says_why_and_store_nothing(servers):
     masked_url = f"{ks.url}/sessions/{sid}/clients/alice/masked"
     seed_url = f"{cs.url}/sessions/{sid}/clients/alice/seed"
     cases = [
-        (masked_url, {"commitment": "0" * 64, "values": [0] * (cells - 1)}, 422, "expected"),
-        (masked_url, {"commitment": "0" * 64, "values": [2 ** 16] + [0] * (cells - 1)}, 422,
+        # the session's length and width: 409 (the document states them as its own)
+        (masked_url, {"commitment": "0" * 64, "values": [0] * (cells - 1)}, 409, "expects"),
+        (masked_url, {"commitment": "0" * 64, "values": [2 ** 16] + [0] * (cells - 1)}, 409,
          "[0, 2^16)"),
-        (masked_url, {"commitment": "0" * 64, "values": [-1] + [0] * (cells - 1)}, 422, "2^16"),
-        (masked_url, {"commitment": "0" * 64, "values": ["x"] * cells}, 422, "int"),
+        (masked_url, {"commitment": "0" * 64, "values": [-1] + [0] * (cells - 1)}, 422,
+         "greater than or equal to 0"),
+        (masked_url, {"commitment": "0" * 64, "values": ["x"] * cells}, 422, "number"),
+        (masked_url, {"commitment": "0" * 64, "values": ["1"] * cells}, 422, "number"),
         (masked_url, {"commitment": "xyz", "values": [0] * cells}, 422, "pattern"),
         (masked_url, {"values": [0] * cells}, 422, "commitment"),
         (masked_url, {"commitment": "0" * 64, "values": [0] * cells, "extra": 1}, 422, "extra"),

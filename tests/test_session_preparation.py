@@ -104,10 +104,13 @@ def no_files(plan, n_clients, directory, *, report, stop):
 # ------------------------------------------------------------------ the job, in process
 def test_bad_requests_are_refused_at_once_and_nothing_is_stored(tmp_path):
     service = KeyServer(tmp_path, prepare=no_files)
-    bad_schema = request().model_copy(update={"schema_": {"columns": []}})
+    # a schema of the documented shape whose columns share a name: only the plan sees it
+    bad_schema = request().model_copy(update={"schema_": {"columns": [
+        {"name": "a", "type": "categorical", "i2s": ["x"]},
+        {"name": "a", "type": "categorical", "i2s": ["y"]}]}})
     too_small = request().model_copy(update={"max_rows": 30000, "budget": wire.BudgetSpec(
         epsilon=0.01, delta=1e-6)})
-    for bad, status, needle in ((bad_schema, 422, "schema"), (too_small, 422, "does not fit")):
+    for bad, status, needle in ((bad_schema, 409, "schema"), (too_small, 409, "does not fit")):
         with pytest.raises(ServiceError) as info:
             service.create_session(bad)
         assert info.value.status == status and needle in info.value.message

@@ -217,7 +217,7 @@ def test_a_close_must_name_every_client_once(servers):
     for uploads in ({"alice": digest}, {"alice": digest, "bob": digest, "eve": digest}):
         with pytest.raises(ServiceError) as refused:
             ks.close_uploads(SID, wire.UploadsClose.model_validate({"uploads": uploads}))
-        assert refused.value.status == 422
+        assert refused.value.status == 409
     with pytest.raises(ServiceError) as refused:  # nothing uploaded yet
         ks.close_uploads(SID, wire.UploadsClose.model_validate(
             {"uploads": {"alice": digest, "bob": digest}}))
