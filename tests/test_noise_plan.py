@@ -67,13 +67,18 @@ MIXED = Schema.from_dict({"name": "mixed", "columns": [
     for i, size in enumerate((2, 3, 4, 6))]})
 
 
-def mixed_plan(eps=1.0, noise="auto", calibrated=False):
+# PrivSyn's split: the 2-ways' 80% of rho makes a single kept pair's group large enough at
+# eps 2 for the rule to refuse its shape (the fallback tests need that case).
+PRIVSYN_SPLIT = {"one_way": 0.1, "selection": 0.1, "two_way": 0.8}
+
+
+def mixed_plan(eps=1.0, noise="auto", calibrated=False, split=None):
     """noisy-greedy on mixed pair sizes; uncalibrated by default: the split release under its
     Renyi rule (a session planned without calibration, or recorded before it). The Gaussian
     bound's rule is ``tests/test_gaussian_bound.py``'s."""
     return SessionPlan.build(PlanRequest(MIXED, eps, 1e-6, 2000, parameter_set="test-small",
                                          selection="noisy-greedy", noise=noise,
-                                         calibrated=calibrated))
+                                         calibrated=calibrated, split=split))
 
 
 def test_noisy_greedys_two_way_is_split_with_an_envelope_and_the_worst_case_reserve():
@@ -173,7 +178,7 @@ def test_every_selection_gets_privsyns_split_with_matched_shapes_by_enumeration(
 
 def test_a_group_the_rule_refuses_falls_back_to_the_even_two_server_release():
     # eps 2 on few cells: one kept pair's shape would exclude too much mass.
-    plan = mixed_plan(2.0)
+    plan = mixed_plan(2.0, split=PRIVSYN_SPLIT)
     assert plan.release("two_way").allocation == "privsyn"
     pair = [min(plan.layout.two_way, key=lambda s: s.size).attrs]
     resolved = _check_split(plan, pair)
@@ -188,7 +193,7 @@ def test_the_key_server_decrypts_a_run_time_release_only_if_both_servers_decided
     from common.serving import ServiceError
     from keyserver.releases import Releases
 
-    plan = mixed_plan(2.0)
+    plan = mixed_plan(2.0, split=PRIVSYN_SPLIT)
     pairs = [s.attrs for s in plan.layout.two_way]
     joint = plan.resolve(plan.release("two_way"), pairs)
     even = plan.resolve(plan.release("two_way"), pairs[:1])
