@@ -180,6 +180,8 @@ ALONE = [
 CANDIDATES = [
     ("plan:one_way=0.2", replace(SERVED, split="one_way=0.2")),
     ("plan:one_way=0.3", replace(SERVED, split="one_way=0.3")),
+    ("plan:one_way=0.4", replace(SERVED, split="one_way=0.4")),
+    ("plan:one_way=0.5", replace(SERVED, split="one_way=0.5")),
     ("plan:split=privsyn,greedy=privsyn,greedy=shape", replace(
         SERVED, split="privsyn", greedy="privsyn-shape")),
     ("central:budget=gaussian-pld", replace(CENTRAL, budget="gaussian-pld")),
