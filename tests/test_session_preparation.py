@@ -72,8 +72,9 @@ class Gate:
         self.make_files = make_files
 
     def __call__(self, plan, n_clients, directory, *, report, stop):
-        self.entered.set()
+        # The phase first: a test that sees ``entered`` then reads it from the status.
         report("waiting at the test's gate")
+        self.entered.set()
         deadline = time.monotonic() + 300
         while not self.open.wait(0.05):  # bounded by the deadline and the server's stop
             if stop.is_set():
