@@ -86,7 +86,6 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_dask_executor": ALL,
         "test_demo_and_cli": [
             "test_start_servers_stops_the_key_server_when_the_compute_server_never_comes_up",
-            "test_the_manual_operator_and_data_owner_workflow",
         ],
         "test_distaim_loopback": ALL,
         "test_distaim_malicious": ALL,

@@ -1,12 +1,20 @@
-"""The main job end to end (``feddpsyn demo``), and the command line's error handling."""
+"""The main job end to end (``feddpsyn demo``), and the command line's error handling.
+
+The demos, the bench and the commands that talk to servers run ``python -m feddpsyn.cli`` in
+a process of their own (:func:`feddpsyn`); the checks of a command's own answers (its
+refusals, ``client check``, ``synthesize``) run the same command tree in this process
+(:func:`cli`), without the seconds each new interpreter spends importing. The operator's and
+data owners' workflow by hand is in ``tests/test_servers_selection.py``, on its em session."""
 
 import csv
 import json
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,12 +24,27 @@ def feddpsyn(*args, check=False):
                           capture_output=True, text=True, timeout=900, check=check)
 
 
+def cli(*args) -> subprocess.CompletedProcess:
+    """The same command in this process (``feddpsyn.cli.app``): its exit status, stdout and
+    stderr, as :func:`feddpsyn` gives them (an unexpected exception's traceback on stderr)."""
+    from feddpsyn.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["feddpsyn", *args], result.exit_code, result.stdout,
+                                       stderr)
+
+
 @pytest.fixture(scope="module")
 def demo_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "out"
     # Every pair, no encrypted selection: the selection's own server tests cover it, and the
-    # default demo's selection takes minutes.
-    result = feddpsyn("demo", "--selection", "none", "--out", str(out))
+    # default demo's selection takes minutes. Each server's own Gaussian: the joint noise's
+    # encrypted bits cost ~50x the release (the demo on a user table below takes the default,
+    # the joint noise, and tests/test_joint_release_servers.py its law).
+    result = feddpsyn("demo", "--selection", "none", "--noise", "two-server", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 
@@ -30,6 +53,7 @@ def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
     report = json.loads((demo_out / "report.json").read_text())
     assert report["dataset"] == "fed_heart_disease" and report["clients"] == 4
     assert report["method"] == "gum"  # auto: every pair was released
+    assert report["noise"]["kind"] == "two-server"
     assert report["rows_union"] == 740
     assert 0 < report["epsilon_spent"] <= 1.0
     assert report["delta"] == 1e-5
@@ -46,16 +70,18 @@ def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
 
 
 def test_demo_refuses_a_non_empty_output_directory(demo_out):
-    result = feddpsyn("demo", "--out", str(demo_out))
+    result = cli("demo", "--out", str(demo_out))
     assert result.returncode == 2 and "not empty" in result.stderr
 
 
-@pytest.mark.parametrize("method", ["auto", "gum", "pgm"])
+# pgm: on the demo's release on a user table (test_demo_on_a_table_written_by_the_test), whose
+# 6 pairs it fits in a second where Fed-Heart-Disease's 66 take half a minute.
+@pytest.mark.parametrize("method", ["auto", "gum"])
 def test_synthesize_command_on_the_demo_release(demo_out, tmp_path, method):
     out = tmp_path / "synth.csv"
-    result = feddpsyn("synthesize", "--release", str(demo_out / "release.json"), "--schema",
-                      str(ROOT / "params" / "schemas" / "fed_heart_disease.schema.json"),
-                      "--method", method, "--rows", "100", "--out", str(out), "--seed", "3")
+    result = cli("synthesize", "--release", str(demo_out / "release.json"), "--schema",
+                 str(ROOT / "params" / "schemas" / "fed_heart_disease.schema.json"),
+                 "--method", method, "--rows", "100", "--out", str(out), "--seed", "3")
     assert result.returncode == 0, result.stderr
     # auto names what it chose: GUM, since the demo release holds every pair
     assert result.stdout.rstrip().endswith("(gum)" if method == "auto" else f"({method})")
@@ -64,13 +90,12 @@ def test_synthesize_command_on_the_demo_release(demo_out, tmp_path, method):
 
 
 def test_synthesize_refuses_a_mismatched_schema_and_bad_files(demo_out, tmp_path, data_dir):
-    result = feddpsyn("synthesize", "--release", str(demo_out / "release.json"), "--schema",
-                      str(data_dir / "adult" / "adult.schema.json"), "--out",
-                      str(tmp_path / "x.csv"))
+    result = cli("synthesize", "--release", str(demo_out / "release.json"), "--schema",
+                 str(data_dir / "adult" / "adult.schema.json"), "--out", str(tmp_path / "x.csv"))
     assert result.returncode == 2 and "differs" in result.stderr
     bogus = tmp_path / "bogus.json"
     bogus.write_text("{}")
-    result = feddpsyn("synthesize", "--release", str(bogus), "--out", str(tmp_path / "y.csv"))
+    result = cli("synthesize", "--release", str(bogus), "--out", str(tmp_path / "y.csv"))
     assert result.returncode == 2 and "not a release document" in result.stderr
 
 
@@ -79,40 +104,12 @@ def test_client_check_names_the_bad_value(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("center,age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,target\n"
                    "0,6,1,0,5,4,1,2,4,0,5,0\n0,6,1,9,5,4,1,2,4,0,5,0\n")
-    result = feddpsyn("client", "check", "--csv", str(bad), "--schema", str(schema))
+    result = cli("client", "check", "--csv", str(bad), "--schema", str(schema))
     assert result.returncode == 2
     assert "bad.csv: row 2 (line 3), column 'cp': unknown category '9'" in result.stderr
-    result = feddpsyn("client", "check", "--csv", str(bad), "--schema", str(schema),
-                      "--on-invalid", "drop")
+    result = cli("client", "check", "--csv", str(bad), "--schema", str(schema),
+                 "--on-invalid", "drop")
     assert result.returncode == 0 and "1 rows encoded of 2 read" in result.stdout
-
-
-def assert_ledger_table(text: str, ledger: dict) -> None:
-    """The readable ledger: one line per entry, running totals that add up exactly to the
-    ledger's, the last eps equal to epsilon_spent."""
-    from fractions import Fraction
-
-    lines = text.splitlines()
-    assert lines[0].startswith("session ") and "released; owners uploaded 3 of 3" in lines[0]
-    assert lines[1].startswith("budget: rho ")
-    assert lines[2] == (f"spent: rho {float(Fraction(ledger['rho_spent'])):.6g} = eps "
-                        f"{ledger['epsilon_spent']:.4f}")
-    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#"))
-    assert "released or decided" in lines[header] and "remaining rho" in lines[header]
-    rows = [line.split() for line in lines[header + 2:]]
-    assert [r[0] for r in rows] == ["1", "2", "3"]  # every entry charged, nothing planned
-    assert "1-way marginals released" in lines[header + 2]
-    assert "pair selection round 1 of 1 decided (em)" in lines[header + 3]
-    assert "2-way marginals released" in lines[header + 4]
-    total = Fraction(0)
-    for row, entry in zip(rows, ledger["entries"]):
-        total += Fraction(entry["rho"])
-        rho, running, remaining, eps = (float(v) for v in row[-4:])
-        assert rho == pytest.approx(float(Fraction(entry["rho"])), rel=1e-5)
-        assert running == pytest.approx(float(total), rel=1e-5)
-        assert remaining == pytest.approx(float(Fraction(ledger["rho_total"]) - total),
-                                          rel=1e-5, abs=1e-9)
-    assert float(rows[-1][-1]) == pytest.approx(ledger["epsilon_spent"], abs=5e-5)
 
 
 def test_start_servers_stops_the_key_server_when_the_compute_server_never_comes_up(
@@ -139,75 +136,6 @@ def test_start_servers_stops_the_key_server_when_the_compute_server_never_comes_
         demo.start_servers(tmp_path / "state")
     assert len(started) == 2
     assert all(server.proc.poll() is not None for server in started)
-
-
-def test_the_manual_operator_and_data_owner_workflow(tmp_path):
-    """What a deployment does by hand: servers, `session create`, `client upload`,
-    `client release`, `session status`, `synthesize`."""
-    from feddpsyn.demo import start_servers
-    from tests.test_servers import CLIENTS, SCHEMA, write_client_csvs
-
-    schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps(SCHEMA))
-    csvs = write_client_csvs(tmp_path)
-    ks, cs = start_servers(tmp_path / "state")
-    try:
-        op = str(tmp_path / "state" / "keyserver" / "operator.token")
-        result = feddpsyn("session", "create", "--keyserver", ks.url, "--operator-token-file", op,
-                          "--schema", str(schema), "--clients", ",".join(CLIENTS),
-                          "--epsilon", "2", "--delta", "1e-6", "--parameter-set", "test-small",
-                          "--max-rows", "1000", "--tokens-dir", str(tmp_path / "tokens"),
-                          "--selection", "em")
-        assert result.returncode == 0, result.stderr
-        sid = result.stdout.split()[1].rstrip(":")
-        before = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
-                          "--operator-token-file", op)
-        assert before.returncode == 0, before.stderr
-        assert "collecting; owners uploaded 0 of 3 (missing: " in before.stdout
-        planned = [line for line in before.stdout.splitlines() if "planned: " in line]
-        assert [line.split("planned: ")[1].split(" (")[0] for line in planned] == [
-            "1-way marginals to release", "pair selection round 1 of 1 to decide",
-            "2-way marginals to release"]
-        assert float(planned[-1].split()[-2]) >= 0  # the plan fits its budget
-        for client in CLIENTS:
-            token = tmp_path / "tokens" / f"{client}.token"
-            assert oct(token.stat().st_mode & 0o777) == "0o600"
-            args = ("client", "upload", "--keyserver", ks.url, "--computeserver", cs.url,
-                    "--session", sid, "--client-id", client, "--token-file", str(token),
-                    "--csv", str(csvs[client]), "--state-dir", str(tmp_path / "agent"))
-            result = feddpsyn(*args)
-            assert result.returncode == 0 and "uploaded:" in result.stdout, result.stderr
-        again = feddpsyn(*args)
-        assert again.returncode == 0 and "already uploaded" in again.stdout
-        release = tmp_path / "release.json"
-        import time
-
-        for _ in range(200):
-            result = feddpsyn("client", "release", "--keyserver", ks.url, "--session", sid,
-                              "--client-id", CLIENTS[0], "--token-file",
-                              str(tmp_path / "tokens" / f"{CLIENTS[0]}.token"),
-                              "--out", str(release))
-            if result.returncode == 0:
-                break
-            assert "not released yet" in result.stderr
-            time.sleep(0.3)
-        assert release.exists()
-        status = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
-                          "--operator-token-file", op, "--json")
-        ledger = json.loads(status.stdout)["ledger"]
-        # em selects its pairs privately: one round for 3 candidate pairs.
-        assert 0 < ledger["epsilon_spent"] <= 2
-        assert [e["release"] for e in ledger["entries"]] == ["one_way", "select-0", "two_way"]
-        table = feddpsyn("session", "status", "--keyserver", ks.url, "--session", sid,
-                         "--operator-token-file", op)
-        assert table.returncode == 0, table.stderr
-        assert_ledger_table(table.stdout, ledger)
-        result = feddpsyn("synthesize", "--release", str(release), "--schema", str(schema),
-                          "--out", str(tmp_path / "synthetic.csv"))
-        assert result.returncode == 0, result.stderr
-    finally:
-        ks.stop()
-        cs.stop()
 
 
 def write_user_table(directory: Path, rows: int = 400) -> tuple[Path, Path]:
@@ -249,6 +177,7 @@ def test_demo_on_a_table_written_by_the_test(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["dataset"] == "clinic" and report["clients"] == 3
     assert report["rows_union"] == 400 and report["selection"] == {"mode": "none"}
+    assert report["noise"]["kind"] == "joint"  # the default, auto: the joint noise fits
     assert 0 < report["epsilon_spent"] <= 1.0
     for key in ("one_way", "two_way", "three_way"):
         assert 0 <= report["workload_error"][key] <= 2
@@ -259,6 +188,14 @@ def test_demo_on_a_table_written_by_the_test(tmp_path):
     # The synthetic table is in the user's values and encodes back with the same schema.
     synthetic = encode_csv(out / "synthetic.csv", Schema.load(schema))
     assert len(synthetic.records) == report["rows_synthetic"] > 0
+    # `synthesize --method pgm` on this release (auto and gum: on the bundled demo's)
+    result = cli("synthesize", "--release", str(out / "release.json"), "--schema", str(schema),
+                 "--method", "pgm", "--rows", "100", "--out", str(tmp_path / "synth.csv"),
+                 "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("(pgm)")
+    with (tmp_path / "synth.csv").open(encoding="utf-8") as fh:
+        assert len(list(csv.reader(fh))) == 101
 
 
 def test_adult_as_a_user_table_is_the_bundled_adult_demo(tmp_path, data_dir):
@@ -284,8 +221,8 @@ def test_demo_and_bench_refuse_bad_user_tables_by_name_row_and_column(tmp_path):
     bad = tmp_path / "bad.csv"
     with bad.open("w", encoding="utf-8", newline="") as fh:
         csv.writer(fh).writerows(rows)
-    result = feddpsyn("demo", "--csv", str(bad), "--schema", str(schema), "--owner-column",
-                      "hospital", "--out", str(tmp_path / "o"))
+    result = cli("demo", "--csv", str(bad), "--schema", str(schema), "--owner-column",
+                 "hospital", "--out", str(tmp_path / "o"))
     assert result.returncode == 2
     assert ("bad.csv: row 4 (line 5), column 'bmi': value 53.14 outside public bounds "
             "[15.96, 53.13]") in result.stderr
@@ -300,7 +237,7 @@ def test_demo_and_bench_refuse_bad_user_tables_by_name_row_and_column(tmp_path):
               str(tmp_path / "b")), "give --target"),
             (("bench", "utility", "--csv", str(table), "--schema", str(schema), "--target",
               "hospital", "--out", str(tmp_path / "b")), "--target 'hospital' is not a column")]:
-        result = feddpsyn(*args)
+        result = cli(*args)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
 
 
@@ -352,13 +289,13 @@ def test_client_check_prints_one_fact_a_line(tmp_path):
     good = tmp_path / "good.csv"
     good.write_text("center,age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,target\n"
                     "0,6,1,0,5,4,1,2,4,0,5,0\n")
-    result = feddpsyn("client", "check", "--csv", str(good), "--schema", str(schema))
+    result = cli("client", "check", "--csv", str(good), "--schema", str(schema))
     assert result.returncode == 0 and result.stdout.endswith("\n")
     assert result.stdout.splitlines() == [f"ok: {good}", "  1 rows encoded of 1 read",
                                           "  upload: 78 marginals, 1661 cells"]
     empty = tmp_path / "empty.csv"
     empty.write_text(good.read_text().splitlines()[0] + "\n")
-    result = feddpsyn("client", "check", "--csv", str(empty), "--schema", str(schema))
+    result = cli("client", "check", "--csv", str(empty), "--schema", str(schema))
     assert result.returncode == 0 and result.stdout.endswith(
         "  warning: a header and no data rows: every count is zero; client upload refuses "
         "it unless --allow-empty\n")
