@@ -91,25 +91,29 @@ def test_sensitivity_is_one_for_add_remove_and_two_for_substitution():
     assert worst_add == 1 and worst_sub == 2
 
 
-def test_session_widths_both_parities_every_residue_class():
-    """k = 7 (odd: the top digit is the sign alone) and k = 8 (even: the top digit holds the
-    top magnitude bit and the sign), cells at every extreme of d: +-(2^(k-1) - 1), 0, -2^(k-1),
-    and random residues; every decrypted score equals the plaintext model, and the session's
-    union bound (chunk_bootstraps) never undercounts what concrete compiled."""
+def test_session_widths_both_parities_every_residue_class(circuit):
+    """k = 7 (odd: the top digit is the sign alone) and k = 6 (even: the top digit holds the
+    top magnitude bit and the sign; the file's circuit), cells at every extreme of d:
+    +-(2^(k-1) - 1), 0, -2^(k-1), and random residues; every decrypted score equals the
+    plaintext model, and the session's union bound (chunk_bootstraps) never undercounts what
+    concrete compiled."""
     rng = np.random.default_rng(7)
-    for k, cells in ((7, 8), (8, 8)):
-        circuit = compile_indif_chunk(cells, k, 2.0 ** -40)
-        circuit.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    odd = compile_indif_chunk(8, 7, 2.0 ** -40)
+    odd.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+    for compiled, k, cells in ((odd, 7, 8), (circuit, K, CELLS)):
         half = 1 << (k - 1)
-        d = np.array([half - 1, -(half - 1), 0, -half, 1, -1, 5, -5])
-        for _ in range(2):
+        extremes = [half - 1, -(half - 1), 0, -half, 1, -1, 5, -5]
+        # Two calls: the extremes first (the rest of the second call's cells random), then
+        # random residues.
+        d = np.array(extremes + rng.integers(-half, half, 2 * cells - len(extremes)).tolist())
+        for call in (d[:cells], d[cells:]):
             masked_sum = rng.integers(0, 1 << k, cells)
             # v = M + c mod 2^k = d + 2^(k-1): every carry pattern, both signs
-            offset = (d + half - masked_sum) % (1 << k)
-            assert indif_plaintext(masked_sum, offset, k) == int(np.abs(d).sum())
-            assert indif_from_bits(run(circuit, masked_sum, offset, k)) == int(np.abs(d).sum())
-            d = rng.integers(-half, half, cells)
-        assert chunk_bootstraps(cells, k) >= circuit.statistics["programmable_bootstrap_count"]
+            offset = (call + half - masked_sum) % (1 << k)
+            assert indif_plaintext(masked_sum, offset, k) == int(np.abs(call).sum())
+            assert indif_from_bits(run(compiled, masked_sum, offset, k)) == int(
+                np.abs(call).sum())
+        assert chunk_bootstraps(cells, k) >= compiled.statistics["programmable_bootstrap_count"]
 
 
 def test_digits_of_splits_residues_in_base_four():
