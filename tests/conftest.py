@@ -157,6 +157,35 @@ TIERS: dict[str, dict[str, list[str]]] = {
 }
 
 
+# The modules whose tests take the longest in all (fixtures included), longest first, as
+# measured with ``./dev test --durations=0``. loadscope hands a worker a whole module at a
+# time; its default order (the modules with the most tests first) left the served and
+# compiled ones, a few tests and minutes each, to the end, where one worker ran the last of
+# them while the other had nothing left. Here the longest go first and the many short ones
+# fill in at the end (pytest_configure turns that reordering off;
+# pytest_collection_modifyitems sorts). A module not listed runs after these, in file order.
+LONGEST_FIRST = [
+    "test_servers_selection",
+    "test_servers_noisy_greedy",
+    "test_selection",
+    "test_load_and_faults",
+    "test_demo_and_cli",
+    "test_joint_release_servers",
+    "test_dask_executor",
+    "test_indif",
+    "test_servers",
+    "test_noisy_scores",
+    "test_private_selection",
+    "test_api_fuzz",
+    "test_selection_batches",
+    "test_selection_views",
+    "test_noisy_scores_joint",
+    "test_session_preparation",
+    "test_bench_joint_scores",
+    "test_distaim_app",
+]
+
+
 def _tiers_of(item: pytest.Item) -> list[str]:
     if item.path.parent.name != "tests":
         return []  # a doctest in a package: always quick
@@ -180,6 +209,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
              for test in tests if not hasattr(modules[name], test.split("[")[0])]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py's TIERS names no such test: {stale}")
+    # LONGEST_FIRST's order (a stable sort: each module's tests keep theirs).
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank))
+               if item.path.parent.name == "tests" else len(rank))
 
 
 # The fast tier's guard (module docstring): what each forbidden call is, and the marker a
@@ -202,6 +235,9 @@ def _forbid(owner: Any, name: str, what: str, mark: str) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's loadscope keeps the collection's order of modules (LONGEST_FIRST).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if os.environ.get("FEDDPSYN_TEST_TIER") != "fast":
         return
     from concrete import fhe
