@@ -102,3 +102,15 @@ def test_anchor_rule_is_the_results_pages():
     for title in titles:
         assert module.anchor(title) == _slug(title)
     assert _slug(titles[0]) == "private-selection---selection-em"
+
+
+def test_benchmarks_page_lists_every_script_and_every_method_with_its_kind():
+    """docs/benchmarks.md names every script in bench/ and every registered method with the
+    kind ``fedbench.methods.KINDS`` gives it (served plan, central reference, ...)."""
+    from fedbench.methods import KINDS, METHODS
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    scripts = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+    assert [s for s in scripts if f"`{s}" not in page] == []
+    assert set(KINDS) == set(METHODS)
+    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| ([^|]+?) \|", page, re.M))
+    assert {m: rows.get(m) for m in METHODS} == KINDS

@@ -61,4 +61,42 @@ METHODS = {
     "distaim": distaim,
 }
 
-__all__ = ["METHODS", "MethodResult", "budget_rho"]
+# What each method is, for a reader of the results (``docs/benchmarks.md``'s methods table is
+# checked against it): the servers' own plans, the central references a curator would run,
+# the federated methods of the seed papers, and what-if simulations of plans the servers do
+# not serve (kept to measure one choice at a time).
+SERVED, CENTRAL, FEDERATED, WHAT_IF = ("served plan", "central reference",
+                                       "federated (seed papers)", "what-if")
+KINDS = {
+    "feddpsyn-default": SERVED,
+    "feddpsyn-served": SERVED,
+    "feddpsyn-served-all": SERVED,
+    "feddpsyn-served-noisy-greedy": SERVED,
+    "feddpsyn-served-all-pgm": SERVED,
+    "feddpsyn-served-pgm": SERVED,
+    "feddpsyn-served-noisy-greedy-pgm": SERVED,
+    "central-aim": CENTRAL,
+    "central-aim-4mb": CENTRAL,
+    "central-mst": CENTRAL,
+    "central-privsyn": CENTRAL,
+    "central-privsyn-all": CENTRAL,
+    "central-privsyn-pgm": CENTRAL,
+    "concat": FEDERATED,
+    "fedprivsyn": FEDERATED,
+    "adafedprivsyn": FEDERATED,
+    "dpdsyn": FEDERATED,
+    "dpdsyn-dp": FEDERATED,
+    "cape-dpcda": FEDERATED,
+    "distaim": FEDERATED,
+    "naive-flaim": FEDERATED,
+    "augflaim-private": FEDERATED,
+    "feddpsyn": WHAT_IF,
+    "feddpsyn-noisy-greedy": WHAT_IF,
+    "feddpsyn-noisy-greedy-joint": WHAT_IF,
+    "feddpsyn-noisy-greedy-joint-privsyn": WHAT_IF,
+    "feddpsyn-all": WHAT_IF,
+    "feddpsyn-joint": WHAT_IF,
+    "feddpsyn-all-joint": WHAT_IF,
+}
+
+__all__ = ["METHODS", "KINDS", "MethodResult", "budget_rho"]
