@@ -41,6 +41,7 @@ from dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.operator_api import wait_ready
 from params.parameter_sets import DEFAULT_SELECTION_SET
 from params.session_plan import SessionPlan
+from tests.test_demo_and_cli import cli
 from tests.test_servers import (
     CLIENTS,
     SCHEMA,
@@ -75,7 +76,10 @@ def by_hand(servers, tmp_path_factory):
     """What a deployment does by hand, on running servers: `session create` (em, 2 rounds),
     `session status` while the owners are missing, `client upload` by each owner (and one
     repeated), `client release` (once before the release, once after), `session status`
-    (the JSON and the table). The outputs are kept for
+    (the JSON and the table). Each step runs ``python -m feddpsyn.cli``; the checks of a
+    command's answers that need no new process (the statuses, the repeated upload, the
+    early release) run the command tree in this process (``tests/test_demo_and_cli.py``'s
+    ``cli``). The outputs are kept for
     :func:`test_the_manual_operator_and_data_owner_workflow`; the session, its public record
     and its release document serve every test of the file."""
     ks, cs, state = servers
@@ -94,22 +98,22 @@ def by_hand(servers, tmp_path_factory):
     sid = created.stdout.split()[1].rstrip(":")
     status = ("session", "status", "--keyserver", ks.url, "--session", sid,
               "--operator-token-file", op)
-    before = feddpsyn(*status)
+    before = cli(*status)
 
-    def upload(client: str) -> subprocess.CompletedProcess:
-        return feddpsyn("client", "upload", "--keyserver", ks.url, "--computeserver", cs.url,
-                        "--session", sid, "--client-id", client, "--token-file",
-                        str(tokens / f"{client}.token"), "--csv", str(csvs[client]),
-                        "--state-dir", str(directory / "agent"))
+    def upload(client: str, run=feddpsyn) -> subprocess.CompletedProcess:
+        return run("client", "upload", "--keyserver", ks.url, "--computeserver", cs.url,
+                   "--session", sid, "--client-id", client, "--token-file",
+                   str(tokens / f"{client}.token"), "--csv", str(csvs[client]),
+                   "--state-dir", str(directory / "agent"))
 
     uploads = [upload(client) for client in CLIENTS]
-    again = upload(CLIENTS[-1])
+    again = upload(CLIENTS[-1], cli)
     release = directory / "release.json"
     first = CLIENTS[0]
     release_args = ("client", "release", "--keyserver", ks.url, "--session", sid,
                     "--client-id", first, "--token-file", str(tokens / f"{first}.token"),
                     "--out", str(release))
-    early = feddpsyn(*release_args)  # the em rounds take tens of seconds: not released yet
+    early = cli(*release_args)  # the em rounds take tens of seconds: not released yet
     client_tokens = {c: (tokens / f"{c}.token").read_text().strip() for c in CLIENTS}
     # The wait itself over the API (each `client release` is a new interpreter).
     with ClientAgent(ks.url, cs.url, sid, first, client_tokens[first],
@@ -120,8 +124,8 @@ def by_hand(servers, tmp_path_factory):
     public = wait_ready(ks.url, operator, sid, timeout=60)
     return SimpleNamespace(
         sid=sid, schema=schema, tokens=tokens, before=before, uploads=uploads, again=again,
-        early=early, late=late, release=release, as_json=feddpsyn(*status, "--json"),
-        table=feddpsyn(*status), csvs=csvs,
+        early=early, late=late, release=release, as_json=cli(*status, "--json"),
+        table=cli(*status), csvs=csvs,
         created=wire.SessionCreated(session=public, client_tokens=client_tokens),
         document=(wire.ReleaseDocument.model_validate_json(release.read_bytes())
                   if release.exists() else None))
