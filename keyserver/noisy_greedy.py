@@ -77,7 +77,6 @@ from keyserver.ledger import PrivacyLedger
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.release_spec import SCORE_NOISE
-from params.selection_plan import NoisyGreedySelection
 from params.session_plan import SessionPlan
 
 NOISY_GREEDY_SQL = """
@@ -150,25 +149,25 @@ class NoisyGreedyRole:
         """This server's encrypted bits of every pair's joint score noise, packed in pair
         order: the stored sets, made now for any pair the offline job has not reached."""
         plan = self._store.plan(session_id)
-        if (not isinstance(plan.selection, NoisyGreedySelection)
-                or plan.selection.score_joint is None):
+        greedy = plan.noisy_greedy
+        if greedy is None or greedy.score_joint is None:
             raise ServiceError(404, "this session's scores carry no joint noise")
-        for pair in range(plan.selection.pairs):  # bounded: one pass per pair
+        for pair in range(greedy.pairs):  # bounded: one pass per pair
             if self._stored_bits(session_id, pair) is None:
                 self._make_bits(session_id, plan, pair)
         return pack_blobs([self._stored_bits(session_id, pair)
-                           for pair in range(plan.selection.pairs)])
+                           for pair in range(greedy.pairs)])
 
     def prepare_one(self, session_ids: list[str]) -> bool:
         """Encrypt one missing pair's bits of any of these sessions' joint scores; False if
         none is missing (bounded: one pair per call)."""
         for session_id in session_ids:
             plan = self._store.plan(session_id)
-            if (not isinstance(plan.selection, NoisyGreedySelection)
-                    or plan.selection.score_joint is None):
+            greedy = plan.noisy_greedy
+            if greedy is None or greedy.score_joint is None:
                 continue  # no joint scores: an em session, or two servers' Gaussians
             have = self._sets.held(session_id)
-            for pair in range(plan.selection.pairs):
+            for pair in range(greedy.pairs):
                 if (SCORE_NOISE, pair) not in have:
                     self._make_bits(session_id, plan, pair)
                     return True

@@ -112,8 +112,7 @@ class SessionPlan:
                     raise
                 if any(r.split_pending for r in plan.releases):
                     split_two_way = False
-                elif (isinstance(plan.selection, NoisyGreedySelection)
-                      and plan.selection.score_joint is not None):
+                elif plan.noisy_greedy is not None and plan.noisy_greedy.score_joint is not None:
                     joint_scores = False
                 else:
                     raise
@@ -334,6 +333,12 @@ class SessionPlan:
         return replace(spec, joint=shape, allocation=allocation)
 
     @property
+    def noisy_greedy(self) -> NoisyGreedySelection | None:
+        """The selection, where it is noisy-greedy's (its scores' noise and pair count);
+        None for em or no selection."""
+        return self.selection if isinstance(self.selection, NoisyGreedySelection) else None
+
+    @property
     def joint_columns(self) -> int:
         """Encrypted bits per cell of the session's P1 circuit: the widest joint shape's K
         (``crypto.joint_noise.columns_for``), or 0 with no joint release (the plain P1)."""
@@ -376,7 +381,7 @@ class SessionPlan:
         Fails closed: a plan that does not confirm is refused."""
         joint = [r for r in self.releases if r.joint is not None and not r.split_pending]
         split = [r for r in self.releases if r.split_pending]
-        greedy = self.selection if isinstance(self.selection, NoisyGreedySelection) else None
+        greedy = self.noisy_greedy
         scores = None if greedy is None else greedy.score_joint
         if not joint and not split and scores is None:
             return
@@ -472,7 +477,7 @@ class SessionPlan:
 
     def noise_draws(self) -> list[NoiseDraw]:
         mode = None if self.selection is None else self.selection.mode
-        greedy = self.selection if isinstance(self.selection, NoisyGreedySelection) else None
+        greedy = self.noisy_greedy
         gaussian_scores = greedy is not None and greedy.score_joint is None
         return noise_draws(self.layout, self.releases, mode,
                            greedy.noise_sigma2 if greedy is not None and gaussian_scores
