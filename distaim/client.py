@@ -90,10 +90,11 @@ def upload_csv(servers: list[str], session_id: str, client_id: str, token: Token
                csv_path: Path, schema_path: Path, timeout: float = 120,
                allow_empty: bool = False) -> tuple[int, int]:
     """(rows, bytes sent) for one data owner's CSV, read in chunks (memory does not grow
-    with the file: ``distaim.protocol.count_csv_vector``). A table with no row to count is
+    with the file: ``clients.counting.count_csv``, whose count vector in the workload's
+    layout is :func:`distaim.protocol.client_vector`'s). A table with no row to count is
     refused before anything is sent unless ``allow_empty``: an all-zero upload is almost
     always a mistaken file, and a session takes one upload per client."""
-    from distaim.protocol import count_csv_vector
+    from clients.counting import count_csv
     from params.schema import Schema
     with httpx.Client(timeout=timeout) as http:
         info = session_info(http, servers, session_id, token)
@@ -104,7 +105,7 @@ def upload_csv(servers: list[str], session_id: str, client_id: str, token: Token
                 info.get("schema_fingerprint")
                 and info["schema_fingerprint"] != schema.fingerprint()):
             raise RuntimeError("the schema differs from the session's")
-        vector, tally = count_csv_vector(csv_path, schema, layout)
+        vector, tally = count_csv(csv_path, schema, layout)
         if tally.rows_kept == 0 and not allow_empty:
             raise ValueError(f"{csv_path}: no row to count ({tally.summary()}): nothing was "
                              "uploaded; pass --allow-empty to upload an empty table")

@@ -18,18 +18,14 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from distaim import sharing
 from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import CHUNK_ROWS, EncodingTally, encode_csv_chunks
 
-__all__ = ["Layout", "client_vector", "count_csv_vector", "Admission", "Participation",
-           "Schedule",
+__all__ = ["Layout", "client_vector", "Admission", "Participation", "Schedule",
            "admit_clients", "aggregate"]
 
 Clique = tuple[int, ...]
@@ -45,19 +41,6 @@ def client_vector(records: np.ndarray, layout: MarginalLayout) -> np.ndarray:
     return np.concatenate([marginal_counts(records, c, layout.domain_sizes)
                            for c in layout.cliques])
 
-
-def count_csv_vector(csv_path: Path, schema: Schema, layout: MarginalLayout, *,
-                     chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, EncodingTally]:
-    """:func:`client_vector` of a CSV's records, read in chunks of ``chunk_rows`` rows so
-    that memory does not grow with the file (``params.table_codec.encode_csv_chunks``: the
-    header is checked first, a bad value is a one-line error naming its row and column).
-    The counts are integers summed exactly, so the vector is bit for bit the one of the
-    whole table encoded at once; with it, what the encoding read and kept."""
-    tally = EncodingTally()
-    vector = np.zeros(layout.length, dtype=np.int64)
-    for records in encode_csv_chunks(csv_path, schema, tally=tally, chunk_rows=chunk_rows):
-        vector += client_vector(records, layout).astype(np.int64, copy=False)
-    return vector, tally
 
 
 @dataclass

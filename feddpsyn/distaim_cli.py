@@ -257,12 +257,13 @@ def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(.
           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
     """Encode a CSV with the schema, count the session's workload marginals and write the
     seed-compressed shares for the three servers."""
+    from clients.counting import count_csv
     from distaim.party import write_client_upload
-    from distaim.protocol import Layout, count_csv_vector
+    from distaim.protocol import Layout
     from params.schema import Schema
     session = json.loads((session_dir / "session.json").read_text())
     layout = Layout.for_workload(session["domain_sizes"], [tuple(c) for c in session["workload"]])
-    vector, tally = count_csv_vector(csv, Schema.load(schema), layout)
+    vector, tally = count_csv(csv, Schema.load(schema), layout)
     written = write_client_upload(session_dir, session["session_id"], client_id, vector,
                                   session["modulus"])
     typer.echo(f"{client_id}: {tally.rows_kept} rows, {layout.length} counts shared, "

@@ -1,14 +1,17 @@
-"""A DistAIM client counts its CSV in chunks (``distaim.protocol.count_csv_vector``), bit for
-bit as the whole table encoded at once, and refuses a table with no row before it uploads."""
+"""A DistAIM client counts its CSV with the client agent's streamed counter
+(``clients.counting.count_csv``, whose memory bound ``tests/test_client_counting.py``
+checks) in the workload's layout: bit for bit DistAIM's own vector of the whole table
+(``distaim.protocol.client_vector``, 3-way blocks included); and it refuses a table with no
+row before it uploads."""
 
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import distaim.client as client
-from distaim.protocol import Layout, client_vector, count_csv_vector
+from clients.counting import count_csv
+from distaim.protocol import Layout, client_vector
 from params.schema import Schema
 from params.table_codec import encode_csv
 
@@ -28,7 +31,7 @@ def test_chunked_vector_equals_the_whole_table_vector(data_dir, chunk_rows):
     schema = Schema.load(SCHEMA)
     layout = _workload(schema)
     whole = client_vector(encode_csv(csv, schema).records, layout)
-    vector, tally = count_csv_vector(csv, schema, layout, chunk_rows=chunk_rows)
+    vector, tally = count_csv(csv, schema, layout, chunk_rows=chunk_rows)
     assert vector.dtype == np.int64 and np.array_equal(vector, whole)
     assert tally.rows_kept == tally.rows_read == len(encode_csv(csv, schema).records)
     assert len(vector) == layout.length
@@ -40,7 +43,7 @@ def test_an_empty_table_is_refused_before_any_upload(tmp_path, data_dir, monkeyp
     empty = tmp_path / "empty.csv"
     empty.write_text(header + "\n")
     layout = _workload(schema)
-    vector, tally = count_csv_vector(empty, schema, layout)
+    vector, tally = count_csv(empty, schema, layout)
     assert tally.rows_read == 0 and not vector.any()
 
     # The session's description as the servers answer it; the upload itself must not run.
@@ -64,27 +67,3 @@ def test_an_empty_table_is_refused_before_any_upload(tmp_path, data_dir, monkeyp
     rows, _ = client.upload_csv(servers, "s1", "c0", ["t"] * 3, empty, SCHEMA, allow_empty=True)
     assert rows == 0 and len(sent) == 1 and not sent[0].any()
 
-
-def _peak_bytes(path: Path, schema: Schema, layout: Layout) -> int:
-    tracemalloc.start()
-    try:
-        count_csv_vector(path, schema, layout, chunk_rows=2048)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
-def test_memory_does_not_grow_with_the_file(tmp_path, data_dir):
-    """Python's allocations while counting a table 6 times as long: the peak stays put."""
-    source = data_dir / "computers" / "computers.csv"
-    schema = Schema.load(data_dir / "computers" / "computers.schema.json")
-    layout = Layout.for_workload(schema.domain_sizes, [(0, 1, 2), (2, 3), (4, 5)])
-    header, *body = source.read_text().splitlines(keepends=True)
-    peaks = []
-    for copies in (1, 6):
-        path = tmp_path / f"x{copies}.csv"
-        path.write_text(header + "".join(body) * copies)
-        peaks.append(_peak_bytes(path, schema, layout))
-    small, large = peaks
-    assert large < 1.5 * small + (1 << 20), peaks
-    assert large < 8 << 20, peaks
