@@ -13,7 +13,17 @@ from common import wire
 from feddpsyn.demo import start_servers
 from feddpsyn.operator_api import create_session
 
-__all__ = ["post_session", "run_session", "serve", "wait_released"]
+__all__ = ["post_session", "run_session", "running_servers", "serve", "wait_released"]
+
+
+def running_servers(tmp_path_factory):
+    """Fresh servers on a new state directory, for a module-scoped fixture to ``yield
+    from``: yields (ks, cs, state directory); stops both afterwards."""
+    state = tmp_path_factory.mktemp("state")
+    ks, cs = start_servers(state)
+    yield ks, cs, state
+    ks.stop()
+    cs.stop()
 
 
 def post_session(url: str, operator: str, request: wire.SessionCreate,

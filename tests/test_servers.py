@@ -20,7 +20,7 @@ from feddpsyn.demo import start_servers
 from params.layout import MarginalLayout
 from params.schema import Schema
 from params.table_codec import encode_csv
-from tests.served import post_session, run_session, serve, wait_released
+from tests.served import post_session, run_session, running_servers, serve, wait_released
 
 SCHEMA = {"name": "tiny", "columns": [
     {"name": "age", "type": "continuous", "min": 0, "max": 100, "bins": 4},
@@ -59,11 +59,7 @@ def create_session(ks_url: str, operator: str, **request) -> wire.SessionCreated
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    yield ks, cs, state
-    ks.stop()
-    cs.stop()
+    yield from running_servers(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

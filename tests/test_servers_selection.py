@@ -41,12 +41,12 @@ from dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.operator_api import wait_ready
 from params.parameter_sets import DEFAULT_SELECTION_SET
 from params.session_plan import SessionPlan
+from tests.served import running_servers
 from tests.test_demo_and_cli import cli
 from tests.test_servers import (
     CLIENTS,
     SCHEMA,
     create_session,
-    start_servers,
     true_counts,
     wait_released,
     write_client_csvs,
@@ -64,11 +64,7 @@ def feddpsyn(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    yield ks, cs, state
-    ks.stop()
-    cs.stop()
+    yield from running_servers(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
