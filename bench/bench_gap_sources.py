@@ -206,8 +206,16 @@ WIDE = [
     ("plan:split=privsyn,greedy=privsyn,noise=served-wide", replace(
         SERVED, split="privsyn", greedy="privsyn", noise="served-wide")),
 ]
+# The 1-way top-up and the wider envelope, each alone and together: the plan changes still
+# open after the candidates at eps 0.3.
+TOPUP = [
+    ("plan:topup", replace(SERVED, split="privsyn", greedy="privsyn-shape")),
+    ("noise=served-wide", replace(SERVED, noise="served-wide")),
+    ("plan:topup,noise=served-wide", replace(SERVED, split="privsyn", greedy="privsyn-shape",
+                                              noise="served-wide")),
+]
 GROUPS = {"ladder": LADDER, "alone": ALONE, "candidates": CANDIDATES, "every_pair": EVERY_PAIR,
-          "wide": WIDE}
+          "wide": WIDE, "topup": TOPUP}
 ANCHORS = ["feddpsyn-default", "central-privsyn-pgm"]
 
 
