@@ -62,6 +62,11 @@ class DaskExecutor:
         self.description = f"Dask cluster at {self._client.scheduler.address}"
         self.stats = TaskStats()
 
+    @property
+    def width(self) -> int:
+        """The cluster's worker threads now (at least 1: a task waits for a worker)."""
+        return max(1, sum(self._client.nthreads().values()))
+
     def _register(self, circuit: Circuit) -> Circuit:
         key = (circuit.session_id, circuit.digest)
         if key not in self._registered:

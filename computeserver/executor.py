@@ -5,7 +5,8 @@ Design concerns:
 
 * **Pure tasks, same answer anywhere.** A task is one call of a module function: one chunk of
   a pair's P2, one encrypted add of two partial scores, a P3 round or one step of a P3
-  batch (``computeserver.selection.batched_select``), a noisy score. It takes
+  batch (``computeserver.selection.batched_select``), a noisy score, one chunk of a release
+  (``computeserver.release``). It takes
   serialized ciphertexts and clear arrays and returns serialized ciphertexts; nothing else
   is read or written. So the same ciphertexts in give the same decryptions out whatever the
   executor (not the same bytes: measured, a call repeated in one process gives the same
@@ -19,6 +20,10 @@ Design concerns:
   one task per pair, the largest pair (Adult: 21 of 453 chunks, 5% of P2) would bound P2
   from about 20 cores on. A P3 round is one task per batch in each of its batch steps
   (``computeserver.selection.batched_select``).
+* **A step's inputs in windows when they are large.** :func:`map_streamed` takes a step's
+  tasks from an iterator one window at a time (as many as the executor runs at once), so the
+  server holds the arguments of one window, not of the whole step: a release reads its
+  chunks' ciphertexts and fetches their coins only as their window comes up.
 * **Evaluation keys only, loaded once per worker.** A worker receives the session's compiled
   server and evaluation keys (never a secret key: the compute server has none) and keeps
   them per process, keyed by session and the digest of both files, so a task carries only
@@ -48,7 +53,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import (
     FIRST_COMPLETED,
     Future,
@@ -58,6 +63,7 @@ from concurrent.futures import (
 )
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Protocol
 
@@ -66,7 +72,7 @@ import numpy as np
 from common.sigpipe import ignore_sigpipe
 
 __all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExecutor",
-           "map_summed", "TaskStats", "run_task", "ignore_sigpipe"]
+           "map_summed", "map_streamed", "TaskStats", "run_task", "ignore_sigpipe"]
 
 log = logging.getLogger("feddpsyn.computeserver")
 
@@ -107,10 +113,11 @@ class Circuit:
 @dataclass(frozen=True)
 class CallTask:
     """One call of a module function (a P2 chunk's ``indif_<s>``, an ``add``, a P3 round's
-    ``select`` or one of its batch steps, a noisy score's ``noise``); returns its outputs
-    serialized, always as a tuple."""
+    ``select`` or one of its batch steps, a noisy score's ``noise``), or, with ``function``
+    None, of a single-function circuit's one function (a release chunk's P1); returns its
+    outputs serialized, always as a tuple."""
 
-    function: str
+    function: str | None
     arguments: tuple[Argument, ...]
 
     def run(self, server, keys) -> tuple[bytes, ...]:
@@ -120,7 +127,6 @@ class CallTask:
                 for a in self.arguments]
         out = server.run(*args, evaluation_keys=keys, function_name=self.function)
         return tuple(v.serialize() for v in (out if isinstance(out, tuple) else (out,)))
-
 
 
 @dataclass
@@ -209,6 +215,11 @@ class Executor(Protocol):
 
     description: str
 
+    @property
+    def width(self) -> int:
+        """How many tasks it runs at once (threads, worker processes, or the cluster's
+        worker threads now)."""
+
     def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         """Every task's result, in order; ``progress(done, total)`` after each one."""
@@ -246,6 +257,10 @@ class InProcessExecutor:
         self.description = f"in-process, {self.threads} threads"
         self.stats = TaskStats()
 
+    @property
+    def width(self) -> int:
+        return self.threads
+
     def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
         self.stats = TaskStats()
@@ -279,6 +294,10 @@ class LocalPoolExecutor:
         self.stats = TaskStats()
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+
+    @property
+    def width(self) -> int:
+        return self.workers
 
     def _start(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -373,3 +392,23 @@ def map_summed(executor: Executor, circuit: Circuit, groups: Sequence[Sequence[C
         partials = [[next(sums)[0] for _ in range(len(group) // 2)] + group[len(group) // 2 * 2:]
                     for group in partials]
     return [group[0] for group in partials]
+
+
+def map_streamed(executor: Executor, circuit: Circuit, tasks: Iterator[CallTask], count: int,
+                 progress: Progress | None = None) -> list:
+    """The results of ``count`` tasks drawn from ``tasks``, in order: one ``map`` per window of
+    as many tasks as the executor runs at once (its ``width``, read again for each window, so
+    a cluster that grows is used), so that only one window's arguments are built and held
+    here at a time. A window waits for its slowest task; a step of tasks of equal cost (a
+    release's chunks) loses little to that. ``progress(done, count)`` after each task."""
+    results: list = []
+    while len(results) < count:
+        window = list(islice(tasks, min(max(1, executor.width), count - len(results))))
+        if not window:
+            raise ValueError(f"map_streamed: {count} tasks announced, {len(results)} given")
+        base = len(results)
+        report = None if progress is None else (
+            lambda done, _, base=base: progress(base + done, count))
+        results.extend(executor.map(circuit, window, report))
+        del window  # the window's arguments go before the next window's are built
+    return results

@@ -12,6 +12,10 @@ Design concerns:
   The noise is used once: the circuit outputs are stored durably before the request, so a
   retry after a crash re-sends the same ciphertexts (which the key server recognises)
   instead of drawing new noise.
+* **Releases on the executor.** A release's chunks are tasks on the executor the server
+  was started with (``computeserver.release``), as the selection's are; its outputs are
+  stored only once every chunk's task has answered, so a worker lost mid-release costs a
+  rerun of its task, never a second draw of stored noise.
 * **A mismatched client is never summed.** The key server forwards each masked vector's
   seed commitment; a client counts as uploaded only when its seed here matches it (until
   then the session waits, its status naming the client), and a mismatch found when the
@@ -34,6 +38,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -42,13 +47,12 @@ from concrete import fhe
 
 from common import wire
 from common.serving import Database, ServiceError, already_stored, write_private
-from common.sigpipe import ignore_sigpipe
-from computeserver.executor import Executor, InProcessExecutor
+from computeserver.executor import CallTask, Circuit, Executor, InProcessExecutor, map_streamed
 from computeserver.progress import ProgressReporter
+from computeserver.release import UploadChunks, chunk_task
 from computeserver.selection import SELECTION_SQL, SelectionRole
-from crypto.aggregation import chunk_ranges, release_offset
+from crypto.aggregation import chunk_ranges
 from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.joint_noise import draw_bits, joint_operands
 from crypto.masking import expand_masks, seed_commitment
 from dp.noise_pool import draw_pool, pool_noise
 from params.release_spec import ReleaseSpec
@@ -98,7 +102,7 @@ class ComputeServer:
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}
-        self._servers: dict[str, tuple[fhe.Server, fhe.EvaluationKeys]] = {}
+        self._release_circuits: dict[str, Circuit] = {}
         self._sync_locks: dict[str, threading.Lock] = {}
         # What a long step is doing now, for status (progress of the encrypted selection);
         # logged and reported to the key server at most every so often (computeserver.progress).
@@ -474,16 +478,17 @@ class ComputeServer:
         blob = (self.session_dir(session_id) / "noise_pool.npz").read_bytes()
         return pool_noise(blob, label, positions)
 
-    def _circuit(self, session_id: str) -> tuple[fhe.Server, fhe.EvaluationKeys]:
+    def release_circuit(self, session_id: str) -> Circuit:
+        """The session's release circuit and its evaluation keys, named by their digest (what
+        the executor's workers load)."""
         with self._lock:
-            if session_id in self._servers:
-                return self._servers[session_id]
+            if session_id in self._release_circuits:
+                return self._release_circuits[session_id]
         directory = self.session_dir(session_id)
-        server = fhe.Server.load(directory / "server.zip")
-        keys = fhe.EvaluationKeys.deserialize((directory / "evaluation_keys.bin").read_bytes())
+        circuit = Circuit.of_files(session_id, directory / "server.zip",
+                                   directory / "evaluation_keys.bin")
         with self._lock:
-            self._servers[session_id] = (server, keys)
-        return server, keys
+            return self._release_circuits.setdefault(session_id, circuit)
 
     def _run_releases(self, session_id: str) -> None:
         plan = self.plan(session_id)
@@ -553,7 +558,9 @@ class ComputeServer:
         """Primitive 1 over the release's chunks, with this server's noise (module
         docstring), or, for a joint release, this server's half of the one joint noise
         (``crypto.joint_noise``: its clear bits b, drawn here, used once, never stored; a
-        split release's cells each take their group's shape, ``SessionPlan.cell_noises``)."""
+        split release's cells each take their group's shape, ``SessionPlan.cell_noises``):
+        one task per chunk on the server's executor, a window of chunks at a time
+        (``computeserver.release``)."""
         public = self.public(session_id)
         k = plan.parameters.count_bits
         chunk = plan.parameters.chunk_cells
@@ -562,11 +569,8 @@ class ComputeServer:
         mask_sum = np.zeros(-(-total // chunk) * chunk, dtype=np.int64)
         for client_id in public.clients:
             mask_sum[:total] += expand_masks(seeds[client_id], session_id, client_id, total, k)
-        blobs = {}
-        for client_id in public.clients:
-            path = self.session_dir(session_id) / "ciphertexts" / f"{client_id}.bin"
-            blobs[client_id] = unpack_blobs(path.read_bytes(),
-                                            expected=len(chunk_ranges(total, chunk)))
+        uploads = UploadChunks([self.session_dir(session_id) / "ciphertexts" / f"{c}.bin"
+                                for c in public.clients], len(chunk_ranges(total, chunk)))
         cells = plan.layout.cells_of(plan.slots_of(spec))
         select_full = np.zeros_like(mask_sum)
         select_full[cells] = 1
@@ -579,34 +583,28 @@ class ComputeServer:
             for positions, shape in plan.cell_noises(spec):
                 for position in positions.tolist():
                     shape_full[position] = shape
-        server, keys = self._circuit(session_id)
-        outputs = []
         touched = sorted(set((cells // chunk).tolist()))
-        for n, c in enumerate(touched):
-            self.report_progress(session_id, f"release {spec.name}", n, len(touched), "chunks")
-            window = slice(c * chunk, (c + 1) * chunk)
-            select = select_full[window]
-            args = [fhe.Value.deserialize(blobs[cid][c]) for cid in public.clients]
-            if not columns:
-                offset = release_offset(mask_sum[window], noise_full[window], select, k)
-                out = server.run(*args, select, offset, evaluation_keys=keys)
-            else:
-                coins = fhe.Value.deserialize(self._joint_coins(session_id, spec.name, c))
-                if spec.joint is None:  # a two-server release through the joint circuit
-                    weights = np.zeros((chunk, columns), dtype=np.int64)
-                    offset = release_offset(mask_sum[window], noise_full[window], select, k)
-                else:
-                    bits = draw_bits(chunk, columns)
-                    weights, clear = joint_operands(shape_full[window], bits, select, columns)
-                    offset = release_offset(mask_sum[window], clear, select, k)
-                    del bits, clear
-                out = server.run(*args, coins, weights, select, offset, evaluation_keys=keys)
-            ignore_sigpipe()  # concrete's runtime may have started in this call
-            outputs.append(out.serialize())
-        self.report_progress(session_id, f"release {spec.name}", len(touched), len(touched),
-                             "chunks")
+
+        def tasks() -> Iterator[CallTask]:
+            for c in touched:
+                window = slice(c * chunk, (c + 1) * chunk)
+                yield chunk_task(
+                    uploads.chunk(c), mask_sum[window], select_full[window], k,
+                    noise=noise_full[window] if spec.joint is None else None,
+                    shapes=None if spec.joint is None else shape_full[window],
+                    columns=columns,
+                    coins=self._joint_coins(session_id, spec.name, c) if columns else None)
+
+        phase, description = f"release {spec.name}", self.executor.description
+
+        def progress(done: int, count: int) -> None:
+            self.report_progress(session_id, phase, done, count, "chunks", description)
+
+        progress(0, len(touched))
+        outputs = map_streamed(self.executor, self.release_circuit(session_id), tasks(),
+                               len(touched), progress)
         self.set_progress(session_id, None)
-        return pack_blobs(outputs)
+        return pack_blobs([out[0] for out in outputs])
 
     def _joint_coins(self, session_id: str, release: str, chunk: int) -> bytes:
         """The key server's encrypted bits for one chunk (``keyserver.coins``)."""

@@ -46,6 +46,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_bench_joint_noise": ALL,
         "test_bench_joint_scores": ALL,
         "test_dask_executor": ALL,
+        "test_executor_releases": ALL,
         "test_fedbench_methods": ["test_the_simulated_p1_is_the_circuit_bit_for_bit"],
         "test_indif": ALL,
         "test_joint_noise": [
@@ -84,6 +85,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
     "served": {
         "test_api_fuzz": ALL,
         "test_dask_executor": ALL,
+        "test_executor_releases": ALL,
         "test_demo_and_cli": [
             "test_start_servers_stops_the_key_server_when_the_compute_server_never_comes_up",
         ],
