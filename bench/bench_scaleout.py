@@ -16,6 +16,15 @@ task per pair (its chunks and adds in one task), the same run. Every score decry
 clear InDif; every executor's P3 outputs decrypt to the in-process ones, and the batched
 round's to the single call's.
 
+Then the two steps that carry a joint noise, run as the compute server runs them, on the same
+three executors and alternating the same way: a 2-way joint release (``--release-chunks``
+chunks of ``RELEASE_CELLS`` cells from ``RELEASE_CLIENTS`` clients at k = ``RELEASE_K``,
+every cell with ``RELEASE_SHAPE``'s joint noise: ``computeserver.release``'s chunk tasks, a
+window of the executor's width at a time, ``computeserver.executor.map_streamed``) and
+noisy-greedy's joint scores (``--score-pairs`` calls of a score module's ``joint`` at
+``SCORE_SHAPE``, one ``map`` as ``computeserver.noisy_greedy`` runs them). Each executor's
+outputs decrypt to the in-process ones, and those to the plaintext circuit.
+
 Overhead per task, measured apart: pickling a task, serialising and parsing a ciphertext, and
 the round trip of one task at a time on a warm worker minus its time inside concrete, on the
 local pool and on a one-worker Dask cluster on loopback; the key load once per worker process
@@ -66,11 +75,19 @@ from computeserver.executor import (  # noqa: E402
     Circuit,
     InProcessExecutor,
     LocalPoolExecutor,
+    map_streamed,
     map_summed,
 )
 from computeserver.selection import batched_select  # noqa: E402
 
 K, CHUNK = 12, 16
+# The 2-way joint release: a chunk of 32 cells at a 16-bit count width, every cell with 14
+# XOR-shared 7-bit uniforms (98 encrypted bits a cell: the plans' 2-way releases carry
+# 56-240), from 4 clients.
+RELEASE_K, RELEASE_CELLS, RELEASE_CLIENTS = 16, 32, 4
+# noisy-greedy's joint scores: 10 score digits and 6 XOR-shared 3-bit uniforms (4-bit
+# lookups); the module's P2 functions at their smallest, as only ``joint`` runs here.
+SCORE_DIGITS, SCORE_UNIFORMS, SCORE_UNIFORM_BITS = 10, 6, 3
 # Chunks per pair: a small table's P2, one large pair among small ones.
 PAIRS = {"quick": (5, 1, 1, 1), "full": (8, 3, 2, 1, 1, 1)}
 FEDDPSYN_A6000_MIN, FU_ET_AL_MIN = 13.7, 24.0
@@ -271,6 +288,164 @@ def dask_overhead(circuit: Circuit, chunk: CallTask, partial: bytes
     return chunk_trip, add_trip, register
 
 
+class JointRelease:
+    """The 2-way joint release's chunks as the compute server builds them
+    (``computeserver.release``): the clients' uploads written as containers and read back a
+    chunk at a time, the key server's coins, this server's draws; built once, so every
+    executor runs the same tasks."""
+
+    def __init__(self, chunks: int, directory: Path):
+        from computeserver.release import UploadChunks, chunk_task
+        from crypto.blobs import pack_blobs
+        from crypto.joint_noise import (
+            JointNoiseShape,
+            compile_joint_release,
+            encrypt_key_server_bits,
+        )
+
+        self.shape = JointNoiseShape(14, 7)
+        started = time.perf_counter()
+        self.compiled = compile_joint_release(RELEASE_CLIENTS, RELEASE_CELLS, RELEASE_K,
+                                              self.shape, 2.0 ** -40)
+        self.compiled.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+        compiled_s = time.perf_counter() - started
+        directory.mkdir()
+        self.compiled.server.save(directory / "server.zip")
+        (directory / "evaluation_keys.bin").write_bytes(
+            self.compiled.keys.evaluation.serialize())
+        self.circuit = Circuit.of_files("bench-release", directory / "server.zip",
+                                        directory / "evaluation_keys.bin")
+        rng = np.random.default_rng(3)
+        modulus = 1 << RELEASE_K
+        self.masked = rng.integers(0, modulus, (RELEASE_CLIENTS, chunks, RELEASE_CELLS))
+        masks = rng.integers(0, modulus, (RELEASE_CLIENTS, chunks, RELEASE_CELLS))
+        paths = []
+        for i in range(RELEASE_CLIENTS):
+            blobs = []
+            for c in range(chunks):
+                args: list = [None] * (RELEASE_CLIENTS + 4)
+                args[i] = self.masked[i][c]
+                blobs.append(self.compiled.encrypt(*args)[i].serialize())
+            paths.append(directory / f"client{i}.bin")
+            paths[-1].write_bytes(pack_blobs(blobs))
+        uploads = UploadChunks(paths, chunks)
+        self.ks_bits = rng.integers(0, 2, (chunks, RELEASE_CELLS, self.shape.ciphertexts))
+        select = np.ones(RELEASE_CELLS, dtype=np.int64)
+        self.tasks = [chunk_task(uploads.chunk(c), masks.sum(axis=0)[c], select, RELEASE_K,
+                                 shapes=[self.shape] * RELEASE_CELLS,
+                                 columns=self.shape.ciphertexts,
+                                 coins=encrypt_key_server_bits(self.compiled, RELEASE_CLIENTS,
+                                                               self.ks_bits[c]).serialize())
+                      for c in range(chunks)]
+        print(f"2-way joint release: {chunks} chunks of {RELEASE_CELLS} cells, k = "
+              f"{RELEASE_K}, {RELEASE_CLIENTS} clients, {self.shape.ciphertexts} encrypted "
+              f"bits a cell ({RELEASE_CELLS * self.shape.ciphertexts} a chunk); compiled and "
+              f"keyed in {compiled_s:.0f} s", flush=True)
+
+    def run(self, executor) -> list[bytes]:
+        return [out[0] for out in map_streamed(executor, self.circuit, iter(self.tasks),
+                                               len(self.tasks))]
+
+    def decrypted(self, outputs: list[bytes]) -> list[list[int]]:
+        """Each chunk's decryption, checked against the plaintext circuit on its task's
+        operands."""
+        from concrete import fhe
+
+        from crypto.joint_noise import joint_release_plaintext
+
+        out = []
+        for c, (task, blob) in enumerate(zip(self.tasks, outputs)):
+            got = np.asarray(self.compiled.decrypt(fhe.Value.deserialize(blob)), dtype=np.int64)
+            weights, select, offset = task.arguments[RELEASE_CLIENTS + 1:]
+            model = joint_release_plaintext([m[c] for m in self.masked], self.ks_bits[c],
+                                            weights, select, offset, RELEASE_K)
+            assert np.array_equal(got % (1 << (RELEASE_K + 1)), model), \
+                f"release chunk {c} differs from the plaintext circuit"
+            out.append(got.tolist())
+        return out
+
+
+class JointScores:
+    """noisy-greedy's joint score calls as ``computeserver.noisy_greedy`` builds them: each
+    pair's encrypted score, the key server's encrypted bits a, this server's bits b; one
+    ``map``."""
+
+    def __init__(self, pairs: int, directory: Path):
+        from crypto.joint_noise import draw_bits
+        from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores
+        from dp.joint_noise_accounting import JointNoiseShape
+
+        self.shape = NoisyScoreShape(count_bits=K, chunk_sizes=(2,), score_bits=SCORE_DIGITS,
+                                     noise_bits=1,
+                                     joint=JointNoiseShape(SCORE_UNIFORMS, SCORE_UNIFORM_BITS))
+        started = time.perf_counter()
+        self.module = compile_noisy_scores(self.shape, 2.0 ** -40)
+        self.module.keygen(seed=secrets.randbits(64), encryption_seed=secrets.randbits(64))
+        compiled_s = time.perf_counter() - started
+        directory.mkdir()
+        self.module.server.save(directory / "server.zip")
+        (directory / "keys.bin").write_bytes(self.module.keys.evaluation.serialize())
+        self.circuit = Circuit.of_files("bench-scores", directory / "server.zip",
+                                        directory / "keys.bin")
+        rng = np.random.default_rng(4)
+        bits = self.shape.joint.ciphertexts
+        self.scores = [int(x) for x in rng.integers(0, 1 << SCORE_DIGITS, pairs)]
+        self.a = rng.integers(0, 2, (pairs, bits))
+        self.b = draw_bits(pairs, self.shape.joint)
+        joint = self.module.joint
+        self.tasks = [CallTask("joint", (
+            joint.encrypt(np.array([(x >> j) & 1 for j in range(SCORE_DIGITS)]), None,
+                          None)[0].serialize(),
+            joint.encrypt(None, a, None)[1].serialize(), b))
+            for x, a, b in zip(self.scores, self.a, self.b)]
+        print(f"joint scores: {pairs} pairs, {SCORE_DIGITS} score digits, "
+              f"{SCORE_UNIFORMS} x {SCORE_UNIFORM_BITS}-bit uniforms "
+              f"({joint.statistics['programmable_bootstrap_count']} bootstraps a call); "
+              f"compiled and keyed in {compiled_s:.0f} s", flush=True)
+
+    def run(self, executor) -> list[bytes]:
+        return [out[0] for out in executor.map(self.circuit, self.tasks)]
+
+    def decrypted(self, outputs: list[bytes]) -> list[list[int]]:
+        """Each call's digits, checked against the plaintext model."""
+        from concrete import fhe
+
+        from crypto.noisy_scores import joint_score_plaintext
+
+        out = []
+        for x, a, b, blob in zip(self.scores, self.a, self.b, outputs):
+            digits = self.module.joint.decrypt(fhe.Value.deserialize(blob)).tolist()
+            assert digits == joint_score_plaintext(x, a, b, self.shape), \
+                "a joint score differs from the plaintext model"
+            out.append(digits)
+        return out
+
+
+def joint_steps(executors: dict, steps: dict, repeats: int) -> dict[str, dict[str, list]]:
+    """Seconds of each step (``JointRelease``, ``JointScores``) on each executor, per repeat,
+    the executors alternating as P2's do; every executor's decryptions equal the in-process
+    ones. Each executor's workers load each circuit before anything is timed."""
+    names = list(executors)
+    for step in steps.values():
+        for executor in executors.values():
+            executor.map(step.circuit, step.tasks[:1])
+    seconds: dict[str, dict[str, list]] = {s: {n: [] for n in names} for s in steps}
+    reference: dict[str, list] = {}
+    for repeat in range(repeats):
+        for name in (names if repeat % 2 == 0 else names[::-1]):
+            for label, step in steps.items():
+                started = time.perf_counter()
+                outputs = step.run(executors[name])
+                seconds[label][name].append(time.perf_counter() - started)
+                got = step.decrypted(outputs)
+                assert reference.setdefault(label, got) == got, \
+                    f"{name}: the {label} decrypts to other values"
+        print(f"repeat {repeat}: " + "; ".join(
+            f"{label} " + ", ".join(f"{n} {seconds[label][n][-1]:.1f} s" for n in names)
+            for label in steps), flush=True)
+    return seconds
+
+
 ADULT_ROUNDS = 15
 
 
@@ -325,6 +500,10 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--batch", type=int, default=3,
                         help="candidates a P3 batch holds at most here")
+    parser.add_argument("--release-chunks", type=int, default=None,
+                        help="chunks of the 2-way joint release (default 8, --quick 6)")
+    parser.add_argument("--score-pairs", type=int, default=None,
+                        help="joint score calls (default 16, --quick 8)")
     parser.add_argument("--adult-batch", type=int, default=None,
                         help="candidates a P3 batch holds at most in the Adult model "
                              "(default: the session plan's layout)")
@@ -407,6 +586,12 @@ def main() -> None:
                   + f", P3 {np.mean(p3[name][-rounds:]):.1f} s a call, "
                   f"{np.mean(p3_batched[name][-rounds:]):.1f} s a batched round", flush=True)
 
+    joint = joint_steps(executors, {
+        "2-way joint release": JointRelease(args.release_chunks or (6 if args.quick else 8),
+                                            directory / "release"),
+        "joint scores": JointScores(args.score_pairs or (8 if args.quick else 16),
+                                    directory / "scores")}, repeats)
+
     # Per-task overhead, apart from the timings above.
     from concrete import fhe
 
@@ -442,8 +627,13 @@ def main() -> None:
           f"{3 * layout.count + 2} tasks in 5 steps, median): "
           + ", ".join(f"{n} {s:.1f} s" for n, s in p3_batched_median.items()))
     p3_speedup = p3_batched_median["1 worker"] / p3_batched_median["2 workers"]
-    print(f"P3 batched speedup 2 workers: {p3_speedup:.2f} (same run; the one call on 2 "
-          f"workers vs 1: x{p3_median['1 worker'] / p3_median['2 workers']:.2f})")
+    print(f"P3 one call a round, 2 workers vs 1: "
+          f"x{p3_median['1 worker'] / p3_median['2 workers']:.2f} (same run)")
+    joint_median = {label: {n: float(np.median(v)) for n, v in by_name.items()}
+                    for label, by_name in joint.items()}
+    for label, medians in joint_median.items():
+        print(f"{label} (median of {repeats}): "
+              + ", ".join(f"{n} {s:.1f} s" for n, s in medians.items()))
     print(f"overhead per task: task pickle {len(blob) / 1e3:.1f} KB in {pickling * 1e3:.2f} ms, "
           f"one ciphertext serialise+parse {value_codec * 1e3:.2f} ms, round trip on a warm "
           f"worker process outside concrete {one_trip * 1e3:.1f} ms a chunk task, "
@@ -541,7 +731,13 @@ def main() -> None:
               f"{p2_minutes[cores] + ADULT_ROUNDS * single_round / 60:.1f} min)")
     print(f"  compare FedDPSyn {FEDDPSYN_A6000_MIN} min (A6000), Fu et al. {FU_ET_AL_MIN} min "
           f"(WAN); the model gives each worker a core of its own and one OpenMP thread")
-    print(f"speedup 2 workers: {p2_median['1 worker'] / p2_median['2 workers']:.2f}")
+    # One line a step, 1 worker's median over 2 workers' (same run).
+    print(f"speedup 2 workers: {p2_median['1 worker'] / p2_median['2 workers']:.2f} "
+          f"(P2 scores: chunk tasks and adds)")
+    print(f"speedup 2 workers: {p3_speedup:.2f} (P3 by candidate batches)")
+    for label, medians in joint_median.items():
+        print(f"speedup 2 workers: {medians['1 worker'] / medians['2 workers']:.2f} "
+              f"({label})")
 
 
 if __name__ == "__main__":
