@@ -18,16 +18,23 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
               ssl_certfile: Path | None = typer.Option(None, help="serve HTTPS with this "
                                                                 "certificate (PEM)"),
               ssl_keyfile: Path | None = typer.Option(None, help="its private key (PEM)"),
+              workers: int = typer.Option(
+                  1, help="spread the offline job (the joint noise's bits, the encryption "
+                          "of uploads and of P2's inputs) over this many local worker "
+                          "processes (1: in the server's process, the default)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
     from common.credentials import read_or_create_token
     from common.serving import configure_logging
     from keyserver.app import create_app
 
+    if workers < 1:
+        fail("--workers is a positive number of processes (1: in the server's process)")
     configure_logging(log_level.upper())
     state_dir.mkdir(parents=True, exist_ok=True)
     peer = read_or_create_token(peer_token_file or state_dir / "peer.token")
-    _serve(create_app(state_dir, peer), host, port, log_level, ssl_certfile, ssl_keyfile)
+    _serve(create_app(state_dir, peer, offline_workers=workers), host, port, log_level,
+           ssl_certfile, ssl_keyfile)
 
 
 def _serve(app, host: str, port: int, log_level: str, certfile: Path | None,

@@ -28,11 +28,13 @@ REPLACE_HELP = ("replace this client's stored masked vector (masked with a fresh
 
 def create_app(state_dir: Path, peer_token: str, *,
                encryption_interval: float = 0.5, prepare: PrepareFiles | None = None,
-               preparation_workers: int = 1) -> FastAPI:
+               preparation_workers: int = 1, offline_workers: int = 1) -> FastAPI:
     """``prepare``: how a session's circuits, keys and noise pool are made, off the request
     path (default: in a child process; ``keyserver.preparation``); ``preparation_workers``:
-    sessions prepared at once."""
-    service = KeyServer(state_dir, prepare=prepare, preparation_workers=preparation_workers)
+    sessions prepared at once; ``offline_workers``: local processes the offline job's
+    chunks are spread over (1: the job's own thread; ``keyserver.offline_pool``)."""
+    service = KeyServer(state_dir, prepare=prepare, preparation_workers=preparation_workers,
+                        offline_workers=offline_workers)
     operator_token = read_or_create_token(state_dir / "operator.token")
     log.info("operator credentials: %s (mode 0600)", state_dir / "operator.token")
     worker = BackgroundWorker("encryption-job", service.run_encryption_job, encryption_interval)

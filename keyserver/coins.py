@@ -10,7 +10,9 @@ Design concerns:
   every retry and after a restart: the compute server never gets two independent sets for
   one chunk, so the release it sends is a function of one a.
 * **Offline.** :meth:`JointCoins.prepare_one` runs in the background job, one chunk per
-  pass (a client's upload waiting for encryption goes first), for every chunk a joint
+  worker of the offline pool a pass (``keyserver.offline_pool``; a client's upload waiting
+  for encryption goes first), each chunk's bits drawn and encrypted in the worker process
+  that encrypts them and only the ciphertext sent back, for every chunk a joint
   release may touch: a fixed release's own chunks; a selected release's every chunk holding
   pair cells (which pairs are chosen is published with the release anyway). A request that
   arrives first makes its chunk on the spot. Every set is as wide as the session's circuit
@@ -26,13 +28,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from common.serving import Database, ServiceError
 from crypto.joint_noise import draw_bits
+from keyserver.offline_pool import OfflinePool
 from keyserver.sessions import SessionRegistry
 from params.session_plan import SessionPlan
 
-__all__ = ["COINS_SQL", "JointCoins", "StoredOnce"]
+__all__ = ["COINS_SQL", "DrawAndEncryptCoins", "JointCoins", "StoredOnce"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -84,13 +88,30 @@ class StoredOnce:
         return self.get(session_id, name, index)
 
 
+@dataclass(frozen=True)
+class DrawAndEncryptCoins:
+    """An offline task: one chunk's bits (cells x columns) drawn from the CSPRNG in the
+    process that encrypts them, as the circuit's ``coins`` input; only the ciphertext
+    leaves the task."""
+
+    cells: int
+    columns: int
+
+    def run(self, keys) -> list[bytes]:
+        bits = draw_bits(self.cells, self.columns)
+        ciphertext = keys.encrypt_coins(bits)
+        del bits  # this server's share of the noise: only its ciphertext is kept
+        return [ciphertext]
+
+
 class JointCoins:
     """Encrypted bits of this server for each joint release's chunks."""
 
-    def __init__(self, sessions: SessionRegistry):
+    def __init__(self, sessions: SessionRegistry, pool: OfflinePool | None = None):
         self._sessions = sessions
         self.db: Database = sessions.db
         self._sets = StoredOnce(self.db)
+        self._pool = pool or OfflinePool()
 
     def coins(self, session_id: str, name: str, chunk: int) -> bytes:
         """The ciphertext of this server's bits for one chunk of a release (stored once)."""
@@ -107,32 +128,38 @@ class JointCoins:
         elif chunk not in release_chunks(plan, name):
             raise ServiceError(404, f"chunk {chunk} is not one release {name!r} can touch")
         stored = self._sets.get(session_id, name, chunk)
-        return stored if stored is not None else self._make(session_id, plan, name, chunk)
+        return stored if stored is not None else self._make(session_id, plan,
+                                                            [(name, chunk)])[0]
 
     def prepare_one(self) -> bool:
-        """Encrypt one missing chunk of any session's joint releases; False if none is
-        missing (bounded: one chunk per call)."""
+        """Encrypt missing chunks of one session's joint releases, at most one per worker of
+        the offline pool; False if none is missing (bounded: that many chunks a call)."""
         for session_id in self._sessions.runnable_session_ids():
             plan = self._sessions.plan(session_id)
             if plan.joint_columns == 0:
                 continue
             have = self._sets.held(session_id)
-            for spec in plan.releases:
-                if spec.joint is None:
-                    continue
-                for chunk in release_chunks(plan, spec.name):
-                    if (spec.name, chunk) not in have:
-                        self._make(session_id, plan, spec.name, chunk)
-                        return True
+            missing = [(spec.name, chunk) for spec in plan.releases if spec.joint is not None
+                       for chunk in release_chunks(plan, spec.name)
+                       if (spec.name, chunk) not in have]
+            if missing:
+                self._make(session_id, plan, missing[:self._pool.workers])
+                return True
         return False
 
-    def _make(self, session_id: str, plan: SessionPlan, name: str, chunk: int) -> bytes:
+    def _make(self, session_id: str, plan: SessionPlan,
+              chunks: list[tuple[str, int]]) -> list[bytes]:
+        """Draw, encrypt and store the bits of these (release, chunk)s, one task each; the
+        stored sets, in order."""
         started = time.time()
-        bits = draw_bits(plan.parameters.chunk_cells, plan.joint_columns)
-        ciphertext = self._sessions.keys(session_id).encrypt_coins(bits)
-        del bits  # this server's share of the noise: only its ciphertext is kept
-        stored = self._sets.put(session_id, name, chunk, ciphertext)
-        log.info("session %s: encrypted the joint noise's bits of %s chunk %d (%.1f s)",
-                 session_id, name, chunk, time.time() - started)
+        task = DrawAndEncryptCoins(plan.parameters.chunk_cells, plan.joint_columns)
+        encrypted = self._pool.map(self._sessions.key_files(session_id),
+                                   lambda: self._sessions.keys(session_id),
+                                   [task] * len(chunks),
+                                   f"session {session_id}: encrypting the joint noise's bits")
+        stored = [self._sets.put(session_id, name, chunk, ciphertexts[0])
+                  for (name, chunk), ciphertexts in zip(chunks, encrypted, strict=True)]
+        log.info("session %s: encrypted the joint noise's bits of %s (%.1f s)", session_id,
+                 ", ".join(f"{name} chunk {chunk}" for name, chunk in chunks),
+                 time.time() - started)
         return stored
-

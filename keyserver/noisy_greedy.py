@@ -9,7 +9,9 @@ and b the compute server's:
    fail closed on a short read), encrypts it as the ``joint`` function's ``a`` argument and
    keeps only the ciphertext, one set per pair, stored once and served identically on every
    retry and after a restart (``keyserver.coins.StoredOnce``, the joint releases' store: the
-   compute server never gets two independent sets for one score);
+   compute server never gets two independent sets for one score); with an offline pool of
+   several workers (``keyserver.offline_pool``) each pair's bits are drawn and encrypted in
+   the worker process that encrypts them;
 1. charges the selection's rho in the ledger before decrypting (as below);
 2. decrypts InDif + Z and adds **no noise of its own**; the greedy rule runs on that value
    (the centring span/2 is public and already subtracted: ``decode_joint_score``).
@@ -56,6 +58,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -74,6 +77,7 @@ from dp.privsyn_allocation import greedy_select_allocated
 from keyserver.coins import StoredOnce
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
+from keyserver.offline_pool import KeyFiles, OfflinePool
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.release_spec import SCORE_NOISE
@@ -86,6 +90,20 @@ CREATE TABLE IF NOT EXISTS noisy_greedy (
 """
 
 LEDGER_NAME = "selection"
+
+
+@dataclass(frozen=True)
+class DrawAndEncryptScoreBits:
+    """An offline task: one pair's bits a of its joint score noise, drawn from the CSPRNG
+    in the process that encrypts them; only the ciphertext leaves the task."""
+
+    columns: int
+
+    def run(self, keys) -> list[bytes]:
+        bits = draw_bits(1, self.columns)[0]
+        ciphertext = keys.encrypt_score_bits(bits)
+        del bits  # this server's share of the noise: only its ciphertext is kept
+        return [ciphertext]
 
 
 class NoisyScoreKeys(ScoreModuleKeys):
@@ -138,12 +156,15 @@ class NoisyGreedyRole:
 
     def __init__(self, store: SessionStore, ledger: PrivacyLedger,
                  keys: Callable[[str], NoisyScoreKeys],
-                 check_row_bound: Callable[[str, SessionPlan], None]):
+                 check_row_bound: Callable[[str, SessionPlan], None], pool: OfflinePool,
+                 key_files: Callable[[str], KeyFiles]):
         self._store = store
         self._ledger = ledger
         self._keys = keys
         self._check_row_bound = check_row_bound
         self._sets = StoredOnce(store.db)  # the joint releases' once-only store, per pair
+        self._pool = pool
+        self._key_files = key_files
 
     def score_bits(self, session_id: str) -> bytes:
         """This server's encrypted bits of every pair's joint score noise, packed in pair
@@ -152,35 +173,41 @@ class NoisyGreedyRole:
         greedy = plan.noisy_greedy
         if greedy is None or greedy.score_joint is None:
             raise ServiceError(404, "this session's scores carry no joint noise")
-        for pair in range(greedy.pairs):  # bounded: one pass per pair
-            if self._stored_bits(session_id, pair) is None:
-                self._make_bits(session_id, plan, pair)
+        missing = [pair for pair in range(greedy.pairs)  # bounded: one pass per pair
+                   if self._stored_bits(session_id, pair) is None]
+        if missing:
+            self._make_bits(session_id, plan, missing)
         return pack_blobs([self._stored_bits(session_id, pair)
                            for pair in range(greedy.pairs)])
 
     def prepare_one(self, session_ids: list[str]) -> bool:
-        """Encrypt one missing pair's bits of any of these sessions' joint scores; False if
-        none is missing (bounded: one pair per call)."""
+        """Encrypt missing pairs' bits of one of these sessions' joint scores, at most one
+        pair per worker of the offline pool; False if none is missing (bounded: that many
+        pairs a call)."""
         for session_id in session_ids:
             plan = self._store.plan(session_id)
             greedy = plan.noisy_greedy
             if greedy is None or greedy.score_joint is None:
                 continue  # no joint scores: an em session, or two servers' Gaussians
             have = self._sets.held(session_id)
-            for pair in range(greedy.pairs):
-                if (SCORE_NOISE, pair) not in have:
-                    self._make_bits(session_id, plan, pair)
-                    return True
+            missing = [pair for pair in range(greedy.pairs) if (SCORE_NOISE, pair) not in have]
+            if missing:
+                self._make_bits(session_id, plan, missing[:self._pool.workers])
+                return True
         return False
 
     def _stored_bits(self, session_id: str, pair: int) -> bytes | None:
         return self._sets.get(session_id, SCORE_NOISE, pair)
 
-    def _make_bits(self, session_id: str, plan: SessionPlan, pair: int) -> None:
-        bits = draw_bits(1, plan.selection.score_joint)[0]
-        ciphertext = self._keys(session_id).encrypt_score_bits(bits)
-        del bits  # this server's share of the noise: only its ciphertext is kept
-        self._sets.put(session_id, SCORE_NOISE, pair, ciphertext)
+    def _make_bits(self, session_id: str, plan: SessionPlan, pairs: list[int]) -> None:
+        """Draw, encrypt and store these pairs' bits, one task each (stored once)."""
+        task = DrawAndEncryptScoreBits(plan.selection.score_joint)
+        encrypted = self._pool.map(self._key_files(session_id),
+                                   lambda: self._keys(session_id), [task] * len(pairs),
+                                   f"session {session_id}: encrypting the joint score "
+                                   "noise's bits")
+        for pair, ciphertexts in zip(pairs, encrypted, strict=True):
+            self._sets.put(session_id, SCORE_NOISE, pair, ciphertexts[0])
 
     def _row(self, session_id: str):
         with self._store.db.connect() as conn:

@@ -19,7 +19,9 @@ Design concerns:
   encoding as the one call's.
 * **Inputs are fresh encryptions of sums it already holds.** P2's inputs are
   M = (sum of the clients' masked vectors) mod 2^k per 2-way cell: uniformly distributed
-  given the masks, which the compute server holds and this server never sees.
+  given the masks, which the compute server holds and this server never sees. Their chunks
+  are spread over the offline pool's workers (``keyserver.offline_pool``), in contiguous
+  groups, and stored together in chunk order.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import hashlib
 import json
 import secrets
 import threading
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -48,6 +51,7 @@ from keyserver.noisy_greedy import (
     NoisyScoreKeys,
     create_noisy_score_files,
 )
+from keyserver.offline_pool import KeyFiles, OfflinePool, split_evenly
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.session_plan import SessionPlan
@@ -99,29 +103,49 @@ def create_selection_files(plan: SessionPlan, directory: Path) -> dict[str, int]
     return keys.bootstraps_per_function
 
 
+@dataclass(frozen=True)
+class EncryptIndifInputs:
+    """An offline task: consecutive P2 chunks' M (residues mod 2^k, padded to their chunk
+    sizes), each encrypted as its ``indif_<s>`` function's digits."""
+
+    chunks: tuple[np.ndarray, ...]
+
+    def run(self, keys) -> list[bytes]:
+        return [keys.encrypt_indif_input(chunk) for chunk in self.chunks]
+
+
 class SelectionRole:
     """The key server's part of a session's selection, built from its sessions and its
-    ledger; noisy-greedy's part is :attr:`noisy_greedy`."""
+    ledger; noisy-greedy's part is :attr:`noisy_greedy`. ``pool`` runs its offline
+    encryption (default: in the calling thread)."""
 
-    def __init__(self, store: SessionStore, ledger: PrivacyLedger):
+    def __init__(self, store: SessionStore, ledger: PrivacyLedger,
+                 pool: OfflinePool | None = None):
         self._store = store
         self._ledger = ledger
+        self._pool = pool or OfflinePool()
         self._keys: dict[str, SelectionKeys | NoisyScoreKeys] = {}
         self._lock = threading.Lock()
         self.noisy_greedy = NoisyGreedyRole(store, ledger, self.selection_keys,
-                                            self.check_row_bound)
+                                            self.check_row_bound, self._pool,
+                                            self.selection_key_files)
+
+    def selection_key_files(self, session_id: str) -> KeyFiles:
+        """Where an offline worker loads the selection module's keys itself: the same
+        handle as :meth:`selection_keys`, from the session's 0600 files."""
+        plan = self.selection_plan(session_id)
+        directory = str(self._store.session_dir(session_id))
+        if plan.selection.mode == SelectionMode.NOISY_GREEDY:
+            return KeyFiles(NoisyScoreKeys.load, directory,
+                            (plan.selection.noisy_shape(plan.used_chunk_sizes()),))
+        return KeyFiles(SelectionKeys.load, directory, (module_shape(plan),))
 
     def selection_keys(self, session_id: str) -> SelectionKeys | NoisyScoreKeys:
         with self._lock:
             if session_id in self._keys:
                 return self._keys[session_id]
-        plan = self.selection_plan(session_id)
-        directory = self._store.session_dir(session_id)
-        if plan.selection.mode == SelectionMode.NOISY_GREEDY:
-            keys = NoisyScoreKeys.load(directory,
-                                       plan.selection.noisy_shape(plan.used_chunk_sizes()))
-        else:
-            keys = SelectionKeys.load(directory, module_shape(plan))
+        files = self.selection_key_files(session_id)
+        keys = files.load(Path(files.directory), *files.args)
         with self._lock:
             self._keys[session_id] = keys
         return keys
@@ -191,13 +215,18 @@ class SelectionRole:
                                     / f"{client_id}.npy").read_bytes(), dtype=np.int64)
             total = (total + vector) % modulus
         k2 = plan.selection.indif_bits
-        keys = self.selection_keys(session_id)
-        blobs = []
+        chunks = []
         for _, cells, size in plan.indif_chunks():
             padded = np.zeros(size, dtype=np.int64)
             padded[:len(cells)] = total[cells] % (1 << k2)
-            blobs.append(keys.encrypt_indif_input(padded))
-        data = pack_blobs(blobs)
+            chunks.append(padded)
+        # A few groups a worker: chunk sizes differ, so the workers finish closer together.
+        tasks = [EncryptIndifInputs(tuple(group))
+                 for group in split_evenly(chunks, 4 * self._pool.workers)]
+        encrypted = self._pool.map(self.selection_key_files(session_id),
+                                   lambda: self.selection_keys(session_id), tasks,
+                                   f"session {session_id}: encrypting P2's inputs")
+        data = pack_blobs([blob for group in encrypted for blob in group])
         write_private(path, data)
         return data
 

@@ -28,6 +28,7 @@ from common.serving import Database, ServiceError
 from keyserver.coins import COINS_SQL, JointCoins
 from keyserver.keys import SessionKeys
 from keyserver.ledger import LEDGER_SQL, PrivacyLedger
+from keyserver.offline_pool import OfflinePool
 from keyserver.preparation import PrepareFiles, SessionPreparation
 from keyserver.releases import RELEASES_SQL, Releases
 from keyserver.selection import SELECTION_SQL, SelectionRole
@@ -44,9 +45,11 @@ class KeyServer:
     the ledger (:attr:`privacy_ledger`) and the selection (:attr:`selection`)."""
 
     def __init__(self, state_dir: Path, *, prepare: PrepareFiles | None = None,
-                 preparation_workers: int = 1):
+                 preparation_workers: int = 1, offline_workers: int = 1):
         """``prepare``: how a session's circuits, keys and noise pool are made (default: in a
-        child process, ``keyserver.preparation.prepare_in_child``)."""
+        child process, ``keyserver.preparation.prepare_in_child``); ``offline_workers``: the
+        local processes the offline job's chunks are spread over (1: the job's own thread,
+        ``keyserver.offline_pool``)."""
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
@@ -55,10 +58,11 @@ class KeyServer:
                            + LEDGER_SQL + SELECTION_SQL + COINS_SQL)
         self.privacy_ledger = PrivacyLedger(self.db)
         self.sessions = SessionRegistry(self.db, state_dir)
-        self.uploads = MaskedUploads(self.sessions, self.privacy_ledger)
-        self.selection = SelectionRole(self, self.privacy_ledger)
+        self.offline_pool = OfflinePool(offline_workers)
+        self.uploads = MaskedUploads(self.sessions, self.privacy_ledger, self.offline_pool)
+        self.selection = SelectionRole(self, self.privacy_ledger, self.offline_pool)
         self.releases = Releases(self.sessions, self.privacy_ledger, self.selection)
-        self.coins = JointCoins(self.sessions)
+        self.coins = JointCoins(self.sessions, self.offline_pool)
         self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
                                               workers=preparation_workers)
         # The compute server's latest report of a long step, per session (status only).
@@ -76,8 +80,9 @@ class KeyServer:
 
     def close(self) -> None:
         """Stop the preparation jobs (a child process is terminated; the session resumes at
-        the next start)."""
+        the next start) and the offline job's worker processes."""
         self.preparation.close()
+        self.offline_pool.close()
 
     def record_progress(self, session_id: str, progress: wire.WorkProgress) -> None:
         """The compute server's report of a long step (shown in :meth:`status`)."""
@@ -124,9 +129,9 @@ class KeyServer:
 
     def run_encryption_job(self) -> int:
         """One pass of the offline job: clients' masked vectors first (they gate the
-        compute server), then at most one chunk of joint-noise bits (``keyserver.coins``),
-        else at most one pair's bits of noisy-greedy's joint scores
-        (``keyserver.noisy_greedy``)."""
+        compute server), then at most one chunk of joint-noise bits a worker of the offline
+        pool (``keyserver.coins``), else at most one pair's bits a worker of noisy-greedy's
+        joint scores (``keyserver.noisy_greedy``)."""
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
             done = 1

@@ -45,6 +45,7 @@ from common.credentials import store_client_tokens, stored_token_hashes
 from common.serving import Database, ServiceError
 from dp.noise_pool import pool_noise
 from keyserver.keys import SessionKeys
+from keyserver.offline_pool import KeyFiles
 from params.plan_request import PlanRequest
 from params.schema import Schema
 from params.selection_plan import EmSelection
@@ -308,12 +309,18 @@ class SessionRegistry:
         with self._lock:
             if session_id in self._keys:
                 return self._keys[session_id]
-        public = self.public(session_id)
-        keys = SessionKeys.load(self.session_dir(session_id), len(public.clients),
-                                any(r.joint is not None for r in public.releases))
+        files = self.key_files(session_id)
+        keys = files.load(Path(files.directory), *files.args)
         with self._lock:
             self._keys[session_id] = keys
         return keys
+
+    def key_files(self, session_id: str) -> KeyFiles:
+        """Where an offline worker loads the session's keys itself (``keyserver.offline_pool``):
+        the same handle as :meth:`keys`, from the session's 0600 files."""
+        public = self.public(session_id)
+        return KeyFiles(SessionKeys.load, str(self.session_dir(session_id)),
+                        (len(public.clients), any(r.joint is not None for r in public.releases)))
 
     def client_token_hashes(self, session_id: str) -> dict[str, str]:
         """The session's client token hashes (``common.credentials.ClientTokens``), from its

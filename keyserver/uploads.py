@@ -20,6 +20,8 @@ Design concerns:
   old vector and no replaced upload is ever summed with its client's new seed.
 * **Re-entrant encryption.** The job encrypts whatever is stored and not yet encrypted, so a
   restart resumes it; a vector replaced while it was being encrypted is encrypted again.
+  A vector's chunks are spread over the offline pool's workers (``keyserver.offline_pool``),
+  in contiguous groups, and stored together once every group is encrypted.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,9 +39,10 @@ from common.serving import Database, ServiceError, already_stored, write_private
 from crypto.aggregation import chunk_ranges
 from crypto.blobs import pack_blobs
 from keyserver.ledger import PrivacyLedger
+from keyserver.offline_pool import OfflinePool, split_evenly
 from keyserver.sessions import SessionRegistry
 
-__all__ = ["UPLOADS_SQL", "MaskedUploads", "uploads_closed"]
+__all__ = ["UPLOADS_SQL", "EncryptMaskedChunks", "MaskedUploads", "uploads_closed"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -63,13 +67,27 @@ def uploads_closed(conn, session_id: str) -> bool:
                         (session_id, session_id)).fetchone() is not None
 
 
+@dataclass(frozen=True)
+class EncryptMaskedChunks:
+    """An offline task: consecutive chunks of one client's masked vector (uniform values,
+    padded to the chunk size), encrypted as the circuit's input ``m{position}``."""
+
+    position: int
+    chunks: tuple[np.ndarray, ...]
+
+    def run(self, keys) -> list[bytes]:
+        return [keys.encrypt_chunk(self.position, chunk) for chunk in self.chunks]
+
+
 class MaskedUploads:
     """The masked vectors of a server's sessions and their ciphertexts for the compute
     server."""
 
-    def __init__(self, sessions: SessionRegistry, ledger: PrivacyLedger):
+    def __init__(self, sessions: SessionRegistry, ledger: PrivacyLedger,
+                 pool: OfflinePool | None = None):
         self._sessions = sessions
         self._ledger = ledger
+        self._pool = pool or OfflinePool()
         self.db: Database = sessions.db
         self._mismatched: set[str] = set()  # upload digests whose file is another's, logged
 
@@ -217,15 +235,20 @@ class MaskedUploads:
                             client_id)
             return False
         vector = np.frombuffer(data, dtype=np.int64)
-        keys = self._sessions.keys(session_id)
         chunk = params["chunk_cells"]
         started = time.time()
-        blobs = []
+        chunks = []
         for c in chunk_ranges(len(vector), chunk):
             padded = np.zeros(chunk, dtype=np.int64)
             padded[:c.stop - c.start] = vector[c.start:c.stop]
-            blobs.append(keys.encrypt_chunk(position, padded))
-        packed = pack_blobs(blobs)
+            chunks.append(padded)
+        tasks = [EncryptMaskedChunks(position, tuple(group))
+                 for group in split_evenly(chunks, self._pool.workers)]
+        encrypted = self._pool.map(self._sessions.key_files(session_id),
+                                   lambda: self._sessions.keys(session_id), tasks,
+                                   f"session {session_id}: encrypting client {client_id}'s "
+                                   "masked vector")
+        packed = pack_blobs([blob for group in encrypted for blob in group])
         with self.db.transaction() as conn:
             # Written only if the upload is still the one encrypted (not replaced meanwhile).
             current = conn.execute("SELECT digest FROM masked WHERE session_id = ? AND "

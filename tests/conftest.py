@@ -60,6 +60,12 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_load_and_faults": ALL,
         "test_noisy_scores": ALL,
         "test_noisy_scores_joint": ALL,
+        "test_offline_pool": [
+            "test_two_workers_store_what_one_worker_stores",
+            "test_every_stored_ciphertext_decrypts_to_the_uploads_and_to_bits",
+            "test_a_worker_that_dies_fails_the_pass_and_the_next_pass_recovers",
+            "test_only_the_key_files_place_crosses_to_a_worker",
+        ],
         "test_private_selection": ALL,
         "test_selection": [
             "test_bootstrap_count_bounds_the_compiled_count",
@@ -142,6 +148,10 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_fed_heart_demo_session_keeps_its_epsilon_with_joint_noise",
         ],
         "test_mirror_descent": ["test_converged_fit_matches_mbi_run_long"],
+        "test_offline_pool": [
+            "test_noise_bits_are_drawn_in_each_worker_and_never_twice",
+            "test_a_stuck_task_and_a_stopping_server_end_the_map",
+        ],
         "test_noise_plan": [
             "test_auto_at_eps_1_gives_every_release_one_joint_noise_of_lower_variance",
             "test_every_selection_gets_privsyns_split_with_matched_shapes_by_enumeration",

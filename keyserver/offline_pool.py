@@ -1,0 +1,293 @@
+"""The key server's offline job on local worker processes: drawing the joint noise's bits and
+encrypting them, the clients' masked vectors and P2's inputs, each job's chunks spread over
+``--workers`` processes of this host.
+
+Design concerns:
+
+* **The secret key stays on this host, and off the wire between processes.** A worker is a
+  process spawned by the key server on its own host (no cluster: the secret key must never
+  leave it). It is told where a session's key files are (:class:`KeyFiles`: a path in the
+  key server's state directory, whose key files are 0600) and reads them itself; the key is
+  never on a command line, in the environment, in a pipe or in a message. A task's answer
+  is ciphertexts only, and a worker's error reaches the log and the caller as its type and
+  a short message (``common.serving``'s rule for library text).
+* **Randomness is drawn where it is used, never reused.** A task that needs noise draws it
+  in its worker from the OS CSPRNG (``secrets``, through ``crypto.joint_noise.draw_bits``,
+  which fails closed on a short read) and sends back only its ciphertext; no seed or
+  generator state crosses a process boundary, so no two chunks can share randomness. The
+  encryption randomness is concrete's, seeded afresh in every process that loads a key
+  (measured: the same value encrypted in two processes after loading the same key file gives
+  different ciphertexts, as it does twice in one process).
+* **The same tasks whatever the pool.** A task is a frozen value with ``run(keys)``: with
+  one worker (the default) it runs in the calling thread on the server's own key handle,
+  which is the server's behaviour before the pool; with more, in a worker on its own handle
+  loaded from the same files. So what is stored, what decrypts and what the ledger charges
+  do not depend on ``--workers``; only the ciphertexts' bytes do, as they do between any two
+  encryptions.
+* **Bounded, and failing loudly.** A map sends at most one task to each worker at a time
+  and waits in ``poll`` steps; a worker that exits (killed, out of memory) fails the map at
+  once with a 503 that says what died and that nothing of the pass was stored, as does a
+  task past ``task_timeout`` or a server that stops; the pool's workers are then ended and
+  new ones spawned by the next map. Spawned, never forked (a forked child of a process that
+  runs concrete hangs: ``computeserver.executor``). A worker exits when the key server does:
+  an idle one sees its pipe close (or its parent change) within a second, a busy one when it
+  tries to answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from common.serving import ServiceError
+from common.sigpipe import ignore_sigpipe
+
+__all__ = ["KeyFiles", "OfflinePool", "OfflineTask", "split_evenly"]
+
+log = logging.getLogger("feddpsyn.keyserver")
+
+# Key handles a worker keeps loaded (the sessions it last encrypted for): the selection
+# module's key file holds its bootstrap keys too, gigabytes at Adult's widths.
+CACHED_KEYS = 2
+
+
+class OfflineTask(Protocol):
+    """One unit of an offline job: picklable, its answer ciphertexts only."""
+
+    def run(self, keys: Any) -> list[bytes]:
+        """Encrypt with ``keys`` (a session's key handle); the ciphertexts, serialized."""
+        ...
+
+
+@dataclass(frozen=True)
+class KeyFiles:
+    """Where a worker finds a session's key handle: ``load(Path(directory), *args)`` reads
+    the key files there (0600, in the key server's state directory). Only this crosses to a
+    worker, never the key."""
+
+    load: Callable[..., Any]
+    directory: str
+    args: tuple[Any, ...] = ()
+
+    def cache_key(self) -> tuple[str, str, int]:
+        # The loader's repr names its class too (a classmethod's qualname is its base's);
+        # a session's folder is moved into place once, so its inode names this copy of it.
+        return (repr(self.load), self.directory, os.stat(self.directory).st_ino)
+
+
+def split_evenly(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    """``items`` in at most ``parts`` contiguous groups of sizes differing by at most one.
+
+    >>> split_evenly([1, 2, 3, 4, 5], 2)
+    [[1, 2, 3], [4, 5]]
+    """
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for part in range(parts):
+        end = start + size + (1 if part < extra else 0)
+        out.append(list(items[start:end]))
+        start = end
+    return [group for group in out if group]
+
+
+# ---------------------------------------------------------------- worker side
+def _worker(conn: Connection, parent: int) -> None:
+    """A worker's life: one task at a time from ``conn`` until the pool ends it or the key
+    server is gone (module docstring)."""
+    # Before concrete is imported here: one core's worth of threads a worker, so N workers
+    # share N cores rather than each starting a thread per core.
+    for name in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS"):
+        os.environ[name] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the server's to handle
+    loaded: collections.OrderedDict[tuple[str, str, int], Any] = collections.OrderedDict()
+    while True:  # bounded: ends when the pool sends None or the key server is gone
+        try:
+            if not conn.poll(1.0):
+                if os.getppid() != parent:
+                    return
+                continue
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        started, cpu = time.perf_counter(), time.process_time()
+        try:
+            # Unpickled here, so a task this process cannot import is that task's error.
+            request = pickle.loads(message)
+            if request is None:
+                return
+            files, task = request
+            key = files.cache_key()
+            if key not in loaded:
+                loaded[key] = files.load(Path(files.directory), *files.args)
+                while len(loaded) > CACHED_KEYS:  # bounded: drops the oldest
+                    loaded.popitem(last=False)
+            loaded.move_to_end(key)
+            result = task.run(loaded[key])
+            reply: tuple[Any, ...] = ("ok", result, os.getpid(),
+                                      time.perf_counter() - started,
+                                      time.process_time() - cpu)
+        except Exception as exc:  # every outcome goes back; the text is cut short
+            reply = ("error", f"{type(exc).__name__}: {exc}"[:300])
+        ignore_sigpipe()  # concrete's runtime may have replaced the disposition
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+
+
+# ---------------------------------------------------------------- the pool
+class OfflinePool:
+    """``workers`` local processes for the offline job's tasks (1: the calling thread).
+
+    One map at a time: the offline pass and a request that makes a missing chunk take turns,
+    so a worker never holds answers for two callers."""
+
+    def __init__(self, workers: int = 1, *, task_timeout: float = 900.0, poll: float = 0.2):
+        if workers < 1:
+            raise ValueError("the offline job needs at least one worker")
+        self.workers = workers
+        self.task_timeout = task_timeout
+        self.poll = poll
+        self.description = ("in the server's process" if workers == 1
+                            else f"{workers} local worker processes")
+        # Per task of the last map on worker processes: the process that ran it, and its
+        # seconds and CPU seconds there (a shared core shows as seconds > CPU seconds).
+        self.last_pids: list[int] = []
+        self.last_seconds: list[float] = []
+        self.last_cpu_seconds: list[float] = []
+        self._context = multiprocessing.get_context("spawn")
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def worker_pids(self) -> list[int]:
+        """The live worker processes (for a fault test or an operator's ``kill``)."""
+        return [w.process.pid for w in self._workers if w.process.is_alive()]
+
+    def map(self, files: KeyFiles, local_keys: Callable[[], Any],
+            tasks: Sequence[OfflineTask], what: str) -> list[list[bytes]]:
+        """Every task's ciphertexts, in task order. ``local_keys`` gives the server's own
+        key handle (one worker); ``files`` tells a worker process where to load its own;
+        ``what`` names the job in an error."""
+        if self.workers == 1:
+            keys = local_keys()
+            return [task.run(keys) for task in tasks]
+        with self._lock:
+            try:
+                return self._map_locked(files, tasks, what)
+            except BaseException:
+                # A worker may still hold a task of this map: none may answer the next one.
+                self._discard()
+                raise
+
+    def _spawn(self) -> _Worker:
+        mine, theirs = self._context.Pipe(duplex=True)
+        process = self._context.Process(target=_worker, args=(theirs, os.getpid()),
+                                        daemon=True, name="offline-worker")
+        process.start()
+        theirs.close()
+        return _Worker(process, mine)
+
+    def _map_locked(self, files: KeyFiles, tasks: Sequence[OfflineTask],
+                    what: str) -> list[list[bytes]]:
+        if self._stopping.is_set():
+            raise ServiceError(503, "the key server is stopping")
+        ignore_sigpipe()  # this process writes to the workers' pipes
+        self._workers = [w for w in self._workers if w.process.is_alive()]
+        while len(self._workers) < self.workers:  # bounded: up to ``workers`` spawns
+            self._workers.append(self._spawn())
+        results: list[list[bytes] | None] = [None] * len(tasks)
+        pids, seconds, cpu = [0] * len(tasks), [0.0] * len(tasks), [0.0] * len(tasks)
+        queue = collections.deque(range(len(tasks)))
+        idle = list(self._workers)
+        busy: dict[Connection, tuple[_Worker, int, float]] = {}
+        while queue or busy:  # bounded: each pass hands out or collects, or raises
+            while queue and idle:
+                worker, index = idle.pop(), queue.popleft()
+                try:
+                    worker.conn.send((files, tasks[index]))
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    raise self._died(worker, what) from None
+                busy[worker.conn] = (worker, index, time.monotonic())
+            sentinels = {w.process.sentinel: w for w, _, _ in busy.values()}
+            ready = wait([*busy, *sentinels], timeout=self.poll)
+            for conn in [r for r in ready if r in busy]:
+                worker, index, _ = busy.pop(conn)
+                try:
+                    reply = conn.recv()
+                except (EOFError, OSError):
+                    raise self._died(worker, what) from None
+                if reply[0] != "ok":
+                    raise ServiceError(503, f"{what}: a task failed in an offline worker "
+                                            f"process ({reply[1]}); nothing of this pass is "
+                                            "stored")
+                results[index], pids[index], seconds[index], cpu[index] = reply[1:5]
+                idle.append(worker)
+            for sentinel in [r for r in ready if r in sentinels]:
+                worker = sentinels[sentinel]
+                if worker.conn in busy:  # died without answering
+                    raise self._died(worker, what)
+            if self._stopping.is_set():
+                raise ServiceError(503, "the key server is stopping")
+            now = time.monotonic()
+            if any(now - started > self.task_timeout for _, _, started in busy.values()):
+                raise ServiceError(503, f"{what}: an offline worker process took more than "
+                                        f"{self.task_timeout:.0f} s on one task; the workers "
+                                        "are restarted and nothing of this pass is stored")
+        self.last_pids, self.last_seconds, self.last_cpu_seconds = pids, seconds, cpu
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _died(worker: _Worker, what: str) -> ServiceError:
+        worker.process.join(5)
+        message = (f"{what}: an offline worker process (pid {worker.process.pid}) exited "
+                   f"with code {worker.process.exitcode} before it answered (killed, or out "
+                   "of memory?); nothing of this pass is stored, and the next pass runs it "
+                   "again on new workers")
+        log.warning("%s", message)
+        return ServiceError(503, message)
+
+    def _discard(self) -> None:
+        """End every worker (one busy with a task too: its answer is not wanted)."""
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError):
+                worker.conn.send(None)
+            worker.conn.close()
+            if worker.process.is_alive():
+                worker.process.terminate()
+            worker.process.join(10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(10)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """End the workers; a map running now fails within ``poll`` seconds (503). The pool
+        spawns new workers if it is used again (a test transport may restart an app)."""
+        self._stopping.set()
+        acquired = self._lock.acquire(timeout=timeout)
+        try:
+            self._discard()
+        finally:
+            self._stopping.clear()
+            if acquired:
+                self._lock.release()
