@@ -47,6 +47,16 @@ round the five steps run one after another, each in ceil(tasks / n) waves of its
 task plus o. The one call a round does not shorten with workers. The whole online phase is P2 plus the rounds, next to FedDPSyn's 13.7 min on
 an A6000 and Fu et al.'s 24 min over a WAN.
 
+The key server's offline job (``keyserver.offline_pool``), as its ``--workers`` runs it: at the
+default parameter set's chunk (k = ``KS_K``, ``KS_CELLS`` cells) with a joint noise of
+``KS_COLUMNS`` encrypted bits a cell, ``--ks-coin-chunks`` chunks of the joint noise's bits
+drawn and encrypted a pass of one chunk a worker (``keyserver.coins``), then one client's
+masked vector of ``--ks-upload-chunks`` chunks encrypted in one map (``keyserver.uploads``),
+with ``--workers 1`` (the server's process, its own key handle) and 2 worker processes (each
+loading the key from the 0600 files), alternating. Each run's first coin set and first upload
+chunk go through the P1 circuit with weight 1 on one bit a cell: the decryption minus the
+masked values is a bit; every coin set is a distinct ciphertext.
+
 Run: .venv/bin/python bench/bench_scaleout.py [--quick]
 """
 
@@ -492,6 +502,120 @@ def add_levels(sizes: list[int]) -> list[int]:
     return levels
 
 
+# The key server's offline job: the default parameter set's chunk, and a joint noise of 128
+# encrypted bits a cell (Adult's plans carry 126-130 on their releases: docs/scale.md).
+KS_K, KS_CELLS, KS_COLUMNS = 20, 256, 128
+
+
+class KeyServerOffline:
+    """The key server's offline job as ``keyserver.coins`` and ``keyserver.uploads`` run it,
+    on a session folder written as the key server writes one (``keyserver.keys``, 0600)."""
+
+    def __init__(self, coin_chunks: int, upload_chunks: int, directory: Path):
+        from crypto.joint_noise import JointNoiseShape, compile_joint_release
+        from keyserver.keys import SessionKeys, _keys_for
+        from keyserver.offline_pool import KeyFiles
+
+        started = time.perf_counter()
+        self.compiled = compile_joint_release(1, KS_CELLS, KS_K,
+                                              JointNoiseShape(KS_COLUMNS // 2, 2), 2.0 ** -40)
+        self.client, _, _ = _keys_for(self.compiled, directory, "")
+        compiled_s = time.perf_counter() - started
+        self.files = KeyFiles(SessionKeys.load, str(directory), (1, True))
+        self.keys = SessionKeys.load(directory, 1, True)  # the server's own handle
+        self.coin_chunks = coin_chunks
+        # Uniform stand-ins for a client's masked vector (data, not noise).
+        self.masked = np.random.default_rng(5).integers(0, 1 << KS_K,
+                                                        (upload_chunks, KS_CELLS))
+        print(f"key server's offline job: {coin_chunks} chunks of the joint noise's bits "
+              f"({KS_CELLS} cells x {KS_COLUMNS} bits), a client's masked vector of "
+              f"{upload_chunks} chunks, k = {KS_K}; compiled and keyed in {compiled_s:.0f} s",
+              flush=True)
+
+    def run(self, pool) -> tuple[list[bytes], list[bytes], float]:
+        """(coin sets, upload chunks, CPU span): the coins a pass of one chunk a worker, as
+        ``JointCoins.prepare_one``; the upload in one map, as ``MaskedUploads``. The CPU
+        span is this process's CPU seconds with one worker, and with more the busiest
+        worker's per map, summed: the job's length had every worker a core of its own."""
+        from keyserver.coins import DrawAndEncryptCoins
+        from keyserver.offline_pool import split_evenly
+        from keyserver.uploads import EncryptMaskedChunks
+
+        cpu_started, span = time.process_time(), 0.0
+
+        def mapped(tasks: list, what: str) -> list[list[bytes]]:
+            nonlocal span
+            out = pool.map(self.files, lambda: self.keys, tasks, what)
+            by_pid: dict[int, float] = {}
+            for pid, cpu in zip(pool.last_pids, pool.last_cpu_seconds):
+                by_pid[pid] = by_pid.get(pid, 0.0) + cpu
+            span += max(by_pid.values(), default=0.0)
+            return out
+
+        task = DrawAndEncryptCoins(KS_CELLS, KS_COLUMNS)
+        coins = []
+        for start in range(0, self.coin_chunks, pool.workers):  # bounded: the passes
+            count = min(pool.workers, self.coin_chunks - start)
+            coins += [out[0] for out in mapped([task] * count, "coins")]
+        groups = split_evenly(list(self.masked), pool.workers)
+        uploads = mapped([EncryptMaskedChunks(0, tuple(g)) for g in groups], "upload")
+        if pool.workers == 1:
+            span = time.process_time() - cpu_started
+        return coins, [blob for group in uploads for blob in group], span
+
+    def check(self, coins: list[bytes], uploads: list[bytes]) -> None:
+        """The first coin set and upload chunk through P1, weight 1 on one bit a cell."""
+        from concrete import fhe
+
+        assert len(set(coins)) == len(coins) == self.coin_chunks
+        assert len(uploads) == len(self.masked)
+        weights = np.zeros((KS_CELLS, KS_COLUMNS), dtype=np.int64)
+        weights[np.arange(KS_CELLS), (7 * np.arange(KS_CELLS)) % KS_COLUMNS] = 1
+        out = self.compiled.server.run(
+            fhe.Value.deserialize(uploads[0]), fhe.Value.deserialize(coins[0]), weights,
+            np.ones(KS_CELLS, dtype=np.int64), np.zeros(KS_CELLS, dtype=np.int64),
+            evaluation_keys=self.client.evaluation_keys)
+        bits = (np.asarray(self.client.decrypt(out), dtype=np.int64) - self.masked[0]) \
+            % (1 << KS_K)
+        assert set(bits.tolist()) <= {0, 1} and 0 < bits.sum() < KS_CELLS, \
+            "the key server's ciphertexts do not decrypt to the upload plus a bit"
+
+
+def keyserver_offline_step(coin_chunks: int, upload_chunks: int, directory: Path,
+                           repeats: int) -> tuple[dict[str, list[float]],
+                                                  dict[str, list[float]]]:
+    """Seconds and CPU spans (``KeyServerOffline.run``) of the key server's offline job
+    with ``--workers 1`` and 2, per repeat, alternating; each pool's workers spawned and
+    keyed before anything is timed."""
+    from keyserver.offline_pool import OfflinePool
+    from keyserver.uploads import EncryptMaskedChunks
+
+    step = KeyServerOffline(coin_chunks, upload_chunks, directory)
+    pools = {"--workers 1": OfflinePool(1), "2 workers": OfflinePool(2)}
+    seconds: dict[str, list[float]] = {name: [] for name in pools}
+    spans: dict[str, list[float]] = {name: [] for name in pools}
+    try:
+        for pool in pools.values():
+            pool.map(step.files, lambda: step.keys,
+                     [EncryptMaskedChunks(0, (step.masked[0],))] * 2, "warm-up")
+        names = list(pools)
+        for repeat in range(repeats):
+            for name in (names if repeat % 2 == 0 else names[::-1]):
+                started = time.perf_counter()
+                coins, uploads, span = step.run(pools[name])
+                seconds[name].append(time.perf_counter() - started)
+                spans[name].append(span)
+                if repeat == 0:  # each executor's first run
+                    step.check(coins, uploads)
+            print(f"repeat {repeat}: key server's offline job "
+                  + ", ".join(f"{n} {seconds[n][-1]:.1f} s (CPU span {spans[n][-1]:.1f} s)"
+                              for n in names), flush=True)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return seconds, spans
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few minutes")
@@ -507,6 +631,12 @@ def main() -> None:
     parser.add_argument("--adult-batch", type=int, default=None,
                         help="candidates a P3 batch holds at most in the Adult model "
                              "(default: the session plan's layout)")
+    parser.add_argument("--ks-coin-chunks", type=int, default=None,
+                        help="chunks of the key server's joint-noise bits (default 8, "
+                             "--quick 4)")
+    parser.add_argument("--ks-upload-chunks", type=int, default=None,
+                        help="chunks of the client vector the key server encrypts (default "
+                             "48, Adult's vector; --quick 24)")
     args = parser.parse_args()
     pairs = PAIRS["quick" if args.quick else "full"]
     rounds = args.rounds or (1 if args.quick else 3)
@@ -662,6 +792,18 @@ def main() -> None:
           f"vs in-process default x{p2_median['in-process (2 threads)'] / p2_median['2 workers']:.2f}; "
           f"P3 2 workers vs in-process x{p3_median['in-process (2 threads)'] / p3_median['2 workers']:.2f}")
 
+    offline, offline_spans = keyserver_offline_step(
+        args.ks_coin_chunks or (4 if args.quick else 8),
+        args.ks_upload_chunks or (24 if args.quick else 48), directory / "keyserver", repeats)
+    offline_median = {n: float(np.median(v)) for n, v in offline.items()}
+    span_median = {n: float(np.median(v)) for n, v in offline_spans.items()}
+    print(f"key server's offline job (median of {repeats}): "
+          + ", ".join(f"{n} {s:.1f} s" for n, s in offline_median.items())
+          + f"; in CPU seconds, --workers 1 {span_median['--workers 1']:.1f} s, 2 workers' "
+          f"busiest per pass summed {span_median['2 workers']:.1f} s: with a core per worker "
+          f"x{span_median['--workers 1'] / span_median['2 workers']:.2f} (a CPU-time "
+          "speed-up, not a wall-clock one)")
+
     # The model (module docstring), applied to Adult's P2.
     from crypto.indif import chunk_bootstraps
 
@@ -738,6 +880,9 @@ def main() -> None:
     for label, medians in joint_median.items():
         print(f"speedup 2 workers: {medians['1 worker'] / medians['2 workers']:.2f} "
               f"({label})")
+    print(f"speedup 2 workers: "
+          f"{offline_median['--workers 1'] / offline_median['2 workers']:.2f} "
+          f"(key server's offline job: coins and encryption)")
 
 
 if __name__ == "__main__":
