@@ -165,6 +165,11 @@ class SelectionRequest(StrictModel):
     parameter_set: SelectionSetName | None = Field(
         default=None, description="selection parameter set (params/parameter_sets.py); "
                                   "default: the project's default set")
+    one_way_topup: bool = Field(
+        default=False, description="noisy-greedy: the 2-way release also tops up the 1-ways "
+                                   "to their c^(2/3) share of the publication (PrivSyn's "
+                                   "allocation after the selection; a second measurement of "
+                                   "each topped-up 1-way, combined by inverse variance)")
 
 
 # A schema number: JSON's, or decimal text or a rational "p/q" (params.exact_numbers).
@@ -493,6 +498,10 @@ class SessionPublic(StrictModel):
     privacy: PrivacyRecord | None = Field(
         default=None, description="the session's privacy record (absent in records written "
                                   "before it existed)")
+    one_way_topup: bool = Field(
+        default=False, description="noisy-greedy's split 2-way release also tops up the "
+                                   "1-ways to their c^(2/3) share of the publication: the "
+                                   "release then holds a second measurement of those 1-ways")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

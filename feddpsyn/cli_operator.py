@@ -66,6 +66,11 @@ def session_create(keyserver: str = typer.Option(...),
                        None, help="selection parameter set: precise | lean (default: "
                                   "params.parameter_sets.DEFAULT_SELECTION_SET; see "
                                   "`feddpsyn params`)"),
+                   one_way_topup: bool = typer.Option(
+                       False, "--one-way-topup",
+                       help="noisy-greedy: the 2-way release also tops up the 1-ways to "
+                            "their c^(2/3) share of the publication (docs/privacy-plan.md, "
+                            "\"The 1-way top-up\")"),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)"),
                    timeout: float = typer.Option(
@@ -97,7 +102,8 @@ def session_create(keyserver: str = typer.Option(...),
                                    split=_split(selection, one_way_share, selection_share)),
             parameter_set=parameter_set, max_rows=max_rows,
             selection=wire.SelectionRequest(mode=selection, rounds=rounds,
-                                            parameter_set=selection_parameters))
+                                            parameter_set=selection_parameters,
+                                            one_way_topup=one_way_topup))
     except ValueError as exc:
         fail(f"invalid session request: {exc}")
     token = read_token(operator_token_file)

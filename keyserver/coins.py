@@ -14,7 +14,8 @@ Design concerns:
   for encryption goes first), each chunk's bits drawn and encrypted in the worker process
   that encrypts them and only the ciphertext sent back, for every chunk a joint
   release may touch: a fixed release's own chunks; a selected release's every chunk holding
-  pair cells (which pairs are chosen is published with the release anyway). A request that
+  pair cells, and 1-way cells where it tops up the 1-ways (which pairs are chosen, and which
+  1-ways topped up, is published with the release anyway). A request that
   arrives first makes its chunk on the spot. Every set is as wide as the session's circuit
   (``SessionPlan.joint_columns``): for noisy-greedy's split 2-way release that is its
   envelope, the widest shape any selection's groups may take, so the bits are ready before
@@ -55,6 +56,8 @@ def release_chunks(plan: SessionPlan, name: str) -> list[int]:
     """Every chunk a release may touch, from the public plan alone (module docstring)."""
     spec = plan.release(name)
     slots = plan.slots_of(spec) if spec.marginal_keys else plan.layout.two_way
+    if not spec.marginal_keys and plan.one_way_topup:
+        slots = list(plan.layout.one_way) + list(slots)
     cells = plan.layout.cells_of(slots)
     return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
 

@@ -40,9 +40,9 @@ encrypted digits, z_CS ~ N_Z(0, sigma2) drawn by it. This server
    at session creation: ``dp.noise_pool``), so the
    compute server, which knows z_CS, sees the outcome as a function of InDif + z_KS only;
 4. runs PrivSyn's greedy rule with the 2-way release's rho, priced by the allocation the
-   plan gives that release (``dp.privsyn_allocation.greedy_select_allocated`` for PrivSyn's
-   c^(2/3) split, ``dp.pair_selection.greedy_select`` for the even one: the rules the
-   benchmark's simulation uses), and returns **only the chosen pairs**; the doubly noised
+   plan gives that release (``SessionPlan.select_pairs``: PrivSyn's c^(2/3) split, the even
+   one, or the publication shared with the 1-ways where the release tops them up: the rules
+   the benchmark's simulation uses), and returns **only the chosen pairs**; the doubly noised
    scores stay in this server's database (audit, retries) and are never sent.
 
 The 2-way release is then resolved to the chosen pairs (``SessionPlan.resolve``: with the
@@ -72,8 +72,6 @@ from crypto.joint_noise import draw_bits
 from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_score,
                                  noise_tail_delta)
 from crypto.private_selection import indif_name
-from dp.pair_selection import greedy_select
-from dp.privsyn_allocation import greedy_select_allocated
 from keyserver.coins import StoredOnce
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
@@ -257,11 +255,7 @@ class NoisyGreedyRole:
         else:
             noisy = decrypted + self._store.pool_noise(session_id, SCORE_NOISE,
                                                        np.arange(len(pairs)))
-        two_way = plan.release("two_way")
-        rule = (greedy_select_allocated if two_way.allocation == "privsyn"
-                else greedy_select)
-        chosen = rule({p: int(v) for p, v in zip(pairs, noisy)},
-                      {slot.attrs: slot.size for slot in plan.layout.two_way}, two_way.rho)
+        chosen = plan.select_pairs({p: int(v) for p, v in zip(pairs, noisy)})
         with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO noisy_greedy VALUES (?, ?, ?, ?, ?)",
                          (session_id, digest, json.dumps([list(p) for p in chosen]),

@@ -269,8 +269,10 @@ class KeyServer:
             if result is not None and result.allocation == "privsyn":
                 groups: dict[str, dict] = {}
                 for key, m in result.marginals.items():
-                    # Named as the plan names the group: the release, then its pair size.
-                    name = f"{r.name}/{len(m.counts)}"
+                    # Named as the plan names the group: the release, then its pair size
+                    # ("two_way/one_way/<cells>": a 1-way top-up's, ``params.run_time``).
+                    kind = f"{r.name}/one_way" if len(m.attrs) == 1 else r.name
+                    name = f"{kind}/{len(m.counts)}"
                     group = groups.setdefault(name, {
                         "uniforms": m.joint.uniforms, "bits": m.joint.bits,
                         "per_count_variance": float(Fraction(m.per_count_variance)),
@@ -280,9 +282,10 @@ class KeyServer:
                     "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
                     "allocation": "privsyn", "groups": groups,
                     "note": "PrivSyn's c^(2/3) split of the release's rho over the kept "
-                            "pairs, one joint shape per pair size (its group's budget); each "
-                            "count carries exactly its group's shape given either server's "
-                            "bits"}
+                            "pairs (and the 1-ways' top-ups where the session asked for them: "
+                            "a second measurement of those 1-ways), one joint shape per "
+                            "marginal size (its group's budget); each count carries exactly "
+                            "its group's shape given either server's bits"}
             elif kinds[r.name] == NoiseMode.JOINT:
                 releases[r.name] = {
                     "kind": "joint", "mechanism": "xor-shared uniform bits, summed",

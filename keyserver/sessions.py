@@ -101,7 +101,7 @@ def build_plan(request: wire.SessionCreate) -> SessionPlan:
         request.max_rows, pairs=request.pairs, split=request.budget.split,
         parameter_set=request.parameter_set, selection=request.selection.mode,
         rounds=request.selection.rounds, selection_set=request.selection.parameter_set,
-        noise=request.noise))
+        noise=request.noise, one_way_topup=request.selection.one_way_topup))
 
 
 class PlanMismatch(ValueError):

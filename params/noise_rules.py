@@ -26,14 +26,15 @@ from dp.joint_noise_accounting import (
     release_marginals,
     release_matches,
 )
-from dp.privsyn_allocation import allocation_weight
+from dp.privsyn_allocation import allocation_weight, allocation_with_floors
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 
 if TYPE_CHECKING:
     from params.release_spec import ReleaseSpec
 
-__all__ = ["GAUSSIAN_BOUND_SHARE", "bound_eta", "dominated_shape", "dominated_envelope",
+__all__ = ["GAUSSIAN_BOUND_SHARE", "bound_marginals", "smallest_pair_budget",
+           "bound_eta", "dominated_shape", "dominated_envelope",
            "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP", "JOINT_DELTA_SHARE",
            "SCORE_LOOKUP_BITS", "SCORE_MAX_UNIFORMS", "fewest_matching", "joint_shape_for",
            "conditioning_refusal", "pair_failure_cap", "group_shape_for", "envelope_shape_for",
@@ -289,11 +290,35 @@ def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conver
     return best, ""
 
 
-def bound_eta(delta_conversion: float, pairs: int) -> float:
+def bound_eta(delta_conversion: float, marginals: int) -> float:
     """eta per count of a split release accounted by its Gaussian bound: the release's
-    GAUSSIAN_BOUND_SHARE of the conversion's delta over every pair (whatever the selection
-    keeps, its etas add up to at most the share)."""
-    return GAUSSIAN_BOUND_SHARE * delta_conversion / pairs
+    GAUSSIAN_BOUND_SHARE of the conversion's delta over every marginal it may hold
+    (:func:`bound_marginals`: whatever the selection keeps, its etas add up to at most the
+    share)."""
+    return GAUSSIAN_BOUND_SHARE * delta_conversion / marginals
+
+
+def bound_marginals(layout: MarginalLayout, one_way_topup: bool) -> int:
+    """How many marginals a split 2-way release under the Gaussian bound may hold: every
+    pair, and every 1-way where the release tops the 1-ways up (``params.run_time``)."""
+    return len(layout.two_way) + (len(layout.one_way) if one_way_topup else 0)
+
+
+def smallest_pair_budget(layout: MarginalLayout, rho: Fraction,
+                         one_way_rho: Fraction | None = None) -> Fraction:
+    """The smallest per-marginal budget a split 2-way release of ``rho`` ever gives a pair:
+    every pair kept, the smallest pair's c^(2/3) share; where the release also tops up the
+    1-ways (``one_way_rho``: what their first release gave them, one_way_rho / d each), the
+    smallest pair's share of the water-fill with every 1-way taking part
+    (``dp.privsyn_allocation.allocation_with_floors``). Fewer pairs kept, or fewer 1-ways
+    topped up, only raise the water level: every selection's pairs get at least this."""
+    weights = {slot.key: allocation_weight(slot.size) for slot in layout.two_way}
+    if one_way_rho is None:
+        return Fraction(rho) * min(weights.values()) / sum(weights.values(), start=Fraction(0))
+    floor = Fraction(one_way_rho) / len(layout.one_way)
+    weights |= {slot.key: allocation_weight(slot.size) for slot in layout.one_way}
+    extra = allocation_with_floors(weights, {slot.key: floor for slot in layout.one_way}, rho)
+    return min(extra[slot.key] for slot in layout.two_way)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -331,16 +356,18 @@ def dominated_shape(rho_per_marginal: Fraction, eta: float, max_bits: int, max_s
 
 
 def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: float,
-                       max_rows: int, parameters: ParameterSet
+                       max_rows: int, parameters: ParameterSet,
+                       one_way_rho: Fraction | None = None
                        ) -> tuple[JointNoiseShape | None, str]:
     """The envelope of a split 2-way release accounted by its Gaussian bound: the dominated
     shape (:func:`dominated_shape`) at the smallest per-marginal budget any selection gives
     (every pair kept, the smallest pair's share), among those within the rule's caps
     (encrypted bits per call, the count width's room), the cheapest whose variance is within
     a tenth of the least; or None with the reason (the release is then two-server)."""
-    weights = [allocation_weight(slot.size) for slot in layout.two_way]
-    smallest = Fraction(rho) * min(weights) / sum(weights, start=Fraction(0))
-    eta = bound_eta(delta_conversion, len(layout.two_way))
+    # The 1-ways topped up (``one_way_rho``: their first release's rho): the smallest pair
+    # budget is the water-fill's, and eta is shared with the 1-ways.
+    smallest = smallest_pair_budget(layout, rho, one_way_rho)
+    eta = bound_eta(delta_conversion, bound_marginals(layout, one_way_rho is not None))
     max_bits = JOINT_MAX_BITS_PER_CALL // parameters.chunk_cells
     max_span = 2 * ((1 << (parameters.count_bits - 1)) - 1 - max_rows)
     if max_span < 2:

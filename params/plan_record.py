@@ -53,7 +53,8 @@ def public_record(plan: SessionPlan, session_id: str, clients: list[str],
         joint_delta=plan.joint_failure(),
         epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
         rho_total=str(plan.rho_total), selection=selection,
-        privacy=privacy_record(plan, sum(plan.delta_terms(bootstraps).values())))
+        privacy=privacy_record(plan, sum(plan.delta_terms(bootstraps).values())),
+        one_way_topup=plan.one_way_topup)
 
 
 def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:
@@ -74,4 +75,5 @@ def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:
                 rho_total=Fraction(public.rho_total), releases=releases, selection=selection,
                 delta_conversion_=public.delta_conversion,
                 max_rows=0 if selection is None else selection.max_rows,
-                accounting="rdp" if public.privacy is None else public.privacy.accounting)
+                accounting="rdp" if public.privacy is None else public.privacy.accounting,
+                one_way_topup=public.one_way_topup)

@@ -37,7 +37,9 @@ class PlanRequest:
     (``params.parameter_sets``); ``rounds``: em's selected pairs (default half the
     candidates); ``calibrated``: spend the eps asked by the noises' composed PLD
     (``SessionPlan.build``), or keep the zCDP conversion's budget (False: the benchmark's
-    what-if simulations)."""
+    what-if simulations); ``one_way_topup``: noisy-greedy's split 2-way release also tops up
+    the 1-ways to their c^(2/3) share of the publication (``params.run_time``; it applies
+    where that release is split under its Gaussian bound, a calibrated plan)."""
 
     schema: Schema
     epsilon: float
@@ -51,6 +53,7 @@ class PlanRequest:
     selection_set: str | None = None
     noise: NoiseMode = NoiseMode.TWO_SERVER
     calibrated: bool = True
+    one_way_topup: bool = False
 
     def __post_init__(self) -> None:
         if self.noise not in tuple(NoiseMode):
@@ -65,3 +68,7 @@ class PlanRequest:
         if self.selection == SelectionMode.NOISY_GREEDY and self.rounds is not None:
             raise ValueError("noisy-greedy chooses how many pairs to keep itself (PrivSyn's "
                              "greedy rule); rounds are for em")
+        if self.one_way_topup and self.selection != SelectionMode.NOISY_GREEDY:
+            raise ValueError("the 1-way top-up is noisy-greedy's: its 1-ways are released "
+                             "before the pairs are chosen, the others' with their pairs' "
+                             "share already")

@@ -95,9 +95,11 @@ class ReleaseSpec:
     @property
     def key_server_noise_bound(self) -> float:
         """How far below zero an honest chunk can decode in the key server's view: the joint
-        noise's hard bound, or NOISE_TAIL_SIGMAS of the compute server's Gaussian."""
+        noise's hard bound (a resolved split release: its envelope's or a wider group's, a
+        1-way top-up's shape may be wider: ``params.run_time``), or NOISE_TAIL_SIGMAS of the
+        compute server's Gaussian."""
         if self.joint is not None:
-            return float(self.joint.span // 2)
+            return float(max(s.span for s in [self.joint] + [p.joint for p in self.parts]) // 2)
         return NOISE_TAIL_SIGMAS * float(self.sigma2) ** 0.5
 
     @property

@@ -4,13 +4,16 @@ release's groups and their shapes, and the one-line statement of the noise it ca
 Claim: a resolved release is a function of the public plan and the published pairs only, so
 both servers resolve it alike, and a split release's groups each take a verified shape
 within the plan's envelope or the whole release falls back to the even two-server release;
-the key server decrypts only what the compute server's statement of the noise matches
+a release that tops up the 1-ways (``SessionPlan.one_way_topup``) spends on its pairs and
+top-ups at most its rho, each group verified dominated at its budget; the key server
+decrypts only what the compute server's statement of the noise matches
 (``docs/privacy-plan.md``, "Releases after a selection" and "The split 2-way release").
 :class:`params.session_plan.SessionPlan` exposes these as its methods.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -20,17 +23,31 @@ import numpy as np
 from crypto.joint_noise import check_room
 from dp.accounting import gaussian_sigma2
 from dp.gaussian_domination import mu_at_most, shape_dominated
+from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
 from dp.joint_noise_accounting import JointNoiseShape
-from dp.privsyn_allocation import allocation_groups
+from dp.pair_selection import greedy_select
+from dp.privsyn_allocation import (
+    allocation_groups,
+    floored_groups,
+    greedy_select_allocated,
+    greedy_select_with_one_ways,
+)
 from params.modes import SelectionMode
-from params.noise_rules import bound_eta, dominated_shape, pair_failure_cap, run_time_group_shape
+from params.noise_rules import (
+    JOINT_MAX_BITS_PER_CALL,
+    bound_eta,
+    bound_marginals,
+    dominated_shape,
+    pair_failure_cap,
+    run_time_group_shape,
+)
 from params.release_spec import ReleaseSpec, selected_release
 
 if TYPE_CHECKING:
     from params.session_plan import SessionPlan
 
 __all__ = ["resolve", "bounded", "split_release", "noise_statement", "cell_noises",
-           "per_count_variance"]
+           "per_count_variance", "select_pairs", "variance_ratio"]
 
 
 def resolve(plan: SessionPlan, release: ReleaseSpec,
@@ -76,6 +93,8 @@ def split_release(plan: SessionPlan, release: ReleaseSpec,
     chosen = [slot.attrs for slot in plan.layout.two_way if slot.key in set(keys)]
     cap = pair_failure_cap(plan.delta_conversion, len(plan.layout.two_way))
     top_weight = max(max(s.weights()) for s in plan.joint_shapes())
+    if plan.one_way_topup:
+        return _topped_up_split(plan, release, chosen, top_weight)
     parts = []
     for pairs, rho in allocation_groups(cells, chosen, release.rho):
         if bounded(plan):
@@ -98,21 +117,85 @@ def split_release(plan: SessionPlan, release: ReleaseSpec,
     return split, ""
 
 
+def _topped_up_split(plan: SessionPlan, release: ReleaseSpec, chosen: list[tuple[int, int]],
+                     top_weight: int) -> tuple[ReleaseSpec | None, str]:
+    """The split release that also tops up the 1-ways (``docs/privacy-plan.md``, "The 1-way
+    top-up"): the kept pairs and the 1-ways share the publication by c^(2/3) per marginal,
+    each 1-way holding its first release's rho / d as a floor, so the release's rho goes to
+    the pairs and to each 1-way's top-up above its floor
+    (``dp.privsyn_allocation.floored_groups``, exact: the groups' rho add up to the
+    release's). Each group gets its dominated shape (:func:`_dominated_group_shape`); a
+    top-up's budget may lie below the smallest pair budget the envelope is dominated at, and
+    a top-up group with no dominated shape in the circuit is left out and the water-fill
+    solved again without it (its 1-ways keep their first release only; the others share its
+    budget: the water level only rises, so the pairs stay above the envelope's budget). A
+    pair group with none fails closed (the envelope makes that impossible)."""
+    layout = plan.layout
+    cells = {slot.attrs: slot.size for slot in layout.marginals}
+    floor = plan.release("one_way").rho / len(layout.one_way)
+    left_out: set[tuple[int, ...]] = set()
+    for _ in range(len(layout.one_way) + 1):  # bounded: a pass ends or leaves out a 1-way
+        one_ways = [slot.attrs for slot in layout.one_way if slot.attrs not in left_out]
+        parts, failed = [], []
+        for topped, marginals, rho in floored_groups(cells, {a: floor for a in one_ways},
+                                                     one_ways + chosen, release.rho):
+            shape, why = _dominated_group_shape(plan, release, rho / len(marginals), top_weight)
+            if shape is None and not topped:
+                return None, f"pairs of {cells[marginals[0]]} cells: {why}"
+            if shape is None:
+                failed += marginals
+                continue
+            kind = f"{release.name}/one_way" if topped else release.name
+            parts.append(ReleaseSpec(f"{kind}/{cells[marginals[0]]}",
+                                     _keys(plan, marginals), rho,
+                                     gaussian_sigma2(rho, len(marginals)), shape))
+        if not failed:
+            keys = _keys(plan, [m for part in parts for m in _attrs(plan, part)])
+            return replace(release, marginal_keys=keys,
+                           sigma2=gaussian_sigma2(release.rho, len(keys)),
+                           parts=tuple(parts)), ""
+        left_out.update(failed)
+    raise AssertionError("every 1-way left out leaves pairs only, which end the loop")
+
+
+def _keys(plan: SessionPlan, marginals: list[tuple[int, ...]]) -> tuple[str, ...]:
+    """The keys of ``marginals`` (1-ways or pairs), in layout order."""
+    wanted = set(marginals)
+    return tuple(slot.key for slot in plan.layout.marginals if slot.attrs in wanted)
+
+
+def _attrs(plan: SessionPlan, part: ReleaseSpec) -> list[tuple[int, ...]]:
+    return [slot.attrs for slot in plan.slots_of(part)]
+
+
 def _dominated_group_shape(plan: SessionPlan, release: ReleaseSpec, rho_per_marginal: Fraction,
                            top_weight: int) -> tuple[JointNoiseShape | None, str]:
     """A group's shape under the Gaussian bound: the least-variance shape the envelope's
     circuit carries that is (sqrt(2 rho_g), eta)-dominated; the envelope itself if the search
     finds none below it (it is dominated at the smallest per-marginal budget any selection
-    gives, so at every group's: ``params.noise_rules.dominated_envelope``). Verified here,
-    not assumed, with its room in the count width."""
-    eta = bound_eta(plan.delta_conversion, len(plan.layout.two_way))
+    gives a pair, so at every pair group's: ``params.noise_rules.dominated_envelope``); below
+    that budget (a 1-way top-up's) any shape within the circuit's caps (bits per count,
+    weights) and the count width's room. Verified here, not assumed, with its room in the
+    count width."""
+    eta = bound_eta(plan.delta_conversion, bound_marginals(plan.layout, plan.one_way_topup))
     envelope = release.joint
-    shape = (dominated_shape(Fraction(rho_per_marginal), eta, plan.joint_columns,
-                             envelope.span, top_weight)
-             or dominated_shape(Fraction(rho_per_marginal), eta, plan.joint_columns,
-                                envelope.span, top_weight, envelope.variance)
-             or envelope)
-    if not shape_dominated(shape.uniforms, shape.bits, mu_at_most(rho_per_marginal), eta):
+    rho = Fraction(rho_per_marginal)
+    mu = mu_at_most(rho_per_marginal)
+    shape = (dominated_shape(rho, eta, plan.joint_columns, envelope.span, top_weight)
+             or dominated_shape(rho, eta, plan.joint_columns, envelope.span, top_weight,
+                                envelope.variance))
+    if shape is None and shape_dominated(envelope.uniforms, envelope.bits, mu, eta):
+        shape = envelope
+    if shape is None:
+        # Below the envelope's budget (a 1-way top-up's), the circuit's own caps: its bits
+        # per count and weights, and a span the count width has room for (checked below; the
+        # key server's floor is the widest part's, ``ReleaseSpec.key_server_noise_bound``).
+        # Every such shape has uniforms of at most 2 top_weight values, so its variance is
+        # below ``most``: the search covers them all.
+        room = 2 * ((1 << (plan.parameters.count_bits - 1)) - 1 - plan.max_rows)
+        most = Fraction(room * (2 * top_weight + 1), 12)
+        shape = dominated_shape(rho, eta, plan.joint_columns, room, top_weight, most)
+    if shape is None or not shape_dominated(shape.uniforms, shape.bits, mu, eta):
         return None, "no shape within the envelope is dominated by its Gaussian budget"
     try:
         check_room(shape, plan.max_rows, plan.parameters.count_bits)
@@ -157,3 +240,54 @@ def per_count_variance(plan: SessionPlan, release: ReleaseSpec) -> Fraction:
         total += size * part.per_count_variance
         cells += size
     return total / cells
+
+
+def select_pairs(plan: SessionPlan, scores: dict[tuple[int, int], float]) -> list[tuple[int, int]]:
+    """noisy-greedy's pairs from the noisy scores, the key server's rule (and the bench's
+    mirror of it): PrivSyn's greedy rule priced with the 2-way release's allocation, even or
+    c^(2/3) over the kept pairs; where the release tops up the 1-ways, priced with the 1-ways
+    in the allocation of the publication (both releases' rho) and each pair at the variance
+    of the shape its budget gets (:func:`variance_ratio`)."""
+    two_way = plan.release("two_way")
+    cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
+    if plan.one_way_topup:
+        prices: dict[int, float] = {}  # one search per grid point of the pass
+
+        def ratio(rho: float) -> float:
+            point = round(math.log(rho) * _PRICE_GRID)
+            if point not in prices:
+                prices[point] = _variance_ratio(plan, point)
+            return prices[point]
+
+        return greedy_select_with_one_ways(
+            scores, cells, [slot.size for slot in plan.layout.one_way],
+            plan.release("one_way").rho + two_way.rho, ratio)
+    rule = greedy_select_allocated if two_way.allocation == "privsyn" else greedy_select
+    return rule(scores, cells, two_way.rho)
+
+
+# Pricing budgets are rounded to this grid of log rho, so that a greedy pass asks for few
+# distinct shapes (each search is cached).
+_PRICE_GRID = 8
+
+
+def variance_ratio(plan: SessionPlan, rho: float) -> float:
+    """The variance of the shape a split release's group at ``rho`` per marginal gets, over
+    its Gaussian's 1 / (2 rho), at rho rounded to a grid of log rho (a price for the greedy
+    rule, not a guarantee): the group's dominated shape within the envelope
+    (:func:`_dominated_group_shape`), else the least-variance dominated shape within the
+    rule's caps; 1 where there is none."""
+    return _variance_ratio(plan, round(math.log(rho) * _PRICE_GRID))
+
+
+def _variance_ratio(plan: SessionPlan, grid_point: int) -> float:
+    rho = Fraction(math.exp(grid_point / _PRICE_GRID)).limit_denominator(10 ** 15)
+    envelope = plan.release("two_way")
+    top = max(max(s.weights()) for s in plan.joint_shapes())
+    shape, _ = _dominated_group_shape(plan, envelope, rho, top)
+    if shape is None:
+        eta = bound_eta(plan.delta_conversion, bound_marginals(plan.layout, plan.one_way_topup))
+        room = 2 * ((1 << (plan.parameters.count_bits - 1)) - 1 - plan.max_rows)
+        shape = dominated_shape(rho, eta, JOINT_MAX_BITS_PER_CALL // plan.parameters.chunk_cells,
+                                room, 1 << (MAX_SHAPE_BITS - 1))
+    return 1.0 if shape is None else float(shape.variance) * 2 * float(rho)

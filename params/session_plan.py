@@ -72,6 +72,10 @@ class SessionPlan:
     # composed PLD spends the requested eps (``params.privacy_record``); "rdp": the Renyi
     # bound of the zCDP conversion and the exact curves (a noise decided at run time).
     accounting: str = "rdp"
+    # noisy-greedy's split 2-way release under its Gaussian bound also tops up the 1-ways
+    # (``params.run_time``); asked for by ``PlanRequest.one_way_topup``, set only where the
+    # release is split and bounded.
+    one_way_topup: bool = False
 
     @property
     def delta_conversion(self) -> float:
@@ -277,17 +281,21 @@ class SessionPlan:
         # joint rule declines falls back to it.
         cls(schema, layout, params, epsilon, delta, rho_total, releases, chosen,
             delta_conversion, max_rows).check_capacity(max_rows)
+        # The top-up is accounted by the split release's Gaussian bound only (calibrated).
+        topup = request.one_way_topup and exact and isinstance(chosen, NoisyGreedySelection)
         if noise != NoiseMode.TWO_SERVER:
             releases = tuple(cls._with_noise(r, noise, rho_total, delta_conversion, max_rows,
-                                             params, chosen, layout, split_two_way, exact)
+                                             params, chosen, layout, split_two_way, exact,
+                                             one_way.rho if topup else None)
                              for r in releases)
         # exact: every noise is fixed before any data, or noisy-greedy's split release is
         # bounded by its Gaussian (``params.privacy_record``); the plan is then accounted by
         # its composed PLD. noisy-greedy's even release keeps the Renyi bound.
         late = isinstance(chosen, NoisyGreedySelection)
         accounting = "pld" if exact and (not late or releases[1].split_pending) else "rdp"
+        topup = topup and releases[1].split_pending
         plan = cls(schema, layout, params, epsilon, delta, rho_total, releases,
-                   chosen, delta_conversion, max_rows, accounting)
+                   chosen, delta_conversion, max_rows, accounting, topup)
         plan.check_capacity(max_rows)
         return plan
 
@@ -311,13 +319,15 @@ class SessionPlan:
                     delta_conversion: float, max_rows: int, params: ParameterSet,
                     chosen: EmSelection | NoisyGreedySelection | None,
                     layout: MarginalLayout,
-                    split_two_way: bool = True, exact: bool = False) -> ReleaseSpec:
+                    split_two_way: bool = True, exact: bool = False,
+                    topup_floor: Fraction | None = None) -> ReleaseSpec:
         """``spec`` with the joint shape the rule gives it (``params.noise_rules``);
         noisy-greedy's 2-way release: its envelope and PrivSyn's split, or the even two-server
-        release."""
+        release; ``topup_floor``: the 1-ways' rho, where that release tops them up (its
+        envelope is then sized for the pairs' water-fill with the 1-ways)."""
         if spec.name == "two_way" and isinstance(chosen, NoisyGreedySelection):
-            envelope = dominated_envelope if exact else functools.partial(
-                envelope_shape_for, rho_total=rho_total)
+            envelope = (functools.partial(dominated_envelope, one_way_rho=topup_floor) if exact
+                        else functools.partial(envelope_shape_for, rho_total=rho_total))
             shape, why = (envelope(layout=layout, rho=spec.rho,
                                    delta_conversion=delta_conversion, max_rows=max_rows,
                                    parameters=params) if split_two_way else
@@ -440,6 +450,10 @@ class SessionPlan:
                 selected: list[tuple[int, int]] | None) -> ReleaseSpec:
         """The release with its marginals (:func:`params.run_time.resolve`)."""
         return run_time.resolve(self, release, selected)
+
+    def select_pairs(self, scores: dict[tuple[int, int], float]) -> list[tuple[int, int]]:
+        """noisy-greedy's pairs from the noisy scores (:func:`params.run_time.select_pairs`)."""
+        return run_time.select_pairs(self, scores)
 
     def split_release(self, release: ReleaseSpec,
                       keys: tuple[str, ...]) -> tuple[ReleaseSpec | None, str]:
