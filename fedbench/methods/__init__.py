@@ -24,7 +24,8 @@ from fedbench.methods.feddpsyn_served import (feddpsyn_default, feddpsyn_served_
                                               feddpsyn_served_all_pgm, feddpsyn_served_em,
                                               feddpsyn_served_em_pgm,
                                               feddpsyn_served_noisy_greedy,
-                                              feddpsyn_served_noisy_greedy_pgm)
+                                              feddpsyn_served_noisy_greedy_pgm,
+                                              feddpsyn_served_topup)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -51,6 +52,7 @@ METHODS = {
     "feddpsyn-served-all-pgm": feddpsyn_served_all_pgm,
     "feddpsyn-served-pgm": feddpsyn_served_em_pgm,
     "feddpsyn-served-noisy-greedy-pgm": feddpsyn_served_noisy_greedy_pgm,
+    "feddpsyn-served-topup": feddpsyn_served_topup,
     # What the servers do by default (plan, noise, selection, synthesis).
     "feddpsyn-default": feddpsyn_default,
     "fedprivsyn": fedprivsyn,
@@ -75,6 +77,7 @@ KINDS = {
     "feddpsyn-served-all-pgm": SERVED,
     "feddpsyn-served-pgm": SERVED,
     "feddpsyn-served-noisy-greedy-pgm": SERVED,
+    "feddpsyn-served-topup": SERVED,
     "central-aim": CENTRAL,
     "central-aim-4mb": CENTRAL,
     "central-mst": CENTRAL,

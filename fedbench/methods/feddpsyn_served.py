@@ -1,5 +1,5 @@
-"""``feddpsyn-served`` / ``feddpsyn-served-noisy-greedy``: what the two servers publish, with
-every decision the servers' own.
+"""``feddpsyn-served`` / ``feddpsyn-served-noisy-greedy`` / ``feddpsyn-served-topup``: what
+the two servers publish, with every decision the servers' own.
 
 ``feddpsyn_sim``'s variants vary one thing at a time (a noise, an allocation) against a plan
 built for the comparison. These two build the session exactly as the servers do and follow
@@ -23,7 +23,10 @@ served session (in distribution; the randomness is fresh):
   priced by the plan's 2-way rho.
 * **The 2-way release** is ``SessionPlan.resolve`` of the chosen pairs: em's release with its
   shape, noisy-greedy's split into one joint release per pair size, or the even two-server
-  fallback the rule decides from public information.
+  fallback the rule decides from public information. With the 1-way top-up
+  (``feddpsyn-served-topup``: ``PlanRequest.one_way_topup``) the split release also holds
+  the topped-up 1-ways, and the two measurements of each are combined as ``feddpsyn
+  synthesize`` combines them (``synthesis.marginals.combine_repeated``).
 
 The accounting is the plan's: rho spent is the 1-ways' rho, the selection's charge and the
 resolved 2-way release's rho. It is below the budget's rho at the requested delta by the
@@ -40,8 +43,6 @@ import numpy as np
 
 from crypto.joint_noise import draw_bits, joint_noise_plaintext
 from dp.discrete_gaussian import discrete_gaussian_vector
-from dp.pair_selection import greedy_select
-from dp.privsyn_allocation import greedy_select_allocated
 from fedbench.methods.base import MethodResult, plan_budget
 from fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores,
                                            simulate_release)
@@ -50,21 +51,23 @@ from params.schema import Schema
 from params.modes import NoiseMode, SelectionMode
 from params.plan_request import PlanRequest
 from params.session_plan import SessionPlan
-from synthesis.marginals import NoisyMarginal
+from synthesis.marginals import NoisyMarginal, combine_repeated
 from synthesis.synthesize import synthesize_records
 
 __all__ = ["feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
            "feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
-           "feddpsyn_served_noisy_greedy_pgm", "served_plan", "served_rounds",
+           "feddpsyn_served_noisy_greedy_pgm", "feddpsyn_served_topup", "served_plan",
+           "served_rounds",
            "served_selection", "served_session"]
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
-                rounds: int | None) -> SessionPlan:
+                rounds: int | None, one_way_topup: bool = False) -> SessionPlan:
     """The plan the servers build for a session over ``rows`` records (module docstring)."""
     max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, NoiseMode.AUTO)
     return SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows, selection=selection,
-                                         rounds=rounds, noise=NoiseMode.AUTO))
+                                         rounds=rounds, noise=NoiseMode.AUTO,
+                                         one_way_topup=one_way_topup))
 
 
 def _score_noise(plan: SessionPlan, pairs: int) -> tuple[np.ndarray, str]:
@@ -91,18 +94,15 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
         return em_picks(selection, pairs, scores), ""
     noise, how = _score_noise(plan, len(pairs))
     noisy = {p: scores[p] + int(z) for p, z in zip(pairs, noise)}
-    two_way = plan.release("two_way")
-    rule = greedy_select_allocated if two_way.allocation == "privsyn" else greedy_select
-    cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
-    return rule(noisy, cells, two_way.rho), how
+    return plan.select_pairs(noisy), how
 
 
 def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                    delta: float, seed: int, selection: str, rounds: int | None,
-                   synthesis: str = "gum") -> MethodResult:
+                   synthesis: str = "gum", one_way_topup: bool = False) -> MethodResult:
     """One session as the servers plan and run it (module docstring), its release
     synthesized with ``synthesis`` (``synthesis.synthesize``'s methods)."""
-    plan = served_plan(schema, len(records), epsilon, delta, selection, rounds)
+    plan = served_plan(schema, len(records), epsilon, delta, selection, rounds, one_way_topup)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     one_way_spec = plan.release("one_way")
     one_way, upload = simulate_release(plan, counts, names=("one_way",), noise="plan")
@@ -134,8 +134,12 @@ def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
         spent += resolved.rho
         notes["two_way_noise"] = plan.noise_statement(resolved)
         notes["two_way_per_count_variance"] = float(plan.per_count_variance(resolved))
+        if plan.one_way_topup:
+            notes["one_way_topped_up"] = sum(len(p.marginal_keys) for p in specs
+                                             if p.name.startswith("two_way/one_way/"))
     notes["synthesis"] = synthesis
-    synth = synthesize_records(schema, noisy, synthesis, None, np.random.default_rng(seed))
+    synth = synthesize_records(schema, combine_repeated(noisy), synthesis, None,
+                               np.random.default_rng(seed))
     unspent = (f"the plan reserves delta {notes['delta_reserved']:.3g} of {delta:g} for its "
                "failure terms, so its rho is converted at the smaller delta"
                if notes["delta_reserved"] > 0 else "")
@@ -179,7 +183,8 @@ def feddpsyn_default(records, owner, schema, epsilon, delta, seed) -> MethodResu
     request = wire.SessionCreate(schema=schema.to_dict(), clients=["a"],
                                  budget=wire.BudgetSpec(epsilon=epsilon, delta=delta))
     return served_session(records, owner, schema, epsilon, delta, seed,
-                          request.selection.mode, request.selection.rounds, "auto")
+                          request.selection.mode, request.selection.rounds, "auto",
+                          request.selection.one_way_topup)
 
 
 def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodResult:
@@ -218,3 +223,11 @@ def feddpsyn_served_noisy_greedy_pgm(records, owner, schema, epsilon, delta,
     bounded junction tree (``synthesis.pgm``) instead of GUM."""
     return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None,
                           "pgm")
+
+
+def feddpsyn_served_topup(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """:func:`feddpsyn_default` with the 1-way top-up asked for (``PlanRequest.one_way_topup``,
+    ``session create --one-way-topup``): the servers' noisy-greedy plan whose split 2-way
+    release also tops up the 1-ways, synthesized with ``auto``."""
+    return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None,
+                          "auto", one_way_topup=True)
