@@ -434,11 +434,12 @@ class JointScores:
 def joint_steps(executors: dict, steps: dict, repeats: int) -> dict[str, dict[str, list]]:
     """Seconds of each step (``JointRelease``, ``JointScores``) on each executor, per repeat,
     the executors alternating as P2's do; every executor's decryptions equal the in-process
-    ones. Each executor's workers load each circuit before anything is timed."""
+    ones. Each executor's workers load each circuit before anything is timed: a task per
+    worker (the first call with a process's new keys costs several later ones)."""
     names = list(executors)
     for step in steps.values():
         for executor in executors.values():
-            executor.map(step.circuit, step.tasks[:1])
+            executor.map(step.circuit, step.tasks[:1] * executor.width)
     seconds: dict[str, dict[str, list]] = {s: {n: [] for n in names} for s in steps}
     reference: dict[str, list] = {}
     for repeat in range(repeats):
