@@ -87,8 +87,13 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_served_vs_central import _commit, _table  # noqa: E402
 from dp.gaussian_domination import gaussian_delta  # noqa: E402
 from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
-from dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
-from dp.privsyn_allocation import allocation_groups, allocation_weight, greedy_select_allocated  # noqa: E402
+from dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
+from dp.privsyn_allocation import (  # noqa: E402
+    allocation_groups,
+    allocation_weight,
+    greedy_select_allocated,
+    greedy_select_with_one_ways,
+)
 from fedbench.methods import METHODS  # noqa: E402
 from fedbench.methods.base import MethodResult, budget_rho  # noqa: E402
 from fedbench.methods.central_privsyn import (  # noqa: E402
@@ -475,29 +480,19 @@ def _priced_ratio(plan: SessionPlan, rho: float) -> float:
 def _greedy(cfg: WhatIf, plan: SessionPlan, noisy: dict, rho_total: Fraction) -> list:
     cells = {slot.attrs: slot.size for slot in plan.layout.two_way}
     one_cells = [slot.size for slot in plan.layout.one_way]
-    rho_two = float(plan.release("two_way").rho)
     if cfg.greedy == "served":
         return greedy_select_allocated(noisy, cells, plan.release("two_way").rho)
     if cfg.greedy == "privsyn":
         return privsyn_greedy(noisy, cells, one_cells, rho_total - plan.selection.rho)
-    # "shape" / "privsyn-shape": the rule priced with each group's own shape variance.
-    weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
-    base = 0.0
-    budget = rho_two
+    # "shape" / "privsyn-shape": the rule priced with each group's own shape variance, the
+    # latter with the 1-ways in the allocation (the servers' rule with the 1-way top-up,
+    # ``SessionPlan.select_pairs``, prices the same way with the servers' shapes).
     if cfg.greedy == "privsyn-shape":
-        base = sum(float(allocation_weight(c)) for c in one_cells)
-        budget = float(rho_total - plan.selection.rho)
-    scale = math.sqrt(2 / math.pi)
-
-    def error(selected: list) -> float:
-        total = base + sum(weight[p] for p in selected)
-        noise = 0.0
-        for p in selected:
-            rho_p = budget * weight[p] / total
-            noise += scale * cells[p] * math.sqrt(_priced_ratio(plan, rho_p) / (2 * rho_p))
-        return sum(v for p, v in noisy.items() if p not in selected) + noise
-
-    return greedy_by_error(list(noisy), error)
+        return greedy_select_with_one_ways(noisy, cells, one_cells,
+                                           rho_total - plan.selection.rho,
+                                           lambda rho: _priced_ratio(plan, rho))
+    return greedy_select_with_one_ways(noisy, cells, [], plan.release("two_way").rho,
+                                       lambda rho: _priced_ratio(plan, rho))
 
 
 def _waterfill(weights: list[float], floor: list[float], budget: float) -> list[float]:
