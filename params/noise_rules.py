@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from params.release_spec import ReleaseSpec
 
 __all__ = ["GAUSSIAN_BOUND_SHARE", "bound_marginals", "smallest_pair_budget",
-           "bound_eta", "dominated_shape", "dominated_envelope",
-           "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP", "JOINT_DELTA_SHARE",
+           "ENVELOPE_MAX_BITS", "bound_eta", "dominated_shape",
+           "dominated_envelope", "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP",
+           "JOINT_DELTA_SHARE",
            "SCORE_LOOKUP_BITS", "SCORE_MAX_UNIFORMS", "fewest_matching", "joint_shape_for",
            "conditioning_refusal", "pair_failure_cap", "group_shape_for", "envelope_shape_for",
            "least_variance_within", "run_time_group_shape", "score_shape_for"]
@@ -58,6 +59,11 @@ JOINT_DELTA_SHARE = 0.01
 # bits by 0.919 (measured with ``dp.gaussian_domination.dominated``); a tenth of delta costs
 # the session about 2% of eps at delta 1e-5.
 GAUSSIAN_BOUND_SHARE = 0.1
+# The bits per count a split release's envelope is widened to (:func:`_widened`): the
+# least-variance dominated shape at each group budget of the served tables fits in 222-256
+# (measured at eps 0.3, 1 and 4 on six tables); one P1 call of 256 cells holds that under
+# JOINT_MAX_BITS_PER_CALL. Smaller chunks allow more; the circuit's cost grows with it.
+ENVELOPE_MAX_BITS = 256
 # noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
 # is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
 # caps the uniforms at 30). Measured at the servers' plans (``bench/bench_joint_scores.py``,
@@ -359,11 +365,13 @@ def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: 
                        max_rows: int, parameters: ParameterSet,
                        one_way_rho: Fraction | None = None
                        ) -> tuple[JointNoiseShape | None, str]:
-    """The envelope of a split 2-way release accounted by its Gaussian bound: the dominated
-    shape (:func:`dominated_shape`) at the smallest per-marginal budget any selection gives
-    (every pair kept, the smallest pair's share), among those within the rule's caps
-    (encrypted bits per call, the count width's room), the cheapest whose variance is within
-    a tenth of the least; or None with the reason (the release is then two-server)."""
+    """The envelope of a split 2-way release accounted by its Gaussian bound, or None with the
+    reason (the release is then two-server). It is the dominated shape (:func:`dominated_shape`)
+    at the smallest per-marginal budget any selection gives (every pair kept, the smallest
+    pair's share), the cheapest within a tenth of the least variance, widened to
+    ENVELOPE_MAX_BITS bits per count (:func:`_widened`) so that a group of any budget finds a
+    shape near its Gaussian within the circuit. Still dominated at the smallest budget
+    (checked again here)."""
     # The 1-ways topped up (``one_way_rho``: their first release's rho): the smallest pair
     # budget is the water-fill's, and eta is shared with the 1-ways.
     smallest = smallest_pair_budget(layout, rho, one_way_rho)
@@ -383,8 +391,23 @@ def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: 
         if shape is None or shape.variance > least.variance * Fraction(11, 10):
             break
         cheapest = shape
+    envelope = _widened(cheapest, min(max_bits, ENVELOPE_MAX_BITS), max_span)
+    if not shape_dominated(envelope.uniforms, envelope.bits, mu_at_most(smallest), eta):
+        envelope = cheapest  # not expected (module argument); the unwidened one is
     try:
-        check_room(cheapest, max_rows, parameters.count_bits)
+        check_room(envelope, max_rows, parameters.count_bits)
     except ValueError as exc:
         return None, str(exc)
-    return cheapest, ""
+    return envelope, ""
+
+
+def _widened(base: JointNoiseShape, max_bits: int, max_span: int) -> JointNoiseShape:
+    """``base`` with as many more uniforms of its width as ``max_bits`` bits per count and
+    ``max_span`` allow. The envelope only caps the groups' search (bits per count, span, top
+    weight); sized at the smallest budget alone it leaves the groups of larger budgets, which
+    need narrower uniforms and more of them, 1.4-2x their Gaussian's variance, where with up
+    to 256 bits they get 1.05-1.2x (measured at eps 0.3, 1 and 4 on six tables). Extra
+    uniforms are independent noise added to a dominated shape, so it stays dominated at the
+    smallest budget."""
+    most = min(max_bits // base.bits, max_span // ((1 << base.bits) - 1)) // 2 * 2
+    return JointNoiseShape(most, base.bits) if most > base.uniforms else base
