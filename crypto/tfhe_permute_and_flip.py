@@ -78,6 +78,7 @@ and ``crypto.selection_cost`` counts its bootstraps.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from dataclasses import dataclass
@@ -202,9 +203,12 @@ class SelectionStep:
 _STEP_GRID = 10 ** 12
 
 
+@functools.lru_cache(maxsize=256)
 def plan_step(rho_step: Fraction, shape: SelectionShape) -> SelectionStep:
     """The largest PF epsilon (bisection on a 1e-12 grid, 60 steps) whose total loss,
-    numerical error included, fits ``rho_step``; fails closed if none does."""
+    numerical error included, fits ``rho_step``; fails closed if none does. Cached: a plan's
+    build asks for the same steps several times (its reserves' fixed point), and every
+    session of the same plan asks again; the answer is a frozen value."""
     grid = _STEP_GRID
 
     def step(eps: Fraction) -> SelectionStep:

@@ -24,8 +24,12 @@ Fraction(1, 1)
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
+from typing import Any
+
+import numpy as np
 
 __all__ = ["rho_to_eps", "eps_delta_to_rho", "gaussian_sigma2", "gaussian_rho"]
 
@@ -41,6 +45,23 @@ def _eps_at_order(rho: float, log_inv_delta: float, a: float) -> float:
             + (log_inv_delta + (a - 1) * math.log1p(-1 / a) - math.log(a)) / (a - 1))
 
 
+# The scan's orders: 2000 log-spaced between 1 + 1e-4 and 1 + 1e8.
+_ORDERS = tuple(1 + 10 ** (-4 + 12 * i / 2000) for i in range(1, 2001))
+
+
+@functools.lru_cache(maxsize=64)
+def _order_grid(log_inv_delta: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The scan's orders a and the part of :func:`_eps_at_order` that does not depend on
+    rho, per delta: ``a * rho + c`` is then that function's value bit for bit (the same
+    float operations in the same order), for every rho at once. A conversion that searches
+    rho at one delta (:func:`eps_delta_to_rho`) computes them once."""
+    orders = np.array(_ORDERS)
+    constant = np.array([(log_inv_delta + (a - 1) * math.log1p(-1 / a) - math.log(a)) / (a - 1)
+                         for a in _ORDERS])
+    orders.flags.writeable = constant.flags.writeable = False
+    return orders, constant
+
+
 def rho_to_eps(rho: Fraction | float, delta: Fraction | float) -> float:
     """Smallest eps (up to the search grid) with rho-zCDP => (eps, delta)-DP; rounded up."""
     rho_f, delta_f = float(rho), float(delta)
@@ -51,12 +72,14 @@ def rho_to_eps(rho: Fraction | float, delta: Fraction | float) -> float:
     log_inv_delta = math.log(1 / delta_f)
     # The optimum order is near 1 + sqrt(log(1/delta) / rho); scan a log-spaced grid around
     # it, then refine by golden-section search on the (convex) objective.
+    orders, constant = _order_grid(log_inv_delta)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf or nan: not kept, as below
+        scan = orders * rho_f + constant
+    kept = np.flatnonzero(scan < math.inf)  # what a strict "e < best" scan from inf keeps
     best_a, best = 2.0, math.inf
-    for i in range(1, 2001):
-        a = 1 + 10 ** (-4 + 12 * i / 2000)
-        e = _eps_at_order(rho_f, log_inv_delta, a)
-        if e < best:
-            best, best_a = e, a
+    if kept.size:
+        first = int(kept[np.argmin(scan[kept])])  # argmin: the first of equal minima
+        best, best_a = float(scan[first]), _ORDERS[first]
     lo, hi = 1 + (best_a - 1) / 1.02, 1 + (best_a - 1) * 1.02
     phi = (math.sqrt(5) - 1) / 2
     for _ in range(100):
@@ -77,9 +100,13 @@ def eps_delta_to_rho(eps: Fraction | float, delta: Fraction | float) -> Fraction
     if eps_f <= 0:
         raise ValueError("epsilon must be > 0")
     lo, hi = 0.0, eps_f
+    # Once lo and hi are adjacent floats the midpoint repeats: each one is converted once.
+    fits: dict[float, bool] = {}
     for _ in range(200):
         mid = (lo + hi) / 2
-        if rho_to_eps(mid, delta) <= eps_f:
+        if mid not in fits:
+            fits[mid] = rho_to_eps(mid, delta) <= eps_f
+        if fits[mid]:
             lo = mid
         else:
             hi = mid
