@@ -86,6 +86,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_a_peer_request_is_answered_while_a_preparation_runs",
             "test_session_create_waits_with_progress_or_returns_at_once",
             "test_a_real_compile_does_not_stall_the_server",
+            "test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready",
         ],
     },
     "served": {
@@ -109,6 +110,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_a_peer_request_is_answered_while_a_preparation_runs",
             "test_session_create_waits_with_progress_or_returns_at_once",
             "test_a_real_compile_does_not_stall_the_server",
+            "test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready",
         ],
     },
     "slow": {

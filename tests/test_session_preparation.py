@@ -450,6 +450,76 @@ def test_session_create_waits_with_progress_or_returns_at_once(gated, tmp_path):
     assert result.stdout.startswith("session s-") and "35 cells" in result.stdout
 
 
+def _start_key_server(tmp_path: Path, peer_token: Path):
+    """A real key server process on its state in ``tmp_path``, healthy."""
+    from feddpsyn.demo import ServerProcess
+
+    port = loopback_port()
+    server = ServerProcess(["keyserver", "--host", "127.0.0.1", "--port", str(port),
+                            "--state-dir", str(tmp_path / "ks"), "--peer-token-file",
+                            str(peer_token)], tmp_path / "ks.log", f"http://127.0.0.1:{port}")
+    server.wait_healthy()
+    return server
+
+
+CREATE_WITHIN_S = 1.0  # what an operator waits for a 202, whatever the server is doing
+
+
+def test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready(tmp_path):
+    """A real key server whose CPU is saturated by another session's job (a noisy-greedy
+    module compiling in its child process, and a busy loop on every other core): a
+    second ``POST /sessions`` is answered 202 within a second, and that session becomes
+    ready once the first job is done."""
+    import os
+
+    peer_token = tmp_path / "peer.token"
+    peer_token.write_text(new_token())
+    ks = _start_key_server(tmp_path, peer_token)
+    burners: list[subprocess.Popen] = []
+    try:
+        operator = {**_auth((tmp_path / "ks" / "operator.token").read_text().strip()),
+                    "Content-Type": "application/json"}
+        first = httpx.post(f"{ks.url}/sessions", headers=operator, timeout=120,
+                           content=request("noisy-greedy").model_dump_json(by_alias=True))
+        assert first.status_code == 202, first.text
+
+        def first_phase() -> str:
+            status = httpx.get(ks.url + first.json()["status_url"], headers=operator,
+                               timeout=30).json()
+            return status["preparation"]["phase"] if status["state"] == "preparing" else ""
+
+        wait_for(lambda: "selection module" in first_phase(), "the first session compiling",
+                 timeout=300)
+        # The compile holds one core; a busy loop on each other one saturates the machine.
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                   for _ in range(max(0, (os.cpu_count() or 1) - 1))]
+        time.sleep(1)  # the loops started (an interpreter's start is not the load measured)
+        body = request("none").model_dump_json(by_alias=True)
+        started = time.perf_counter()
+        second = httpx.post(f"{ks.url}/sessions", headers=operator, content=body, timeout=60)
+        took = time.perf_counter() - started
+        assert second.status_code == 202, second.text
+        assert "selection module" in first_phase()  # answered while the job still runs
+        assert took < CREATE_WITHIN_S, f"POST /sessions took {took:.2f} s under load"
+        for burner in burners:
+            burner.kill()
+            burner.wait(10)
+        burners = []
+
+        def second_state() -> str:
+            return httpx.get(ks.url + second.json()["status_url"], headers=operator,
+                             timeout=30).json()["state"]
+
+        state = wait_for(lambda: (s := second_state()) != "preparing" and s,
+                         "the second session ready", timeout=600)
+        assert state == "collecting"  # ready: waiting for its owners' uploads
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait(10)
+        ks.stop()
+
+
 def _children(pid: int) -> set[int]:
     """The live processes whose parent is ``pid`` (Linux's /proc)."""
     found = set()
