@@ -66,6 +66,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_a_worker_that_dies_fails_the_pass_and_the_next_pass_recovers",
             "test_only_the_key_files_place_crosses_to_a_worker",
         ],
+        "test_peer_answers_during_jobs": ALL,
         "test_private_selection": ALL,
         "test_selection": [
             "test_bootstrap_count_bounds_the_compiled_count",
@@ -101,6 +102,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_distaim_operator": ALL,
         "test_joint_release_servers": ALL,
         "test_load_and_faults": ALL,
+        "test_peer_answers_during_jobs": ALL,
         "test_servers": ALL,
         "test_servers_replace": ALL,
         "test_servers_noisy_greedy": ALL,
