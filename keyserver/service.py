@@ -271,8 +271,8 @@ class KeyServer:
                 for key, m in result.marginals.items():
                     # Named as the plan names the group: the release, then its pair size
                     # ("two_way/one_way/<cells>": a 1-way top-up's, ``params.run_time``).
-                    kind = f"{r.name}/one_way" if len(m.attrs) == 1 else r.name
-                    name = f"{kind}/{len(m.counts)}"
+                    prefix = f"{r.name}/one_way" if len(m.attrs) == 1 else r.name
+                    name = f"{prefix}/{len(m.counts)}"
                     group = groups.setdefault(name, {
                         "uniforms": m.joint.uniforms, "bits": m.joint.bits,
                         "per_count_variance": float(Fraction(m.per_count_variance)),

@@ -122,6 +122,7 @@ def test_the_release_holds_the_pairs_and_the_top_ups_with_their_shapes(topup_ses
         assert JointNoiseShape(marginal.joint.uniforms, marginal.joint.bits) == part.joint
         assert Fraction(marginal.per_count_variance) == part.joint.variance
     assert Fraction(two_way.per_count_variance) == plan.per_count_variance(resolved)
+    assert document.noise["kind"] == "joint"
     summary = document.noise["releases"]["two_way"]
     assert set(summary["groups"]) == {p.name for p in resolved.parts}
     for part in resolved.parts:
