@@ -99,7 +99,12 @@ class ReleaseSpec:
         1-way top-up's shape may be wider: ``params.run_time``), or NOISE_TAIL_SIGMAS of the
         compute server's Gaussian."""
         if self.joint is not None:
-            return float(max(s.span for s in [self.joint] + [p.joint for p in self.parts]) // 2)
+            spans = [self.joint.span]
+            for part in self.parts:  # a joint release's groups are joint
+                if part.joint is None:
+                    raise ValueError("a joint release's group has no joint shape")
+                spans.append(part.joint.span)
+            return float(max(spans) // 2)
         return NOISE_TAIL_SIGMAS * float(self.sigma2) ** 0.5
 
     @property

@@ -51,7 +51,7 @@ def combine_repeated(marginals: list[NoisyMarginal]) -> list[NoisyMarginal]:
             continue
         weights = [1 / m.variance for m in measured]
         counts = sum(w * m.counts for w, m in zip(weights, measured, strict=True))
-        out.append(NoisyMarginal(attrs, counts / sum(weights), 1 / sum(weights)))
+        out.append(NoisyMarginal(attrs, np.asarray(counts / sum(weights)), 1 / sum(weights)))
     return out
 
 
