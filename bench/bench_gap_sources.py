@@ -36,8 +36,11 @@ The factors, each read from the code that makes the choice:
 * ``greedy``: "served" (``dp.privsyn_allocation.greedy_select_allocated``: the kept pairs
   priced at the 2-way share, Gaussian noise, the 1-ways not in it), "privsyn"
   (``fedbench.methods.central_privsyn.privsyn_greedy``: the 1-ways in the allocation, priced
-  at the publication budget), or "shape" (the served rule, each group priced with the
-  variance of the joint shape it would get instead of its Gaussian's).
+  at the publication budget), "shape" (the served rule, each group priced with the
+  variance of the joint shape it would get instead of its Gaussian's), "privsyn-shape"
+  (both: the top-up's rule, ``greedy_select_with_one_ways``) or "floors" (the 2-way rho
+  shared with the 1-ways' top-ups by the water-fill above their floors, shapes' variances:
+  ``greedy_select_with_floors``).
 * ``score``: "served" (InDif against expected counts from the released noisy 1-ways,
   sensitivity 1, ``fedbench.methods.feddpsyn_sim.pair_scores``), "exact-k" (the same score,
   same noise, against the data's own 1-ways: not private, a diagnostic of what the noisy
@@ -92,6 +95,7 @@ from dp.privsyn_allocation import (  # noqa: E402
     allocation_groups,
     allocation_weight,
     greedy_select_allocated,
+    greedy_select_with_floors,
     greedy_select_with_one_ways,
 )
 from fedbench.methods import METHODS  # noqa: E402
@@ -219,8 +223,16 @@ TOPUP = [
     ("plan:topup,noise=served-wide", replace(SERVED, split="privsyn", greedy="privsyn-shape",
                                               noise="served-wide")),
 ]
+# The top-up's greedy rule priced with the 1-ways' floors (the allocation the release makes)
+# against the rule that prices every 1-way at its whole c^(2/3) share.
+TOPUP_PRICING = [
+    ("plan:topup", replace(SERVED, split="privsyn", greedy="privsyn-shape")),
+    ("plan:topup,greedy=floors", replace(SERVED, split="privsyn", greedy="floors")),
+    ("plan:topup,greedy=served", replace(SERVED, split="privsyn")),
+]
 GROUPS = {"ladder": LADDER, "alone": ALONE, "candidates": CANDIDATES, "every_pair": EVERY_PAIR,
-          "wide": WIDE, "topup": TOPUP}
+          "wide": WIDE, "topup": TOPUP,
+          "topup_pricing": TOPUP_PRICING}
 ANCHORS = ["feddpsyn-default", "central-privsyn-pgm"]
 
 
@@ -487,6 +499,11 @@ def _greedy(cfg: WhatIf, plan: SessionPlan, noisy: dict, rho_total: Fraction) ->
     # "shape" / "privsyn-shape": the rule priced with each group's own shape variance, the
     # latter with the 1-ways in the allocation (the servers' rule with the 1-way top-up,
     # ``SessionPlan.select_pairs``, prices the same way with the servers' shapes).
+    if cfg.greedy == "floors":
+        d = len(plan.layout.one_way)
+        return greedy_select_with_floors(noisy, cells, one_cells, plan.release("one_way").rho / d,
+                                         plan.release("two_way").rho,
+                                         lambda rho: _priced_ratio(plan, rho))
     if cfg.greedy == "privsyn-shape":
         return greedy_select_with_one_ways(noisy, cells, one_cells,
                                            rho_total - plan.selection.rho,
