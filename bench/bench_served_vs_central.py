@@ -85,6 +85,24 @@ def summarise(rows: list[dict], table: str) -> list[dict]:
     return out
 
 
+def against(summary: dict, references: dict, reference_path: str) -> dict:
+    """``summary`` with each entry's ratios to the central methods of ``references`` (a
+    summary of the same bench on the same tables, splits and seeds: the runner draws a
+    repeat's split from its seed alone), for a run of served methods only."""
+    central: dict = {}
+    for e in references["results"]:
+        if e["method"].startswith("central-"):
+            central.setdefault((e["table"], float(e["eps"])), {})[e["method"]] = e["mean"]
+    out = []
+    for e in summary["results"]:
+        refs = central.get((e["table"], float(e["eps"])), {})
+        e = {**e, "ratio_to_best_central": e["mean"] / min(refs.values()) if refs else None}
+        if "central-privsyn-pgm" in refs:
+            e["ratio_to_central_privsyn_pgm"] = e["mean"] / refs["central-privsyn-pgm"]
+        out.append(e)
+    return {**summary, "results": out, "references": reference_path}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", default=",".join(TABLES))
@@ -95,7 +113,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="per-run rows, per table")
     parser.add_argument("--json", type=Path, required=True, help="the summary to write")
+    parser.add_argument("--against", nargs=2, type=Path, metavar=("SUMMARY", "REFERENCES"),
+                        help="instead of running: SUMMARY's entries with their ratios to "
+                             "REFERENCES' central methods, written to --json")
     args = parser.parse_args()
+    if args.against:
+        summary, references = args.against
+        if args.json.exists():
+            raise SystemExit(f"{args.json} exists: results are never overwritten")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(against(json.loads(summary.read_text()),
+                                                json.loads(references.read_text()),
+                                                str(references)), indent=1) + "\n")
+        return
     entries = []
     for name in args.tables.split(","):
         csv, schema, target = _table(name)
