@@ -5,6 +5,9 @@
 The two differ in a handful of choices; this script runs a plaintext session with a switch
 for each (:class:`WhatIf`) and measures the 2-way L1 as the switches move from the served
 default toward the curator, cumulatively and each alone, on the runner's splits and seeds.
+The what-ifs start from the served noisy-greedy plan *without* the 1-way top-up (its plans
+are built with ``one_way_topup=False``): the top-up is itself a what-if here
+(``split="privsyn"``), now the servers' default (``feddpsyn-default``'s anchor has it).
 
 The factors, each read from the code that makes the choice:
 
@@ -285,11 +288,12 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
 
     def build(at_delta: float) -> SessionPlan:
         return SessionPlan.build(PlanRequest(schema, epsilon, at_delta, max_rows, split=split,
-                                             selection=selection, noise=NoiseMode.AUTO))
+                                             selection=selection, noise=NoiseMode.AUTO,
+                                             one_way_topup=False))
 
     if cfg.budget == "served" and split is None and cfg.max_rows == "stated" \
             and cfg.reserves == "served":
-        plan = served_plan(schema, rows, epsilon, delta, selection, None)
+        plan = served_plan(schema, rows, epsilon, delta, selection, None, one_way_topup=False)
     else:
         plan = build(delta)
     if cfg.reserves == "none" and cfg.budget == "served":
@@ -310,7 +314,7 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
             rho = gaussian_pld_rho(epsilon, delta)
         plan = SessionPlan._settled(PlanRequest(schema, epsilon, delta, max_rows,
                                                 split=split or None, selection=selection,
-                                                noise=NoiseMode.AUTO),
+                                                noise=NoiseMode.AUTO, one_way_topup=False),
                                     split_two_way=True, rho_total=rho, exact=True)
     return plan
 

@@ -165,11 +165,12 @@ class SelectionRequest(StrictModel):
     parameter_set: SelectionSetName | None = Field(
         default=None, description="selection parameter set (params/parameter_sets.py); "
                                   "default: the project's default set")
-    one_way_topup: bool = Field(
-        default=False, description="noisy-greedy: the 2-way release also tops up the 1-ways "
-                                   "to their c^(2/3) share of the publication (PrivSyn's "
-                                   "allocation after the selection; a second measurement of "
-                                   "each topped-up 1-way, combined by inverse variance)")
+    one_way_topup: bool | None = Field(
+        default=None, description="noisy-greedy: the 2-way release also tops up the 1-ways "
+                                  "to their c^(2/3) share of the publication (PrivSyn's "
+                                  "allocation after the selection; a second measurement of "
+                                  "each topped-up 1-way, combined by inverse variance); "
+                                  "default: on for noisy-greedy, off for em and none")
 
 
 # A schema number: JSON's, or decimal text or a rational "p/q" (params.exact_numbers).

@@ -66,11 +66,11 @@ def session_create(keyserver: str = typer.Option(...),
                        None, help="selection parameter set: precise | lean (default: "
                                   "params.parameter_sets.DEFAULT_SELECTION_SET; see "
                                   "`feddpsyn params`)"),
-                   one_way_topup: bool = typer.Option(
-                       False, "--one-way-topup",
+                   one_way_topup: Optional[bool] = typer.Option(
+                       None, "--one-way-topup/--no-one-way-topup",
                        help="noisy-greedy: the 2-way release also tops up the 1-ways to "
                             "their c^(2/3) share of the publication (docs/privacy-plan.md, "
-                            "\"The 1-way top-up\")"),
+                            "\"The 1-way top-up\"); default: on for noisy-greedy"),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)"),
                    timeout: float = typer.Option(

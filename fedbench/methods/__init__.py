@@ -25,7 +25,7 @@ from fedbench.methods.feddpsyn_served import (feddpsyn_default, feddpsyn_served_
                                               feddpsyn_served_em_pgm,
                                               feddpsyn_served_noisy_greedy,
                                               feddpsyn_served_noisy_greedy_pgm,
-                                              feddpsyn_served_topup)
+                                              feddpsyn_served_no_topup)
 from fedbench.methods.fedprivsyn import fedprivsyn
 from fedbench.methods.naive_flaim import naive_flaim
 
@@ -52,7 +52,7 @@ METHODS = {
     "feddpsyn-served-all-pgm": feddpsyn_served_all_pgm,
     "feddpsyn-served-pgm": feddpsyn_served_em_pgm,
     "feddpsyn-served-noisy-greedy-pgm": feddpsyn_served_noisy_greedy_pgm,
-    "feddpsyn-served-topup": feddpsyn_served_topup,
+    "feddpsyn-served-no-topup": feddpsyn_served_no_topup,
     # What the servers do by default (plan, noise, selection, synthesis).
     "feddpsyn-default": feddpsyn_default,
     "fedprivsyn": fedprivsyn,
@@ -77,7 +77,7 @@ KINDS = {
     "feddpsyn-served-all-pgm": SERVED,
     "feddpsyn-served-pgm": SERVED,
     "feddpsyn-served-noisy-greedy-pgm": SERVED,
-    "feddpsyn-served-topup": SERVED,
+    "feddpsyn-served-no-topup": SERVED,
     "central-aim": CENTRAL,
     "central-aim-4mb": CENTRAL,
     "central-mst": CENTRAL,

@@ -1,4 +1,4 @@
-"""``feddpsyn-served`` / ``feddpsyn-served-noisy-greedy`` / ``feddpsyn-served-topup``: what
+"""``feddpsyn-served`` / ``feddpsyn-served-noisy-greedy`` / ``feddpsyn-served-no-topup``: what
 the two servers publish, with every decision the servers' own.
 
 ``feddpsyn_sim``'s variants vary one thing at a time (a noise, an allocation) against a plan
@@ -23,10 +23,11 @@ served session (in distribution; the randomness is fresh):
   priced by the plan's 2-way rho.
 * **The 2-way release** is ``SessionPlan.resolve`` of the chosen pairs: em's release with its
   shape, noisy-greedy's split into one joint release per pair size, or the even two-server
-  fallback the rule decides from public information. With the 1-way top-up
-  (``feddpsyn-served-topup``: ``PlanRequest.one_way_topup``) the split release also holds
-  the topped-up 1-ways, and the two measurements of each are combined as ``feddpsyn
-  synthesize`` combines them (``synthesis.marginals.combine_repeated``).
+  fallback the rule decides from public information. With the 1-way top-up (noisy-greedy's
+  default, ``PlanRequest.one_way_topup``; ``feddpsyn-served-no-topup`` goes without) the
+  split release also holds the topped-up 1-ways, and the two measurements of each are
+  combined as ``feddpsyn synthesize`` combines them
+  (``synthesis.marginals.combine_repeated``).
 
 The accounting is the plan's: rho spent is the 1-ways' rho, the selection's charge and the
 resolved 2-way release's rho. It is below the budget's rho at the requested delta by the
@@ -56,13 +57,13 @@ from synthesis.synthesize import synthesize_records
 
 __all__ = ["feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
            "feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
-           "feddpsyn_served_noisy_greedy_pgm", "feddpsyn_served_topup", "served_plan",
+           "feddpsyn_served_noisy_greedy_pgm", "feddpsyn_served_no_topup", "served_plan",
            "served_rounds",
            "served_selection", "served_session"]
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
-                rounds: int | None, one_way_topup: bool = False) -> SessionPlan:
+                rounds: int | None, one_way_topup: bool | None = None) -> SessionPlan:
     """The plan the servers build for a session over ``rows`` records (module docstring)."""
     max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, NoiseMode.AUTO)
     return SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows, selection=selection,
@@ -99,7 +100,7 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
 
 def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                    delta: float, seed: int, selection: str, rounds: int | None,
-                   synthesis: str = "gum", one_way_topup: bool = False) -> MethodResult:
+                   synthesis: str = "gum", one_way_topup: bool | None = None) -> MethodResult:
     """One session as the servers plan and run it (module docstring), its release
     synthesized with ``synthesis`` (``synthesis.synthesize``'s methods)."""
     plan = served_plan(schema, len(records), epsilon, delta, selection, rounds, one_way_topup)
@@ -225,9 +226,9 @@ def feddpsyn_served_noisy_greedy_pgm(records, owner, schema, epsilon, delta,
                           "pgm")
 
 
-def feddpsyn_served_topup(records, owner, schema, epsilon, delta, seed) -> MethodResult:
-    """:func:`feddpsyn_default` with the 1-way top-up asked for (``PlanRequest.one_way_topup``,
-    ``session create --one-way-topup``): the servers' noisy-greedy plan whose split 2-way
-    release also tops up the 1-ways, synthesized with ``auto``."""
+def feddpsyn_served_no_topup(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+    """:func:`feddpsyn_default` without the 1-way top-up (``PlanRequest.one_way_topup``
+    False, ``session create --no-one-way-topup``): the servers' noisy-greedy plan whose
+    split 2-way release holds the kept pairs only, synthesized with ``auto``."""
     return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy", None,
-                          "auto", one_way_topup=True)
+                          "auto", one_way_topup=False)
