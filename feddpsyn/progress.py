@@ -222,8 +222,10 @@ class ProgressDisplay:
     # ---------------------------------------------------------------- internals
     def _finish(self, phase: _Phase, now: float) -> None:
         s = phase.step
-        if s.total is not None:
-            phase.step = replace(s, done=s.total)
+        if s.total is not None and s.done != s.total:
+            # The note spoke of the count last shown ("done: one_way" at 1 of 2): at the
+            # total it would contradict the count it stands beside.
+            phase.step = replace(s, done=s.total, note="")
         phase.ended = now
         self._draw(phase)
         if self._progress is not None and phase.task is not None:

@@ -91,7 +91,7 @@ def test_plain_lines_come_when_a_phase_begins_then_at_most_every_interval():
     display.show([Step("releases", 1, 3, "done: one_way"), Step("round", 0, 4)])
     assert lines[-1] == "[demo] round: 0 of 4 (0%), 0 s"  # a new phase: at once
     display.finish()
-    assert lines[-1] == ("[demo] releases: 3 of 3 (100%), done in 35 s (done: one_way); "
+    assert lines[-1] == ("[demo] releases: 3 of 3 (100%), done in 35 s; "
                          "round: 4 of 4 (100%), done in 0 s")
     assert not any("[" in line.removeprefix("[demo] ") or "'" in line for line in lines)
 
@@ -201,6 +201,17 @@ def test_wait_for_shows_each_poll_and_completes_the_bars():
     assert lines == ["[demo] owners uploaded: 1 of 2 (50%), 0 s",
                      "[demo] releases: 0 of 2 (0%), 0 s",
                      "[demo] releases: 2 of 2 releases (100%), done in 1 s"]
+
+
+def test_a_finished_phase_keeps_only_a_note_that_matches_its_count():
+    clock = Clock()
+    display, lines = _plain(clock)
+    display.show([Step("releases", 1, 2, "done: one_way"), Step("owners", 2, 2, "all in")])
+    clock.now += 3
+    display.finish()
+    # Filled in to 2 of 2, the note shown at 1 of 2 would say one release is still to come.
+    assert lines[-1] == ("[demo] releases: 2 of 2 (100%), done in 3 s; "
+                         "owners: 2 of 2 (100%), done in 3 s (all in)")
 
 
 def test_wait_for_gives_up_after_its_timeout():
