@@ -101,6 +101,9 @@ def provenance(*, command: str | None = None, script: str | None = None,
 
 
 # ----------------------------------------------------------------------------- JSON kinds
+# A kind is known by its keys or by its script's file name in the recorded command, never by
+# the script's folder: files kept before bench/ had topic folders record bench/bench_x.py,
+# later ones bench/<topic>/bench_x.py, and both are read.
 
 def is_online(d: dict) -> bool:
     return "measured" in d and "model" in d
@@ -205,7 +208,7 @@ def render_online(files: list[tuple[Path, dict]]) -> list[str]:
             "the in-process executor; the phases are read from the compute server's log. The "
             "second table is a model calibrated on this run (seconds per bootstrap, list "
             "scheduling), not a measurement.", "",
-            *provenance(command=d.get("command"), script="bench/bench_adult_online.py"), ""]
+            *provenance(command=d.get("command"), script="bench/scale/bench_adult_online.py"), ""]
         restarted = m.get("rounds_after_restart") or []
         if restarted:
             out += ["Rounds timed from a restart of the servers: "
@@ -257,7 +260,7 @@ def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
                 f"{d.get('rounds')} rounds, eps {d.get('epsilon')}, {d.get('draws')} draws, "
                 f"{fixed(d.get('seconds'), 0)} s.  ",
                 *provenance(command=d.get("command"),
-                            script="bench/bench_demo_central_ratio.py --json OUT"), ""]
+                            script="bench/accuracy/bench_demo_central_ratio.py --json OUT"), ""]
     return out
 
 
@@ -311,7 +314,7 @@ def render_joint_noise(files: list[tuple[Path, dict]]) -> list[str]:
                 "joint release against the two-noise release of the same cells, alternating "
                 "in one run; only same-run ratios count. Where `scaled` is yes, some chunks "
                 "were measured and the rest scaled by chunk count.", "",
-                *provenance(command=d.get("run"), script="bench/bench_joint_noise.py",
+                *provenance(command=d.get("run"), script="bench/primitives/bench_joint_noise.py",
                             commit=d.get("commit"), started=d.get("started")), ""]
         rows = []
         for r in d["releases"]:

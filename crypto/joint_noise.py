@@ -29,7 +29,7 @@ DP as for the rest of the protocol) and the published count + Z. Shapes:
   variance n_u (4^w - 1) / 12. XOR has no carry, so no reduction mod 2^w (no lookup) is
   needed: the additive form (a + b) mod 2^w needs one lookup per uniform, and in the k-bit
   release circuit that lookup did not fit (concrete's compile passed 20 GB at k = 20, w = 7;
-  alone, 5-bit lookups ran at 0.28 s each: ``bench/bench_joint_noise.py``).
+  alone, 5-bit lookups ran at 0.28 s each: ``bench/primitives/bench_joint_noise.py``).
 
 **Width.** Negative intermediates (s_j = -w_j) do not widen the circuit: concrete's widths
 come from the input set's node ranges, the input set keeps every node below 2^k, and the
@@ -37,7 +37,7 @@ run-time arithmetic is modular (mod 2^(k+1)) exactly as P1's mask wrap-around; t
 checks the width equals ``count_bits``. The only clear-type constraint is that s_j fits the
 signed width the input set gave it (it is drawn from the same +-w_j range).
 
-**Cost** (``bench/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
+**Cost** (``bench/primitives/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
 ``bench/results/joint_noise.json``): K encrypted bits per released cell, 24 bytes each
 compressed; KS draw + encryption ~0.1 ms and CS run ~0.17 ms per bit (leveled; concrete
 expands the inputs at run time, so a call holds at most ``JOINT_MAX_BITS_PER_CALL`` = 65,536

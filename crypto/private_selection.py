@@ -29,8 +29,8 @@ M mod 2^k. ``score_bits`` must hold every pair's InDif: with K clipped so that s
 InDif <= sum C + sum K <= 2 * max_rows, so score_bits = bit length of 2 * max_rows, and
 truncating a chunk's digits (or a sum's carry-out) to it is exact.
 
-Cost (measured in ``bench/bench_selection.py``): every lookup is at most 3 bits wide (P2's
-digits included, ``crypto.indif``), so one key set serves all three functions.
+Cost (measured in ``bench/primitives/bench_selection.py``): every lookup is at most 3 bits
+wide (P2's digits included, ``crypto.indif``), so one key set serves all three functions.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
             # Declared widths (as everywhere in these circuits): each input digit is a bit and
             # the column total at most 3. Without them concrete sized add's inputs from the
             # input set alone, and at k = 16 an add fed with an add's output lost carries
-            # (Adult-width chained sums off by 2-6; bench/bench_indif_chunks.py caught it).
+            # (Adult-width chained sums off by 2-6; bench/primitives/bench_indif_chunks.py
+            # caught it).
             xj = fhe.hint(x[j], can_store=1)
             yj = fhe.hint(y[j], can_store=1)
             total = fhe.hint(xj + yj + (0 if carry is None else carry), can_store=3)

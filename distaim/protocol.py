@@ -90,7 +90,7 @@ class Schedule:
     round on the clients joined by round ``window``. A DistAIM client only uploads shares
     and nothing is released before AIM's last round, so waiting changes no client's
     availability and no release's time; it changes only which data each round reads.
-    Measured on FLAIM's UMAP split of Adult (``bench/bench_distaim_flaim.py``): interleaved
+    Measured on FLAIM's UMAP split of Adult (``bench/distaim/bench_distaim_flaim.py``): interleaved
     rounds measure subsets that differ from one another and from the union (under
     heterogeneity a client is a region of the domain), and the estimator reconciles the
     subsets' disagreements into the model; deferred, every measurement is of one set, and

@@ -215,7 +215,7 @@ def start_servers(state: Path,
 # pairs costs under two minutes on 2 cores, so it selects 4 pairs; --rounds changes it.
 DEMO_ROUNDS = {"fed_heart_disease": 4}
 # The demo's selection by data set: noisy-greedy, the servers' default and their most
-# accurate plan in bench/bench_served_vs_central.py, on the bundled default; Adult's 11,926
+# accurate plan in bench/accuracy/bench_served_vs_central.py, on the bundled default; Adult's 11,926
 # two-way cells make any encrypted selection take most of an hour on 2 cores, so its demo
 # releases every pair unless --selection says otherwise.
 DEMO_SELECTION = {"fed_heart_disease": "noisy-greedy", "adult": "none"}

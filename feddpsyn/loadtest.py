@@ -1,6 +1,6 @@
 """A load run on loopback: N clients upload at once to both server processes.
 
-Used by ``bench/bench_load.py`` (N=100, latency percentiles) and by a bounded test. Every
+Used by ``bench/robustness/bench_load.py`` (N=100, latency percentiles) and by a bounded test. Every
 request goes to 127.0.0.1; every loop and wait is bounded.
 """
 

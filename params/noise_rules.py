@@ -66,11 +66,11 @@ GAUSSIAN_BOUND_SHARE = 0.1
 ENVELOPE_MAX_BITS = 256
 # noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
 # is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
-# caps the uniforms at 30). Measured at the servers' plans (``bench/bench_joint_scores.py``,
-# results in ``bench/results/joint_scores.json``; Adult, 17 lookups a score): compressed
-# evaluation keys 130.6 MB with the two-server ``noise``, 130.8 MB with 5-bit lookups (12 x 8
-# and 14 x 7 uniforms), 307.1 MB with 6-bit (16 x 6); a score's call 0.37 / 0.54 / 1.03 s
-# once the keys are in use, small next to P2.
+# caps the uniforms at 30). Measured at the servers' plans
+# (``bench/primitives/bench_joint_scores.py``, results in ``bench/results/joint_scores.json``;
+# Adult, 17 lookups a score): compressed evaluation keys 130.6 MB with the two-server
+# ``noise``, 130.8 MB with 5-bit lookups (12 x 8 and 14 x 7 uniforms), 307.1 MB with 6-bit
+# (16 x 6); a score's call 0.37 / 0.54 / 1.03 s once the keys are in use, small next to P2.
 SCORE_LOOKUP_BITS = 6
 SCORE_MAX_UNIFORMS = 30  # what SCORE_LOOKUP_BITS allows (above)
 

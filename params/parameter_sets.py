@@ -109,7 +109,7 @@ SELECTION_SETS: dict[str, SelectionParameterSet] = {
                               p_error=2.0 ** -40, chunk_sizes=(8, 16, 32)),
     ]
 }
-# Chosen by measurement (bench/bench_selection_sets.py, eps = 1, PrivSyn's 10% for the
+# Chosen by measurement (bench/primitives/bench_selection_sets.py, eps = 1, PrivSyn's 10% for the
 # selection): on Fed-Heart-Disease (66 pairs, 4 rounds) lean's P3 costs x0.84 of precise's
 # time (x0.83 complexity, 134 vs 161 bootstraps a candidate) for the same first-round quality
 # (expected score gap 60.7 vs 59.8, each equal to its ideal exp weights'); on Adult (105

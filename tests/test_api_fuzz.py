@@ -8,7 +8,7 @@ documented methods only, credentials not ignored), sent as each caller with a re
 credential (operator, client, peer), and to the compute server also as no one (every
 check's own requests without credentials cover the others'). Path ids are the real session's and
 client's, so the requests reach the code behind the credential checks. Any failed check
-fails the test. A longer run: ``bench/fuzz_api.py``; the CLI against live servers
+fails the test. A longer run: ``bench/robustness/fuzz_api.py``; the CLI against live servers
 (``schemathesis run URL/openapi.json --checks all``): docs/deployment.md.
 
 Nothing is built when the module is imported: the apps (whose session generates keys), their
@@ -46,7 +46,7 @@ SCHEMA = {"columns": [{"name": "a", "type": "categorical", "i2s": ["x", "y"]},
                       {"name": "b", "type": "continuous", "min": 0, "max": 9, "bins": 3}]}
 # Operations that would end the session the others are fuzzed on: sent with drawn ids.
 DESTRUCTIVE = {("DELETE", "/sessions/{session_id}"), ("POST", "/sessions/{session_id}/run")}
-# Bounded in the suite; bench/fuzz_api.py raises it for the long run.
+# Bounded in the suite; bench/robustness/fuzz_api.py raises it for the long run.
 FUZZ = settings(max_examples=int(os.environ.get("FEDDPSYN_FUZZ_EXAMPLES", "4")), deadline=None,
                 derandomize=True, suppress_health_check=list(HealthCheck))
 

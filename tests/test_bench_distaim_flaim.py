@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_distaim_flaim import errors_of, flaim_workload, heterogeneity  # noqa: E402
+from bench.distaim.bench_distaim_flaim import errors_of, flaim_workload, heterogeneity  # noqa: E402
 
 
 def test_flaim_workload_is_the_seeded_choice_over_combinations():

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_joint_noise import (  # noqa: E402
+from bench.primitives.bench_joint_noise import (  # noqa: E402
     CLIENTS,
     COUNT_BOUND,
     JointVariant,

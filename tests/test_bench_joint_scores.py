@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench.bench_joint_scores as bench  # noqa: E402
-from bench.bench_joint_scores import (  # noqa: E402
+import bench.primitives.bench_joint_scores as bench  # noqa: E402
+from bench.primitives.bench_joint_scores import (  # noqa: E402
     QUICK_SESSIONS,
     SESSIONS,
     ScoreMismatch,

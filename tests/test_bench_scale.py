@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_scale import (  # noqa: E402
+from bench.scale.bench_scale import (  # noqa: E402
     CORES,
     DEFAULT_SET,
     Step,

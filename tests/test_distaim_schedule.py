@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_distaim_flaim import SubsetOracle  # noqa: E402
+from bench.distaim.bench_distaim_flaim import SubsetOracle  # noqa: E402
 from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
 from distaim.oracle import MpcOracle  # noqa: E402
 from distaim.plan import SessionRequest, build_plan, plan_digest  # noqa: E402

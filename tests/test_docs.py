@@ -23,7 +23,8 @@ def _results_page():
 
 
 def _pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", ROOT / "bench" / "README.md",
+            *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def _outside_fences(text: str) -> list[tuple[int, str]]:
@@ -104,13 +105,49 @@ def test_anchor_rule_is_the_results_pages():
     assert _slug(titles[0]) == "private-selection---selection-em"
 
 
+def _bench_scripts() -> list[Path]:
+    """Every Python file under bench/ (its topic folders included), but the kept results."""
+    bench = ROOT / "bench"
+    return sorted(p for p in bench.rglob("*.py") if "results" not in p.relative_to(bench).parts)
+
+
 def test_benchmarks_page_lists_every_script_and_every_method_with_its_kind():
-    """docs/benchmarks.md names every script in bench/ and every registered method with the
-    kind ``fedbench.methods.KINDS`` gives it (served plan, central reference, ...)."""
+    """docs/benchmarks.md names every script in bench/ by its path (``bench/<topic>/x.py``)
+    and every registered method with the kind ``fedbench.methods.KINDS`` gives it (served
+    plan, central reference, ...)."""
     from fedbench.methods import KINDS, METHODS
     page = (ROOT / "docs" / "benchmarks.md").read_text()
-    scripts = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+    scripts = [p.relative_to(ROOT).as_posix() for p in _bench_scripts()]
+    assert len(scripts) > 20
     assert [s for s in scripts if f"`{s}" not in page] == []
     assert set(KINDS) == set(METHODS)
     rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| ([^|]+?) \|", page, re.M))
     assert {m: rows.get(m) for m in METHODS} == KINDS
+
+
+def test_bench_readme_lists_every_script_under_its_folder():
+    """bench/README.md has one line a script, under the heading of the folder it is in."""
+    readme = (ROOT / "bench" / "README.md").read_text()
+    sections = dict(re.findall(r"^## `([a-z]+)/`[^\n]*\n(.*?)(?=^## |\Z)", readme, re.M | re.S))
+    missing = []
+    for path in _bench_scripts():
+        parts = path.relative_to(ROOT / "bench").parts
+        text = sections.get(parts[0], "") if len(parts) == 2 else readme
+        if f"- `{parts[-1]}`" not in text:
+            missing.append("/".join(parts))
+    assert missing == []
+    assert "../docs/benchmarks.md" in readme
+
+
+def test_results_page_knows_results_from_before_and_after_the_topic_folders():
+    """The results page recognises a file by its script's name, not its folder: the files
+    kept before bench/ had topic folders record ``bench/bench_x.py``."""
+    module = _results_page()
+    for folder in ("bench/", "bench/accuracy/"):
+        command = f"python {folder}bench_served_vs_central.py --json F"
+        assert module.is_served_vs_central({"command": command})
+    for folder in ("bench/", "bench/scale/"):
+        assert module.is_client_stream({"run": f".venv/bin/python {folder}bench_client_stream.py"})
+        assert module.is_scale({"command": f"{folder}bench_scale.py --out F", "points": []})
+    for folder in ("bench/", "bench/primitives/"):
+        assert module.is_joint_scores({"bench": f"{folder}bench_joint_scores.py"})

@@ -1,0 +1,147 @@
+"""The servers' plans against a trusted curator's, on every real table we ship.
+
+For each table, budget and method, ``fedbench.runner.run_utility`` runs the method on the
+same splits and seeds (4 uniform owners, 20% held out), and this script keeps each method's
+mean and sd over the repeats of the 2-way and 1-way L1 errors, then the ratio of each served
+method to the best central method of the same table and budget. Everything is written to
+one JSON file (``--json``) with the command that made it, so ``bench/results_page.py`` can
+show it; the per-run rows stay in ``--out``'s folders.
+
+    .venv/bin/python bench/accuracy/bench_served_vs_central.py --eps 0.3,1,4 --repeats 5 \\
+        --json bench/results/served_vs_central.json --out /tmp/served_vs_central
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fedbench.runner import Setting, run_utility  # noqa: E402
+from feddpsyn.demo import data_dir  # noqa: E402
+from feddpsyn.demo import dataset as bundled  # noqa: E402
+from params.schema import Schema  # noqa: E402
+
+# table: (csv, schema, target column for the ML metrics)
+TABLES = {
+    "mroz": ("mroz/mroz.csv", "mroz/mroz.schema.json", "work"),
+    "wages": ("wages/wages.csv", "wages/wages.schema.json", "union"),
+    "computers": ("computers/computers.csv", "computers/computers.schema.json", "premium"),
+    "doctor_contacts": ("doctor_contacts/doctor_contacts.csv",
+                        "doctor_contacts/doctor_contacts.schema.json", "physlim"),
+    "fed_heart_disease": None,
+    "adult": None,
+}
+SERVED = ["feddpsyn-served-all-pgm", "feddpsyn-served-noisy-greedy-pgm", "feddpsyn-served-pgm"]
+CENTRAL = ["central-privsyn-pgm", "central-aim", "central-privsyn-all"]
+
+
+def _table(name: str) -> tuple[Path, Schema, str]:
+    if TABLES[name] is None:
+        ds = bundled(name)
+        return ds.csv, Schema.load(ds.schema), {"adult": "label",
+                                                "fed_heart_disease": "target"}[name]
+    csv, schema, target = TABLES[name]
+    return data_dir() / csv, Schema.load(data_dir() / schema), target
+
+
+def _commit() -> str:
+    """HEAD, marked ``-dirty`` when the tree has uncommitted changes to tracked files."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return head + ("-dirty" if dirty else "")
+
+
+def summarise(rows: list[dict], table: str) -> list[dict]:
+    """Mean and sd over repeats per (method, eps), and each method's ratio to the table's
+    best central method at that eps."""
+    out = []
+    for method in sorted({r["method"] for r in rows}):
+        for eps in sorted({float(r["eps"]) for r in rows}):
+            cell = [r for r in rows if r["method"] == method and float(r["eps"]) == eps]
+            if not cell:
+                continue
+            two = [float(r["two_way"]) for r in cell]
+            one = [float(r["one_way"]) for r in cell]
+            out.append({"table": table, "method": method, "eps": eps,
+                        "mean": statistics.fmean(two),
+                        "sd": statistics.stdev(two) if len(two) > 1 else 0.0,
+                        "one_way_mean": statistics.fmean(one), "repeats": len(cell),
+                        "seconds_mean": statistics.fmean(float(r["seconds"]) for r in cell)})
+    for entry in out:
+        central = [e["mean"] for e in out if e["eps"] == entry["eps"]
+                   and e["method"].startswith("central-")]
+        entry["ratio_to_best_central"] = entry["mean"] / min(central) if central else None
+    return out
+
+
+def against(summary: dict, references: dict, reference_path: str) -> dict:
+    """``summary`` with each entry's ratios to the central methods of ``references`` (a
+    summary of the same bench on the same tables, splits and seeds: the runner draws a
+    repeat's split from its seed alone), for a run of served methods only."""
+    central: dict = {}
+    for e in references["results"]:
+        if e["method"].startswith("central-"):
+            central.setdefault((e["table"], float(e["eps"])), {})[e["method"]] = e["mean"]
+    out = []
+    for e in summary["results"]:
+        refs = central.get((e["table"], float(e["eps"])), {})
+        e = {**e, "ratio_to_best_central": e["mean"] / min(refs.values()) if refs else None}
+        if "central-privsyn-pgm" in refs:
+            e["ratio_to_central_privsyn_pgm"] = e["mean"] / refs["central-privsyn-pgm"]
+        out.append(e)
+    return {**summary, "results": out, "references": reference_path}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", default=",".join(TABLES))
+    parser.add_argument("--methods", default=",".join(SERVED + CENTRAL))
+    parser.add_argument("--eps", default="0.3,1,4")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out", type=Path, required=True, help="per-run rows, per table")
+    parser.add_argument("--json", type=Path, required=True, help="the summary to write")
+    parser.add_argument("--against", nargs=2, type=Path, metavar=("SUMMARY", "REFERENCES"),
+                        help="instead of running: SUMMARY's entries with their ratios to "
+                             "REFERENCES' central methods, written to --json")
+    args = parser.parse_args()
+    if args.against:
+        summary, references = args.against
+        if args.json.exists():
+            raise SystemExit(f"{args.json} exists: results are never overwritten")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(against(json.loads(summary.read_text()),
+                                                json.loads(references.read_text()),
+                                                str(references)), indent=1) + "\n")
+        return
+    entries = []
+    for name in args.tables.split(","):
+        csv, schema, target = _table(name)
+        rows = run_utility(csv, schema, target, args.methods.split(","),
+                           [float(e) for e in args.eps.split(",")], [Setting(4, "uniform", None)],
+                           args.repeats, args.out / name, args.delta, jobs=args.jobs)
+        entries += summarise(rows, name)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "what": "2-way L1 of the servers' plans and the central references, 4 uniform "
+                    "owners, mean and sd over repeats",
+            "command": "python bench/accuracy/bench_served_vs_central.py " + " ".join(sys.argv[1:]),
+            "commit": _commit(), "machine": platform.node(),
+            "date": datetime.date.today().isoformat(), "delta": args.delta,
+            "results": entries}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
