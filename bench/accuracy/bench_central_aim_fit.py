@@ -18,6 +18,7 @@ time and ``synthesis.evaluate.workload_error`` of the sampled table against the 
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import json
 import random
@@ -30,7 +31,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dp.discrete_gaussian import ExactSampler  # noqa: E402
-from fedbench.methods import central_aim as method  # noqa: E402
 from fedbench.methods.base import budget_rho  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
 from params.schema import Schema  # noqa: E402
@@ -38,6 +38,9 @@ from params.table_codec import encode_csv  # noqa: E402
 from synthesis import mirror_descent  # noqa: E402
 from synthesis.aim import PlainOracle, aim  # noqa: E402
 from synthesis.evaluate import workload_error  # noqa: E402
+
+# The module, not the method of the same name ``fedbench.methods`` exports.
+method = importlib.import_module("fedbench.methods.central_aim")
 
 
 def adult_split(attrs: int) -> tuple[np.ndarray, list[int]]:
@@ -63,12 +66,15 @@ def main() -> None:
     parser.add_argument("--final-iters", type=int, default=method.FINAL_ITERS,
                         help="cap after the last round (0: to convergence)")
     parser.add_argument("--max-model-mb", type=float, default=method.MAX_MODEL_MB)
-    parser.add_argument("--max-rounds", type=int, default=method.MAX_ROUNDS)
+    parser.add_argument("--max-rounds", type=int, default=None,
+                        help="cap on AIM's rounds (default: the bench method's, 16 per "
+                             "attribute: the budget runs out before it)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     train, sizes = adult_split(args.attrs)
     workload = list(itertools.combinations(range(len(sizes)), 2))
     rho = budget_rho(args.eps, args.delta)
+    max_rounds = args.max_rounds or 16 * len(sizes)
 
     fits = []
     fit = mirror_descent.MirrorDescentPGM.fit
@@ -87,7 +93,7 @@ def main() -> None:
     sampler = ExactSampler(random.Random(args.seed).randrange)
     start = time.perf_counter()
     result = aim(PlainOracle(train, sizes, sampler), sizes, workload, rho,
-                 max_model_size_mb=args.max_model_mb, max_rounds=args.max_rounds,
+                 max_model_size_mb=args.max_model_mb, max_rounds=max_rounds,
                  round_iters=args.round_iters, final_iters=args.final_iters or None)
     seconds = time.perf_counter() - start
     synth = result.model.sample(None, np.random.default_rng(args.seed))
