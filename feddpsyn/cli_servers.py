@@ -21,7 +21,8 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
               workers: int = typer.Option(
                   1, help="spread the offline job (the joint noise's bits, the encryption "
                           "of uploads and of P2's inputs) over this many local worker "
-                          "processes (1: in the server's process, the default)"),
+                          "processes, never the server's own (each holds the session's keys: "
+                          "up to 2.4 GB at Adult's widths)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
     from common.credentials import read_or_create_token
@@ -29,7 +30,7 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
     from keyserver.app import create_app
 
     if workers < 1:
-        fail("--workers is a positive number of processes (1: in the server's process)")
+        fail("--workers is a positive number of worker processes")
     configure_logging(log_level.upper())
     state_dir.mkdir(parents=True, exist_ok=True)
     peer = read_or_create_token(peer_token_file or state_dir / "peer.token")

@@ -32,7 +32,7 @@ def create_app(state_dir: Path, peer_token: str, *,
     """``prepare``: how a session's circuits, keys and noise pool are made, off the request
     path (default: in a child process; ``keyserver.preparation``); ``preparation_workers``:
     sessions prepared at once; ``offline_workers``: local processes the offline job's
-    chunks are spread over (1: the job's own thread; ``keyserver.offline_pool``)."""
+    chunks are spread over (``keyserver.offline_pool``)."""
     service = KeyServer(state_dir, prepare=prepare, preparation_workers=preparation_workers,
                         offline_workers=offline_workers)
     operator_token = read_or_create_token(state_dir / "operator.token")

@@ -110,11 +110,11 @@ class DrawAndEncryptCoins:
 class JointCoins:
     """Encrypted bits of this server for each joint release's chunks."""
 
-    def __init__(self, sessions: SessionRegistry, pool: OfflinePool | None = None):
+    def __init__(self, sessions: SessionRegistry, pool: OfflinePool):
         self._sessions = sessions
         self.db: Database = sessions.db
         self._sets = StoredOnce(self.db)
-        self._pool = pool or OfflinePool()
+        self._pool = pool
 
     def coins(self, session_id: str, name: str, chunk: int) -> bytes:
         """The ciphertext of this server's bits for one chunk of a release (stored once)."""
@@ -156,9 +156,7 @@ class JointCoins:
         stored sets, in order."""
         started = time.time()
         task = DrawAndEncryptCoins(plan.parameters.chunk_cells, plan.joint_columns)
-        encrypted = self._pool.map(self._sessions.key_files(session_id),
-                                   lambda: self._sessions.keys(session_id),
-                                   [task] * len(chunks),
+        encrypted = self._pool.map(self._sessions.key_files(session_id), [task] * len(chunks),
                                    f"session {session_id}: encrypting the joint noise's bits")
         stored = [self._sets.put(session_id, name, chunk, ciphertexts[0])
                   for (name, chunk), ciphertexts in zip(chunks, encrypted, strict=True)]

@@ -9,12 +9,12 @@ and b the compute server's:
    fail closed on a short read), encrypts it as the ``joint`` function's ``a`` argument and
    keeps only the ciphertext, one set per pair, stored once and served identically on every
    retry and after a restart (``keyserver.coins.StoredOnce``, the joint releases' store: the
-   compute server never gets two independent sets for one score); with an offline pool of
-   several workers (``keyserver.offline_pool``) each pair's bits are drawn and encrypted in
-   the worker process that encrypts them;
+   compute server never gets two independent sets for one score); each pair's bits are
+   drawn in the offline worker process that encrypts them (``keyserver.offline_pool``);
 1. charges the selection's rho in the ledger before decrypting (as below);
-2. decrypts InDif + Z and adds **no noise of its own**; the greedy rule runs on that value
-   (the centring span/2 is public and already subtracted: ``decode_joint_score``).
+2. decrypts InDif + Z (in an offline worker process, as every use of the module's keys:
+   ``keyserver.selection``) and adds **no noise of its own**; the greedy rule runs on that
+   value (the centring span/2 is public and already subtracted: ``decode_joint_score``).
 
 Each view. This server's is its a (forgotten: only ciphertexts are kept), the decrypted
 InDif + Z and public data; given a, a xor b is uniform (b is uniform and unknown here), so Z
@@ -75,7 +75,7 @@ from crypto.private_selection import indif_name
 from keyserver.coins import StoredOnce
 from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from keyserver.ledger import PrivacyLedger
-from keyserver.offline_pool import KeyFiles, OfflinePool
+from keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.release_spec import SCORE_NOISE
@@ -102,6 +102,21 @@ class DrawAndEncryptScoreBits:
         ciphertext = keys.encrypt_score_bits(bits)
         del bits  # this server's share of the noise: only its ciphertext is kept
         return [ciphertext]
+
+
+@dataclass(frozen=True)
+class DecryptNoisyScores:
+    """A task: every pair's charged noisy score decrypted, in pair order (int64 bytes)."""
+
+    scores: tuple[bytes, ...]
+
+    def run(self, keys) -> list[bytes]:
+        try:
+            decrypted = [keys.decrypt_noisy_score(keys.parse(item)) for item in self.scores]
+        except Exception:
+            raise TaskRefused("the noisy scores do not decrypt under this session's "
+                              "selection keys") from None
+        return [np.asarray(decrypted, dtype="<i8").tobytes()]
 
 
 class NoisyScoreKeys(ScoreModuleKeys):
@@ -150,15 +165,14 @@ def create_noisy_score_files(plan: SessionPlan, directory: Path) -> dict[str, in
 
 class NoisyGreedyRole:
     """The key server's part of a noisy-greedy selection, built from its sessions, its
-    ledger, the selection's keys and the row-bound check (``keyserver.selection``)."""
+    ledger, the row-bound check, and the offline pool with where its workers find the
+    selection's keys (``keyserver.selection``: every use of them is a task there)."""
 
     def __init__(self, store: SessionStore, ledger: PrivacyLedger,
-                 keys: Callable[[str], NoisyScoreKeys],
                  check_row_bound: Callable[[str, SessionPlan], None], pool: OfflinePool,
                  key_files: Callable[[str], KeyFiles]):
         self._store = store
         self._ledger = ledger
-        self._keys = keys
         self._check_row_bound = check_row_bound
         self._sets = StoredOnce(store.db)  # the joint releases' once-only store, per pair
         self._pool = pool
@@ -200,8 +214,7 @@ class NoisyGreedyRole:
     def _make_bits(self, session_id: str, plan: SessionPlan, pairs: list[int]) -> None:
         """Draw, encrypt and store these pairs' bits, one task each (stored once)."""
         task = DrawAndEncryptScoreBits(plan.selection.score_joint)
-        encrypted = self._pool.map(self._key_files(session_id),
-                                   lambda: self._keys(session_id), [task] * len(pairs),
+        encrypted = self._pool.map(self._key_files(session_id), [task] * len(pairs),
                                    f"session {session_id}: encrypting the joint score "
                                    "noise's bits")
         for pair, ciphertexts in zip(pairs, encrypted, strict=True):
@@ -235,21 +248,20 @@ class NoisyGreedyRole:
             return wire.NoisyGreedyDecision(pairs=self.pairs(session_id), rho=str(rho))
         self._check_row_bound(session_id, plan)
         pairs = [slot.attrs for slot in plan.layout.two_way]
-        keys = self._keys(session_id)
         try:
-            values = [keys.parse(item) for item in unpack_blobs(body, expected=len(pairs))]
+            scores = unpack_blobs(body, expected=len(pairs))
+            for item in scores:  # parsed here too: a malformed body is refused uncharged
+                NoisyScoreKeys.parse(item)
         except Exception:
             raise ServiceError(422, f"the noisy scores are {len(pairs)} ciphertexts of this "
                                     "session's selection module") from None
         with self._store.db.transaction() as conn:
             self._ledger.charge(conn, plan, session_id, LEDGER_NAME, rho, digest)
-        try:
-            decrypted = np.array([keys.decrypt_noisy_score(v) for v in values],
-                                 dtype=np.int64)
-        except Exception:
-            # Charged and refused: the budget is spent on what this server may have seen.
-            raise ServiceError(422, "the noisy scores do not decrypt under this session's "
-                                    "selection keys") from None
+        # A refusal there is a 422 too: charged, the budget is spent on what this server
+        # may have seen.
+        [[blob]] = self._pool.map(self._key_files(session_id), [DecryptNoisyScores(tuple(scores))],
+                                  f"session {session_id}: decrypting the noisy scores")
+        decrypted = np.frombuffer(blob, dtype="<i8").astype(np.int64)
         if plan.selection.score_joint is not None:
             noisy = decrypted  # InDif + Z: the one noise protects this view too
         else:

@@ -9,8 +9,10 @@ Design concerns:
   leave it). It is told where a session's key files are (:class:`KeyFiles`: a path in the
   key server's state directory, whose key files are 0600) and reads them itself; the key is
   never on a command line, in the environment, in a pipe or in a message. A task's answer
-  is ciphertexts only, and a worker's error reaches the log and the caller as its type and
-  a short message (``common.serving``'s rule for library text).
+  is ciphertexts, or a decryption the server charged the ledger for before it sent the task
+  (its own view, as it would be in its own process). A worker's error reaches the log and
+  the caller as its type and a short message (``common.serving``'s rule for library text);
+  a task's own refusal (:class:`TaskRefused`, text of its own) as a 422.
 * **Randomness is drawn where it is used, never reused.** A task that needs noise draws it
   in its worker from the OS CSPRNG (``secrets``, through ``crypto.joint_noise.draw_bits``,
   which fails closed on a short read) and sends back only its ciphertext; no seed or
@@ -18,12 +20,13 @@ Design concerns:
   encryption randomness is concrete's, seeded afresh in every process that loads a key
   (measured: the same value encrypted in two processes after loading the same key file gives
   different ciphertexts, as it does twice in one process).
-* **The same tasks whatever the pool.** A task is a frozen value with ``run(keys)``: with
-  one worker (the default) it runs in the calling thread on the server's own key handle,
-  which is the server's behaviour before the pool; with more, in a worker on its own handle
-  loaded from the same files. So what is stored, what decrypts and what the ledger charges
-  do not depend on ``--workers``; only the ciphertexts' bytes do, as they do between any two
-  encryptions.
+* **Off the server's process, whatever the pool.** Every task runs in a worker process,
+  with one worker (the default) as with more: concrete's encryption holds the interpreter
+  for the seconds a chunk takes (6 s for a chunk of coins at the ``default`` set), and in the
+  server's own process every request handler would wait that long. A task is a frozen
+  value with ``run(keys)``, run on the worker's own handle loaded from the session's files,
+  so what is stored, what decrypts and what the ledger charges do not depend on
+  ``--workers``; only the ciphertexts' bytes do, as they do between any two encryptions.
 * **Bounded, and failing loudly.** A map sends at most one task to each worker at a time
   and waits in ``poll`` steps; a worker that exits (killed, out of memory) fails the map at
   once with a 503 that says what died and that nothing of the pass was stored, as does a
@@ -32,6 +35,10 @@ Design concerns:
   runs concrete hangs: ``computeserver.executor``). A worker exits when the key server does:
   an idle one sees its pipe close (or its parent change) within a second, a busy one when it
   tries to answer.
+* **Memory held only while there is work.** A worker holds the keys it loaded (gigabytes for
+  a selection module at Adult's widths), so the pool ends its workers once none has had a
+  task for ``idle_timeout`` seconds (:meth:`OfflinePool.end_idle`, called by the offline
+  job's idle passes); the next map spawns them again, each reloading its keys (seconds).
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from typing import Any, Protocol
 from common.serving import ServiceError
 from common.sigpipe import ignore_sigpipe
 
-__all__ = ["KeyFiles", "OfflinePool", "OfflineTask", "split_evenly"]
+__all__ = ["KeyFiles", "OfflinePool", "OfflineTask", "TaskRefused", "split_evenly"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -64,11 +71,18 @@ CACHED_KEYS = 2
 
 
 class OfflineTask(Protocol):
-    """One unit of an offline job: picklable, its answer ciphertexts only."""
+    """One unit of an offline job: picklable, its answer ciphertexts (or a charged
+    decryption) as bytes."""
 
     def run(self, keys: Any) -> list[bytes]:
-        """Encrypt with ``keys`` (a session's key handle); the ciphertexts, serialized."""
+        """Encrypt (or decrypt) with ``keys`` (a session's key handle); serialized."""
         ...
+
+
+class TaskRefused(Exception):
+    """A task's refusal of its input (a ciphertext that does not decrypt under the session's
+    keys): its message, the task's own words and never a library's, reaches the caller as
+    a 422."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,8 @@ def _worker(conn: Connection, parent: int) -> None:
             reply: tuple[Any, ...] = ("ok", result, os.getpid(),
                                       time.perf_counter() - started,
                                       time.process_time() - cpu)
+        except TaskRefused as exc:
+            reply = ("refused", str(exc)[:300])
         except Exception as exc:  # every outcome goes back; the text is cut short
             reply = ("error", f"{type(exc).__name__}: {exc}"[:300])
         ignore_sigpipe()  # concrete's runtime may have replaced the disposition
@@ -156,19 +172,21 @@ class _Worker:
 
 # ---------------------------------------------------------------- the pool
 class OfflinePool:
-    """``workers`` local processes for the offline job's tasks (1: the calling thread).
+    """``workers`` local processes for the offline job's tasks, spawned by the first map and
+    ended after ``idle_timeout`` seconds without a task (:meth:`end_idle`).
 
     One map at a time: the offline pass and a request that makes a missing chunk take turns,
     so a worker never holds answers for two callers."""
 
-    def __init__(self, workers: int = 1, *, task_timeout: float = 900.0, poll: float = 0.2):
+    def __init__(self, workers: int = 1, *, task_timeout: float = 900.0, poll: float = 0.2,
+                 idle_timeout: float = 300.0):
         if workers < 1:
             raise ValueError("the offline job needs at least one worker")
         self.workers = workers
         self.task_timeout = task_timeout
         self.poll = poll
-        self.description = ("in the server's process" if workers == 1
-                            else f"{workers} local worker processes")
+        self.idle_timeout = idle_timeout
+        self._last_map_ended = time.monotonic()
         # Per task of the last map on worker processes: the process that ran it, and its
         # seconds and CPU seconds there (a shared core shows as seconds > CPU seconds).
         self.last_pids: list[int] = []
@@ -183,14 +201,10 @@ class OfflinePool:
         """The live worker processes (for a fault test or an operator's ``kill``)."""
         return [w.process.pid for w in self._workers if w.process.is_alive()]
 
-    def map(self, files: KeyFiles, local_keys: Callable[[], Any],
-            tasks: Sequence[OfflineTask], what: str) -> list[list[bytes]]:
-        """Every task's ciphertexts, in task order. ``local_keys`` gives the server's own
-        key handle (one worker); ``files`` tells a worker process where to load its own;
-        ``what`` names the job in an error."""
-        if self.workers == 1:
-            keys = local_keys()
-            return [task.run(keys) for task in tasks]
+    def map(self, files: KeyFiles, tasks: Sequence[OfflineTask],
+            what: str) -> list[list[bytes]]:
+        """Every task's ciphertexts, in task order, each made in a worker process on its own
+        key handle, loaded from ``files``; ``what`` names the job in an error."""
         with self._lock:
             try:
                 return self._map_locked(files, tasks, what)
@@ -198,6 +212,26 @@ class OfflinePool:
                 # A worker may still hold a task of this map: none may answer the next one.
                 self._discard()
                 raise
+            finally:
+                self._last_map_ended = time.monotonic()
+
+    def end_idle(self) -> bool:
+        """End the workers if no map has run for ``idle_timeout`` seconds, freeing the keys
+        they hold; True if any was ended. Never waits for a running map."""
+        if not self._workers or time.monotonic() - self._last_map_ended < self.idle_timeout:
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False  # a map is running: the workers are not idle
+        try:
+            if time.monotonic() - self._last_map_ended < self.idle_timeout:
+                return False
+            ended = len(self._workers)
+            self._discard()
+        finally:
+            self._lock.release()
+        log.info("ended %d idle offline worker process(es) after %.0f s without a task",
+                 ended, self.idle_timeout)
+        return True
 
     def _spawn(self) -> _Worker:
         mine, theirs = self._context.Pipe(duplex=True)
@@ -236,6 +270,8 @@ class OfflinePool:
                     reply = conn.recv()
                 except (EOFError, OSError):
                     raise self._died(worker, what) from None
+                if reply[0] == "refused":
+                    raise ServiceError(422, reply[1])
                 if reply[0] != "ok":
                     raise ServiceError(503, f"{what}: a task failed in an offline worker "
                                             f"process ({reply[1]}); nothing of this pass is "

@@ -9,10 +9,11 @@ Design concerns:
   with the same outputs returns the recorded pair; different outputs for a decided round are
   refused (a second decryption would be a second sample).
 * **Its share of the coins and of the order.** Each round's R^KS bits and its positions'
-  priorities (a uniform permutation) come from ``secrets``, are encrypted and stored (a retry
-  gets the same ciphertexts); this server never sees the compute server's order or its share,
-  nor any score. The chosen candidate is the accepted one of least priority, so neither server
-  alone knows the order in which candidates were tried (``crypto.tfhe_permute_and_flip``). With
+  priorities (a uniform permutation) come from ``secrets`` in the offline worker process
+  that encrypts them, and only their ciphertexts are stored (a retry gets the same ones);
+  this server never sees the compute server's order or its share, nor any score. The
+  chosen candidate is the accepted one of least priority, so neither server alone knows the
+  order in which candidates were tried (``crypto.tfhe_permute_and_flip``). With
   candidate batches (``params.selection_plan.candidate_batches``) the same shares are cut into
   the batches' positions, the padding's drawn like the rest (priority 0: padding is inactive,
   never compared), and the S outputs it decrypts are the batched round's last function's, one
@@ -22,6 +23,10 @@ Design concerns:
   given the masks, which the compute server holds and this server never sees. Their chunks
   are spread over the offline pool's workers (``keyserver.offline_pool``), in contiguous
   groups, and stored together in chunk order.
+* **No key in the server's process.** Every use of the module's keys (the shares' and P2's
+  encryption, a round's decryption) is a task of the offline pool: the keys are gigabytes at
+  Adult's widths, and loading or using them in the server's process would hold its
+  interpreter for seconds while requests wait.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ import base64
 import hashlib
 import json
 import secrets
-import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -41,8 +45,9 @@ from common import wire
 from common.serving import ServiceError, write_private
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.private_selection import PrivateSelectionShape
+from crypto.selection_batches import BatchLayout
 from crypto.selection_randomness import batch_randomness, random_priorities, random_share
-from crypto.tfhe_permute_and_flip import thresholds
+from crypto.tfhe_permute_and_flip import SelectionShape, thresholds
 from keyserver.keys import SelectionKeys
 from keyserver.ledger import PrivacyLedger
 from keyserver.noisy_greedy import (
@@ -51,7 +56,7 @@ from keyserver.noisy_greedy import (
     NoisyScoreKeys,
     create_noisy_score_files,
 )
-from keyserver.offline_pool import KeyFiles, OfflinePool, split_evenly
+from keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused, split_evenly
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
 from params.session_plan import SessionPlan
@@ -114,41 +119,59 @@ class EncryptIndifInputs:
         return [keys.encrypt_indif_input(chunk) for chunk in self.chunks]
 
 
+@dataclass(frozen=True)
+class DrawAndEncryptRoundShares:
+    """A task: one em round's R^KS bits and priorities, drawn from the CSPRNG in the process
+    that encrypts them (``crypto.selection_randomness``); only their ciphertexts leave it,
+    as ``SelectionKeys.encrypt_randomness`` orders them."""
+
+    shape: SelectionShape
+    batches: BatchLayout | None
+
+    def run(self, keys) -> list[bytes]:
+        if self.batches is None:
+            r_ks, priority = random_share(self.shape), random_priorities(self.shape)
+        else:
+            r_ks, priority = batch_randomness(self.shape, self.batches)
+        return keys.encrypt_randomness(r_ks, priority)
+
+
+@dataclass(frozen=True)
+class DecryptOneHot:
+    """A task: a charged round's S outputs decrypted, in candidate order (int64 bytes)."""
+
+    outputs: tuple[bytes, ...]
+
+    def run(self, keys) -> list[bytes]:
+        try:
+            one_hot = keys.decrypt_one_hot([keys.parse(item) for item in self.outputs])
+        except Exception:
+            raise TaskRefused("the outputs do not decrypt under this session's selection "
+                              "keys") from None
+        return [np.asarray(one_hot, dtype="<i8").tobytes()]
+
+
 class SelectionRole:
     """The key server's part of a session's selection, built from its sessions and its
-    ledger; noisy-greedy's part is :attr:`noisy_greedy`. ``pool`` runs its offline
-    encryption (default: in the calling thread)."""
+    ledger; noisy-greedy's part is :attr:`noisy_greedy`. ``pool`` runs every use of the
+    module's keys, in its worker processes (module docstring)."""
 
-    def __init__(self, store: SessionStore, ledger: PrivacyLedger,
-                 pool: OfflinePool | None = None):
+    def __init__(self, store: SessionStore, ledger: PrivacyLedger, pool: OfflinePool):
         self._store = store
         self._ledger = ledger
-        self._pool = pool or OfflinePool()
-        self._keys: dict[str, SelectionKeys | NoisyScoreKeys] = {}
-        self._lock = threading.Lock()
-        self.noisy_greedy = NoisyGreedyRole(store, ledger, self.selection_keys,
-                                            self.check_row_bound, self._pool,
+        self._pool = pool
+        self.noisy_greedy = NoisyGreedyRole(store, ledger, self.check_row_bound, self._pool,
                                             self.selection_key_files)
 
     def selection_key_files(self, session_id: str) -> KeyFiles:
-        """Where an offline worker loads the selection module's keys itself: the same
-        handle as :meth:`selection_keys`, from the session's 0600 files."""
+        """Where an offline worker loads the selection module's keys itself, from the
+        session's 0600 files."""
         plan = self.selection_plan(session_id)
         directory = str(self._store.session_dir(session_id))
         if plan.selection.mode == SelectionMode.NOISY_GREEDY:
             return KeyFiles(NoisyScoreKeys.load, directory,
                             (plan.selection.noisy_shape(plan.used_chunk_sizes()),))
         return KeyFiles(SelectionKeys.load, directory, (module_shape(plan),))
-
-    def selection_keys(self, session_id: str) -> SelectionKeys | NoisyScoreKeys:
-        with self._lock:
-            if session_id in self._keys:
-                return self._keys[session_id]
-        files = self.selection_key_files(session_id)
-        keys = files.load(Path(files.directory), *files.args)
-        with self._lock:
-            self._keys[session_id] = keys
-        return keys
 
     def selection_plan(self, session_id: str) -> SessionPlan:
         plan = self._store.plan(session_id)
@@ -223,8 +246,7 @@ class SelectionRole:
         # A few groups a worker: chunk sizes differ, so the workers finish closer together.
         tasks = [EncryptIndifInputs(tuple(group))
                  for group in split_evenly(chunks, 4 * self._pool.workers)]
-        encrypted = self._pool.map(self.selection_key_files(session_id),
-                                   lambda: self.selection_keys(session_id), tasks,
+        encrypted = self._pool.map(self.selection_key_files(session_id), tasks,
                                    f"session {session_id}: encrypting P2's inputs")
         data = pack_blobs([blob for group in encrypted for blob in group])
         write_private(path, data)
@@ -271,12 +293,10 @@ class SelectionRole:
                                "AND round = ?", (session_id, round_)).fetchone()
         if row is not None:
             return bytes(row["value"])
-        shape, batches = plan.selection.shape, plan.selection.batches
-        if batches is None:
-            r_ks, priority = random_share(shape), random_priorities(shape)
-        else:
-            r_ks, priority = batch_randomness(shape, batches)
-        value = pack_blobs(self.selection_keys(session_id).encrypt_randomness(r_ks, priority))
+        task = DrawAndEncryptRoundShares(plan.selection.shape, plan.selection.batches)
+        [shares] = self._pool.map(self.selection_key_files(session_id), [task],
+                                  f"session {session_id}: encrypting round {round_}'s shares")
+        value = pack_blobs(shares)
         with self._store.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO selection_randomness VALUES (?, ?, ?)",
                          (session_id, round_, value))
@@ -300,9 +320,10 @@ class SelectionRole:
             return wire.SelectionRound(round=round_, pair=decided[round_], rho=str(rho))
         self._check_round(plan, session_id, round_)
         s = plan.selection.shape.candidates
-        keys = self.selection_keys(session_id)
         try:
-            outputs = [keys.parse(item) for item in unpack_blobs(body, expected=s)]
+            outputs = unpack_blobs(body, expected=s)
+            for item in outputs:  # parsed here too: a malformed body is refused uncharged
+                SelectionKeys.parse(item)
         except Exception:
             raise ServiceError(422, f"a selection round carries {s} ciphertexts of this "
                                     "session's selection module") from None
@@ -311,11 +332,11 @@ class SelectionRole:
             # Charged once, bound to these outputs; other outputs for a charged round would be
             # a second decryption for one charge.
             self._ledger.charge(conn, plan, session_id, name, rho, digest)
-        try:
-            one_hot = keys.decrypt_one_hot(outputs)
-        except Exception:
-            raise ServiceError(422, "the outputs do not decrypt under this session's "
-                                    "selection keys") from None
+        # A refusal there is a 422 too: charged, the budget is spent on what was decrypted.
+        [[decrypted]] = self._pool.map(self.selection_key_files(session_id),
+                                       [DecryptOneHot(tuple(outputs))],
+                                       f"session {session_id}: decrypting round {round_}")
+        one_hot = np.frombuffer(decrypted, dtype="<i8").tolist()
         pairs = [slot.attrs for slot in plan.layout.two_way]
         taken = set(decided.values())
         hits = [i for i, bit in enumerate(one_hot) if bit == 1]

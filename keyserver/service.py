@@ -48,8 +48,8 @@ class KeyServer:
                  preparation_workers: int = 1, offline_workers: int = 1):
         """``prepare``: how a session's circuits, keys and noise pool are made (default: in a
         child process, ``keyserver.preparation.prepare_in_child``); ``offline_workers``: the
-        local processes the offline job's chunks are spread over (1: the job's own thread,
-        ``keyserver.offline_pool``)."""
+        local processes the offline job's chunks are spread over, never the server's own
+        (``keyserver.offline_pool``)."""
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
@@ -131,13 +131,16 @@ class KeyServer:
         """One pass of the offline job: clients' masked vectors first (they gate the
         compute server), then at most one chunk of joint-noise bits a worker of the offline
         pool (``keyserver.coins``), else at most one pair's bits a worker of noisy-greedy's
-        joint scores (``keyserver.noisy_greedy``)."""
+        joint scores (``keyserver.noisy_greedy``). A pass with nothing to do ends the pool's
+        workers once they have been idle long enough (their keys' memory is freed)."""
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
             done = 1
         if done == 0 and self.selection.noisy_greedy.prepare_one(
                 self.sessions.runnable_session_ids()):
             done = 1
+        if done == 0:
+            self.offline_pool.end_idle()
         return done
 
     def ciphertext_index(self, session_id: str) -> list[dict]:

@@ -84,10 +84,10 @@ class MaskedUploads:
     server."""
 
     def __init__(self, sessions: SessionRegistry, ledger: PrivacyLedger,
-                 pool: OfflinePool | None = None):
+                 pool: OfflinePool):
         self._sessions = sessions
         self._ledger = ledger
-        self._pool = pool or OfflinePool()
+        self._pool = pool
         self.db: Database = sessions.db
         self._mismatched: set[str] = set()  # upload digests whose file is another's, logged
 
@@ -244,8 +244,7 @@ class MaskedUploads:
             chunks.append(padded)
         tasks = [EncryptMaskedChunks(position, tuple(group))
                  for group in split_evenly(chunks, self._pool.workers)]
-        encrypted = self._pool.map(self._sessions.key_files(session_id),
-                                   lambda: self._sessions.keys(session_id), tasks,
+        encrypted = self._pool.map(self._sessions.key_files(session_id), tasks,
                                    f"session {session_id}: encrypting client {client_id}'s "
                                    "masked vector")
         packed = pack_blobs([blob for group in encrypted for blob in group])

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keyserver.offline_pool import TaskRefused
+
 
 class EchoKeys:
     """A stand-in key handle: its "ciphertexts" are the values themselves."""
@@ -60,3 +62,11 @@ class Sleep:
     def run(self, keys: EchoKeys) -> list[bytes]:
         time.sleep(self.seconds)
         return [b"slept"]
+
+
+@dataclass(frozen=True)
+class Undecryptable:
+    """Refuses its input, as a decryption task refuses a ciphertext not of its keys."""
+
+    def run(self, keys: EchoKeys) -> list[bytes]:
+        raise TaskRefused("the outputs do not decrypt under this session's keys")

@@ -92,7 +92,7 @@ def run_offline_job(service: KeyServer, vectors: dict[str, np.ndarray]):
 
 @pytest.fixture(scope="module")
 def one_and_two(prepared, tmp_path_factory):
-    """The offline job with one worker (in the server's process) and with two processes."""
+    """The offline job on one worker process and on two."""
     plan, _ = prepared
     vectors = masked_vectors(plan)
     out = {}
@@ -126,6 +126,7 @@ def test_two_workers_store_what_one_worker_stores(one_and_two):
     # Two chunks a pass on two workers (3 chunks: 2 passes), one a pass on one (3).
     assert passes_1 - 1 == 1 + 3 and passes_2 - 1 == 1 + 2
     assert len(out["pids2"]) == 2 and os.getpid() not in out["pids2"]
+    assert len(out["pids1"]) == 1 and os.getpid() not in out["pids1"]
     # Every set is its own draw: no two workers' (or chunks') ciphertexts coincide.
     every = [*coins_2.values(), *coins_1.values()]
     assert len(set(every)) == len(every)
@@ -209,14 +210,10 @@ def test_a_worker_that_dies_fails_the_pass_and_the_next_pass_recovers(prepared, 
 FILES = KeyFiles(targets.load_echo_keys, ".")
 
 
-def no_local_keys():
-    raise AssertionError("a pool of processes never uses the server's own handle")
-
-
 def test_results_come_back_in_task_order_from_both_workers():
     pool = OfflinePool(2)
     try:
-        out = pool.map(FILES, no_local_keys, [targets.Echo(i) for i in range(7)], "echo")
+        out = pool.map(FILES, [targets.Echo(i) for i in range(7)], "echo")
         values = [blob[0].decode().split("@") for blob in out]
         assert [int(v) for v, _ in values] == list(range(7))
         assert len({pid for _, pid in values}) == 2
@@ -225,11 +222,35 @@ def test_results_come_back_in_task_order_from_both_workers():
         pool.close()
 
 
-def test_one_worker_runs_in_the_calling_thread_on_the_servers_handle():
+def test_one_worker_is_a_process_of_its_own_never_the_callers():
     pool = OfflinePool(1)
-    out = pool.map(FILES, targets.EchoKeys, [targets.Echo(5)], "echo")
-    assert out == [[f"5@{os.getpid()}".encode()]]
-    assert pool.worker_pids() == []
+    try:
+        out = pool.map(FILES, [targets.Echo(5), targets.Echo(6)], "echo")
+        (worker,) = pool.worker_pids()
+        assert out == [[f"5@{worker}".encode()], [f"6@{worker}".encode()]]
+        assert worker != os.getpid()
+    finally:
+        pool.close()
+
+
+def test_idle_workers_are_ended_and_the_next_map_spawns_new_ones():
+    pool = OfflinePool(2, idle_timeout=1.0)
+    try:
+        assert not pool.end_idle()  # no workers yet
+        pool.map(FILES, [targets.Echo(i) for i in range(2)], "echo")
+        workers = pool.worker_pids()
+        assert len(workers) == 2
+        assert not pool.end_idle() and pool.worker_pids() == workers  # idle for under 1 s
+        time.sleep(1.2)
+        assert pool.end_idle()
+        assert pool.worker_pids() == []
+        for pid in workers:  # exited, and reaped: no process of that id is left
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        pool.map(FILES, [targets.Echo(1)], "echo")
+        assert pool.worker_pids() and not set(pool.worker_pids()) & set(workers)
+    finally:
+        pool.close()
 
 
 def test_noise_bits_are_drawn_in_each_worker_and_never_twice():
@@ -237,7 +258,7 @@ def test_noise_bits_are_drawn_in_each_worker_and_never_twice():
 
     pool = OfflinePool(2)
     try:
-        out = pool.map(FILES, no_local_keys, [DrawAndEncryptScoreBits(256)] * 6, "bits")
+        out = pool.map(FILES, [DrawAndEncryptScoreBits(256)] * 6, "bits")
         drawn = [blob[0] for blob in out]
         assert all(len(d) == 256 and set(d) <= {0, 1} for d in drawn)
         assert len(set(drawn)) == 6  # equal draws: probability 15 * 2^-256
@@ -251,14 +272,14 @@ def test_a_task_that_kills_its_worker_fails_the_map_at_once():
     try:
         started = time.monotonic()
         with pytest.raises(ServiceError) as failure:
-            pool.map(FILES, no_local_keys, [targets.Sleep(0.2), targets.Exit(3),
+            pool.map(FILES, [targets.Sleep(0.2), targets.Exit(3),
                                             targets.Sleep(0.2)], "the test's job")
         assert time.monotonic() - started < 20
         assert failure.value.status == 503
         assert failure.value.message.startswith("the test's job: an offline worker process")
         assert "exited with code 3" in failure.value.message
         assert pool.worker_pids() == []  # every worker ended: none holds a stale answer
-        assert pool.map(FILES, no_local_keys, [targets.Echo(1)], "echo")[0][0].startswith(b"1@")
+        assert pool.map(FILES, [targets.Echo(1)], "echo")[0][0].startswith(b"1@")
     finally:
         pool.close()
 
@@ -267,7 +288,18 @@ def test_a_task_that_raises_fails_the_map_with_its_type_and_message():
     pool = OfflinePool(2)
     try:
         with pytest.raises(ServiceError, match=r"task failed .*ValueError: no such chunk"):
-            pool.map(FILES, no_local_keys, [targets.Refuse("no such chunk")], "refusal")
+            pool.map(FILES, [targets.Refuse("no such chunk")], "refusal")
+    finally:
+        pool.close()
+
+
+def test_a_tasks_refusal_is_a_422_in_its_own_words():
+    pool = OfflinePool(1)
+    try:
+        with pytest.raises(ServiceError) as refused:
+            pool.map(FILES, [targets.Undecryptable()], "decrypting")
+        assert refused.value.status == 422
+        assert refused.value.message == "the outputs do not decrypt under this session's keys"
     finally:
         pool.close()
 
@@ -276,13 +308,13 @@ def test_a_stuck_task_and_a_stopping_server_end_the_map():
     pool = OfflinePool(2, task_timeout=1.0)
     try:
         with pytest.raises(ServiceError, match="more than 1 s on one task"):
-            pool.map(FILES, no_local_keys, [targets.Sleep(30)], "stuck")
+            pool.map(FILES, [targets.Sleep(30)], "stuck")
         pool.task_timeout = 900.0
         failure: list[BaseException] = []
 
         def stuck_map() -> None:
             try:
-                pool.map(FILES, no_local_keys, [targets.Sleep(30)], "stuck")
+                pool.map(FILES, [targets.Sleep(30)], "stuck")
             except BaseException as exc:
                 failure.append(exc)
 

@@ -4,11 +4,10 @@ A real ``feddpsyn keyserver`` process on a joint session (one joint noise a rele
 ``default`` parameter set: each release's coin bits are one 256-cell chunk, seconds of
 encryption each) is asked ``GET /peer/sessions`` every 0.1 s from the moment the session is
 ready until its log says every chunk's coins are encrypted; every answer must come within
-``ANSWER_WITHIN_S``. With ``--workers 2`` the chunks are encrypted in worker processes
-(``keyserver.offline_pool``); with the default ``--workers 1`` they are encrypted in the
-server's own process, in one call a chunk that holds the interpreter, and a peer's call
-waits for the chunk (measured: up to 6.5 s on a loaded 2-core machine). That case is
-expected to fail until the offline job leaves the server's process by default.
+``ANSWER_WITHIN_S``. With the default ``--workers 1`` as with ``--workers 2`` the chunks
+are encrypted in worker processes (``keyserver.offline_pool``): in the server's own process
+one chunk's encryption would hold the interpreter for its 6 s, and a peer's call would wait
+for it.
 """
 
 from __future__ import annotations
@@ -41,11 +40,7 @@ def _coin_chunks(log: Path) -> int:
                for line in log.read_text().splitlines() if COINS_DONE in line)
 
 
-@pytest.mark.parametrize("workers", [
-    pytest.param(1, marks=pytest.mark.xfail(
-        strict=True, reason="--workers 1 encrypts in the server's process: a peer's call "
-                            "waits for the chunk")),
-    2])
+@pytest.mark.parametrize("workers", [1, 2])
 def test_the_peer_is_answered_within_a_second_while_coins_are_encrypted(tmp_path, workers):
     peer = new_token()
     (tmp_path / "peer.token").write_text(peer)

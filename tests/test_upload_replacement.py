@@ -4,7 +4,8 @@ on the uploads, never summed once replaced (``keyserver.uploads``, ``computeserv
 
 No circuit is compiled and no server is started: the key server's app is called in process
 (``TestClient``), a session is recorded from its plan with no keys, "encryption" is the
-identity on the masked values (``SessionKeys.encrypt_chunk`` patched) and the compute server
+identity on the masked values, run in this process (``SessionKeys.encrypt_chunk`` and the
+offline pool's ``map`` patched: no worker process is spawned) and the compute server
 does not parse them (``_validate_ciphertexts`` patched). What is under test is which upload
 each server holds, when a replacement is taken or refused, and what the close of the uploads
 agrees on. ``tests/test_servers.py`` replaces an upload through both real servers and checks
@@ -46,6 +47,8 @@ def servers(tmp_path, monkeypatch):
     monkeypatch.setattr(ComputeServer, "_validate_ciphertexts", lambda *args: None)
     app = create_ks_app(tmp_path / "ks", PEER)
     ks = app.state.service
+    monkeypatch.setattr(ks.offline_pool, "map", lambda files, tasks, what: [
+        task.run(SessionKeys(None, len(CLIENTS))) for task in tasks])
     request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
                                  budget=wire.BudgetSpec(epsilon=50, delta=1e-6), max_rows=1000,
                                  noise="two-server",

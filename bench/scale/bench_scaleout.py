@@ -52,8 +52,8 @@ default parameter set's chunk (k = ``KS_K``, ``KS_CELLS`` cells) with a joint no
 ``KS_COLUMNS`` encrypted bits a cell, ``--ks-coin-chunks`` chunks of the joint noise's bits
 drawn and encrypted a pass of one chunk a worker (``keyserver.coins``), then one client's
 masked vector of ``--ks-upload-chunks`` chunks encrypted in one map (``keyserver.uploads``),
-with ``--workers 1`` (the server's process, its own key handle) and 2 worker processes (each
-loading the key from the 0600 files), alternating. Each run's first coin set and first upload
+with ``--workers 1`` (one worker process) and 2 worker processes (each loading the key from
+the 0600 files), alternating. Each run's first coin set and first upload
 chunk go through the P1 circuit with weight 1 on one bit a cell: the decryption minus the
 masked values is a bit; every coin set is a distinct ciphertext.
 
@@ -523,7 +523,6 @@ class KeyServerOffline:
         self.client, _, _ = _keys_for(self.compiled, directory, "")
         compiled_s = time.perf_counter() - started
         self.files = KeyFiles(SessionKeys.load, str(directory), (1, True))
-        self.keys = SessionKeys.load(directory, 1, True)  # the server's own handle
         self.coin_chunks = coin_chunks
         # Uniform stand-ins for a client's masked vector (data, not noise).
         self.masked = np.random.default_rng(5).integers(0, 1 << KS_K,
@@ -536,17 +535,17 @@ class KeyServerOffline:
     def run(self, pool) -> tuple[list[bytes], list[bytes], float]:
         """(coin sets, upload chunks, CPU span): the coins a pass of one chunk a worker, as
         ``JointCoins.prepare_one``; the upload in one map, as ``MaskedUploads``. The CPU
-        span is this process's CPU seconds with one worker, and with more the busiest
-        worker's per map, summed: the job's length had every worker a core of its own."""
+        span is the busiest worker's CPU seconds per map, summed: the job's length had every
+        worker a core of its own."""
         from keyserver.coins import DrawAndEncryptCoins
         from keyserver.offline_pool import split_evenly
         from keyserver.uploads import EncryptMaskedChunks
 
-        cpu_started, span = time.process_time(), 0.0
+        span = 0.0
 
         def mapped(tasks: list, what: str) -> list[list[bytes]]:
             nonlocal span
-            out = pool.map(self.files, lambda: self.keys, tasks, what)
+            out = pool.map(self.files, tasks, what)
             by_pid: dict[int, float] = {}
             for pid, cpu in zip(pool.last_pids, pool.last_cpu_seconds):
                 by_pid[pid] = by_pid.get(pid, 0.0) + cpu
@@ -560,8 +559,6 @@ class KeyServerOffline:
             coins += [out[0] for out in mapped([task] * count, "coins")]
         groups = split_evenly(list(self.masked), pool.workers)
         uploads = mapped([EncryptMaskedChunks(0, tuple(g)) for g in groups], "upload")
-        if pool.workers == 1:
-            span = time.process_time() - cpu_started
         return coins, [blob for group in uploads for blob in group], span
 
     def check(self, coins: list[bytes], uploads: list[bytes]) -> None:
@@ -597,8 +594,7 @@ def keyserver_offline_step(coin_chunks: int, upload_chunks: int, directory: Path
     spans: dict[str, list[float]] = {name: [] for name in pools}
     try:
         for pool in pools.values():
-            pool.map(step.files, lambda: step.keys,
-                     [EncryptMaskedChunks(0, (step.masked[0],))] * 2, "warm-up")
+            pool.map(step.files, [EncryptMaskedChunks(0, (step.masked[0],))] * 2, "warm-up")
         names = list(pools)
         for repeat in range(repeats):
             for name in (names if repeat % 2 == 0 else names[::-1]):
