@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,31 @@ def data_dir() -> Path:
     if not DATA.exists():
         pytest.fail(f"bundled data not found at {DATA} (set FEDDPSYN_DATA)")
     return DATA
+
+
+def start_cluster():
+    """A local Dask cluster of two worker processes on loopback, and its client."""
+    from distributed import Client, LocalCluster
+
+    # concrete preloaded: each worker imports it while the test process compiles.
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           host="127.0.0.1", scheduler_port=0, dashboard_address=None,
+                           silence_logs=40, preload=["concrete.fhe"])
+    return cluster, Client(cluster)
+
+
+@pytest.fixture(scope="module")
+def booting_cluster():
+    """The cluster's start (one per module that asks), under way in a thread while the
+    module compiles its circuits; joined by ``dask_cluster``."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(start_cluster)
+        yield future
+        cluster, client = future.result()
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(booting_cluster):
+    return booting_cluster.result(timeout=120)[1]

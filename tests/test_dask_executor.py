@@ -12,7 +12,6 @@ import random
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 
@@ -50,32 +49,6 @@ SHAPE = PrivateSelectionShape(count_bits=K, chunk_sizes=(2, 4), selection=SELECT
 EPS = Fraction(1, 2)
 # Pair 0 is three chunks (two levels of adds, one carried over a level), pair 1 one chunk.
 PAIR_CHUNKS = ((4, 2, 2), (2,))
-
-
-def start_cluster():
-    from distributed import Client, LocalCluster
-
-    # concrete preloaded: each worker imports it while the test process compiles.
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", scheduler_port=0, dashboard_address=None,
-                           silence_logs=40, preload=["concrete.fhe"])
-    return cluster, Client(cluster)
-
-
-@pytest.fixture(scope="module")
-def booting_cluster():
-    """The cluster's start, under way in a thread (joined by ``dask_cluster``)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(start_cluster)
-        yield future
-        cluster, client = future.result()
-        client.close()
-        cluster.close()
-
-
-@pytest.fixture(scope="module")
-def dask_cluster(booting_cluster):
-    return booting_cluster.result(timeout=120)[1]
 
 
 @pytest.fixture(scope="module")

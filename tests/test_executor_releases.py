@@ -10,7 +10,6 @@ bits are seeded; the tasks are built once and run on each executor, so the same 
 the same decryptions."""
 
 import random
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,7 +42,6 @@ from crypto.noisy_scores import (
     decode_joint_score,
     joint_score_plaintext,
 )
-from tests.test_dask_executor import start_cluster
 
 K_BITS, CELLS, CLIENTS = 12, 4, 2
 # A split release's two shapes in one circuit (the widest K, zero weights past a shape's).
@@ -54,22 +52,6 @@ CHUNKS = 5
 SCORE_SHAPE = NoisyScoreShape(count_bits=6, chunk_sizes=(6,), score_bits=6, noise_bits=1,
                               joint=JointNoiseShape(6, 2))
 PAIRS = 3
-
-
-@pytest.fixture(scope="module")
-def booting_cluster():
-    """The cluster's start, under way in a thread (joined by ``dask_cluster``)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(start_cluster)
-        yield future
-        cluster, client = future.result()
-        client.close()
-        cluster.close()
-
-
-@pytest.fixture(scope="module")
-def dask_cluster(booting_cluster):
-    return booting_cluster.result(timeout=120)[1]
 
 
 def saved(compiled, directory: Path, session_id: str) -> Circuit:
