@@ -83,8 +83,9 @@ def served_session(tmp_path_factory, *, seed: int, timeout: float, **create):
         yield ks, state, created, csvs, document
 
 
-def true_counts(csvs) -> np.ndarray:
-    schema = Schema.from_dict(SCHEMA)
+def true_counts(csvs, schema_document: dict = SCHEMA) -> np.ndarray:
+    """The union's true counts in the layout of ``schema_document``'s every pair."""
+    schema = Schema.from_dict(schema_document)
     records = np.concatenate([encode_csv(p, schema).records for p in csvs.values()])
     return MarginalLayout.build(schema.domain_sizes).counts(records)
 

@@ -20,12 +20,11 @@ from scipy import stats
 
 from common import wire
 from dp.joint_noise_accounting import JointNoiseShape
-from params.layout import MarginalLayout
 from params.schema import Schema
 from params.session_plan import SessionPlan
-from params.table_codec import encode_csv
 from synthesis import marginals_from_release
 from tests.served import serve
+from tests.test_servers import true_counts
 
 EPSILON = 1.0
 ALPHA = 1e-6
@@ -71,12 +70,6 @@ def topup_session(tmp_path_factory):
     with serve(tmp_path_factory, session_request(), csvs, timeout=600) as (
             ks, state, created, document):
         yield ks, state, created, csvs, document
-
-
-def true_counts(csvs) -> np.ndarray:
-    schema = Schema.from_dict(SCHEMA)
-    records = np.concatenate([encode_csv(p, schema).records for p in csvs.values()])
-    return MarginalLayout.build(schema.domain_sizes).counts(records)
 
 
 def _chosen(document) -> list[tuple[int, int]]:
@@ -144,7 +137,7 @@ def test_published_minus_true_follows_each_counts_stated_shape(topup_session):
     and the randomised PIT of all of them uniform (chi-square, alpha 1e-6)."""
     _, _, created, csvs, document = topup_session
     plan = SessionPlan.from_public(created.session)
-    exact = true_counts(csvs)
+    exact = true_counts(csvs, SCHEMA)
     index = {n: i for i, n in enumerate(Schema.from_dict(SCHEMA).names)}
     rng = np.random.default_rng(3)  # the transform's tie-breaking only
     transformed = []
