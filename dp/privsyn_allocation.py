@@ -32,8 +32,7 @@ from typing import TypeVar
 from dp.pair_selection import greedy_by_error
 
 __all__ = ["allocation_weight", "allocation_groups", "allocation_with_floors",
-           "floored_groups", "greedy_select_allocated", "greedy_select_with_one_ways",
-           "greedy_select_with_floors"]
+           "floored_groups", "greedy_select_allocated", "greedy_select_with_one_ways"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -150,52 +149,6 @@ def greedy_select_with_one_ways(scores: dict[tuple[int, int], float],
         noise = 0.0
         for p in selected:
             rho_p = float(rho) * weight[p] / total
-            noise += scale * cells[p] * math.sqrt(variance_ratio(rho_p) / (2 * rho_p))
-        return sum(v for p, v in scores.items() if p not in selected) + noise
-
-    return greedy_by_error(list(scores), total_error)
-
-
-def greedy_select_with_floors(scores: dict[tuple[int, int], float],
-                              cells: dict[tuple[int, int], int], one_way_cells: list[int],
-                              one_way_floor: Fraction, rho: Fraction,
-                              variance_ratio: Callable[[float], float]
-                              ) -> list[tuple[int, int]]:
-    """PrivSyn's greedy rule priced with the allocation the release will make: a candidate
-    set's kept pairs and the 1-ways' top-ups share ``rho`` (the 2-way release's) by the
-    water-fill with the 1-ways' floors (``one_way_floor`` each: what their first release
-    gave them; :func:`allocation_with_floors`), pair i's expected L1 noise
-    sqrt(2/pi) c_i sqrt(ratio(rho_i) / (2 rho_i)) at its share rho_i = lam w_i. A 1-way
-    whose floor is above its c^(2/3) share takes nothing from the pairs, so where the
-    floors hold (large tables, large budgets) this prices as :func:`greedy_select_allocated`
-    does with the shapes' variances; :func:`greedy_select_with_one_ways` leaves the floors
-    out and prices every 1-way as taking its whole share. Floats: a price, not a guarantee
-    (the release's own shares are exact)."""
-    weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
-    floor = float(one_way_floor)
-    # The 1-ways in the order they join the water-fill (floor / w ascending).
-    ones = sorted(float(allocation_weight(c)) for c in one_way_cells)[::-1]
-    budget = float(rho)
-    scale = math.sqrt(2 / math.pi)
-
-    def level(pair_weight: float) -> float:
-        lam = budget / pair_weight
-        spent, total = 0.0, pair_weight
-        for w in ones:  # bounded: one pass per 1-way
-            if lam <= floor / w:
-                break
-            spent += floor
-            total += w
-            lam = (budget + spent) / total
-        return lam
-
-    def total_error(selected: list[tuple[int, int]]) -> float:
-        if not selected:
-            return sum(scores.values())
-        lam = level(sum(weight[p] for p in selected))
-        noise = 0.0
-        for p in selected:
-            rho_p = lam * weight[p]
             noise += scale * cells[p] * math.sqrt(variance_ratio(rho_p) / (2 * rho_p))
         return sum(v for p, v in scores.items() if p not in selected) + noise
 

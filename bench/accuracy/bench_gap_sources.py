@@ -80,6 +80,7 @@ import shlex
 import statistics
 import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -93,12 +94,11 @@ sys.path.insert(0, str(ROOT))
 from bench.accuracy.bench_served_vs_central import _commit, _table  # noqa: E402
 from dp.gaussian_domination import gaussian_delta  # noqa: E402
 from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
-from dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
+from dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
 from dp.privsyn_allocation import (  # noqa: E402
     allocation_groups,
     allocation_weight,
     greedy_select_allocated,
-    greedy_select_with_floors,
     greedy_select_with_one_ways,
 )
 from fedbench.methods import METHODS  # noqa: E402
@@ -491,6 +491,53 @@ def _shape_ratio(plan: SessionPlan, log_rho: float) -> float:
 
 def _priced_ratio(plan: SessionPlan, rho: float) -> float:
     return _shape_ratio(plan, round(math.log(rho) * 8) / 8)
+
+
+def greedy_select_with_floors(scores: dict[tuple[int, int], float],
+                              cells: dict[tuple[int, int], int], one_way_cells: list[int],
+                              one_way_floor: Fraction, rho: Fraction,
+                              variance_ratio: Callable[[float], float]
+                              ) -> list[tuple[int, int]]:
+    """PrivSyn's greedy rule priced with the allocation the release will make: a candidate
+    set's kept pairs and the 1-ways' top-ups share ``rho`` (the 2-way release's) by the
+    water-fill with the 1-ways' floors (``one_way_floor`` each: what their first release
+    gave them; :func:`allocation_with_floors`), pair i's expected L1 noise
+    sqrt(2/pi) c_i sqrt(ratio(rho_i) / (2 rho_i)) at its share rho_i = lam w_i. A 1-way
+    whose floor is above its c^(2/3) share takes nothing from the pairs, so where the
+    floors hold (large tables, large budgets) this prices as :func:`greedy_select_allocated`
+    does with the shapes' variances; :func:`greedy_select_with_one_ways` leaves the floors
+    out and prices every 1-way as taking its whole share. Floats: a price, not a guarantee
+    (the release's own shares are exact). A what-if only: measured worse than the servers'
+    rule (``bench/results/gap_topup_pricing.md``)."""
+    weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
+    floor = float(one_way_floor)
+    # The 1-ways in the order they join the water-fill (floor / w ascending).
+    ones = sorted(float(allocation_weight(c)) for c in one_way_cells)[::-1]
+    budget = float(rho)
+    scale = math.sqrt(2 / math.pi)
+
+    def level(pair_weight: float) -> float:
+        lam = budget / pair_weight
+        spent, total = 0.0, pair_weight
+        for w in ones:  # bounded: one pass per 1-way
+            if lam <= floor / w:
+                break
+            spent += floor
+            total += w
+            lam = (budget + spent) / total
+        return lam
+
+    def total_error(selected: list[tuple[int, int]]) -> float:
+        if not selected:
+            return sum(scores.values())
+        lam = level(sum(weight[p] for p in selected))
+        noise = 0.0
+        for p in selected:
+            rho_p = lam * weight[p]
+            noise += scale * cells[p] * math.sqrt(variance_ratio(rho_p) / (2 * rho_p))
+        return sum(v for p, v in scores.items() if p not in selected) + noise
+
+    return greedy_by_error(list(scores), total_error)
 
 
 def _greedy(cfg: WhatIf, plan: SessionPlan, noisy: dict, rho_total: Fraction) -> list:
