@@ -78,6 +78,7 @@ from keyserver.ledger import PrivacyLedger
 from keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused
 from keyserver.store import SessionStore
 from params.modes import SelectionMode
+from params.privacy_record import charged_under
 from params.release_spec import SCORE_NOISE
 from params.session_plan import SessionPlan
 
@@ -87,7 +88,8 @@ CREATE TABLE IF NOT EXISTS noisy_greedy (
     scores_json TEXT NOT NULL, decided_at REAL NOT NULL);
 """
 
-LEDGER_NAME = "selection"
+# The ledger entry of the scores, the name the privacy record maps them to.
+LEDGER_NAME = charged_under("selection_scores")
 
 
 @dataclass(frozen=True)

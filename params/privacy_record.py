@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from params.session_plan import SessionPlan
 
 __all__ = ["plan_mechanisms", "run_time_releases", "privacy_record", "record_mechanisms",
-           "accounted_epsilon", "epsilon_after"]
+           "accounted_epsilon", "charged_under", "epsilon_after"]
 
 
 def run_time_releases(plan: SessionPlan) -> list[str]:
@@ -140,6 +140,18 @@ def record_mechanisms(record: wire.PrivacyRecord) -> list[Mechanism]:
     return out
 
 
+# The ledger entry each mechanism's noise is charged under, where the names differ: the
+# key server charges noisy-greedy's scores as its "selection" entry (``keyserver.ledger``).
+LEDGER_ENTRY = {"selection_scores": "selection"}
+
+
+def charged_under(mechanism: str) -> str:
+    """The ledger entry a record's mechanism is spent by: a release's groups
+    (``two_way/...``) under the release, the scores under ``selection``."""
+    base = mechanism.split("/")[0]
+    return LEDGER_ENTRY.get(base, base)
+
+
 def epsilon_after(public: wire.SessionPublic, charged: list[tuple[str, Fraction]]) -> float:
     """The session's eps at its conversion delta once the ledger entries ``charged`` (name,
     rho) are spent: the PLD of their mechanisms in a calibrated session, else the zCDP
@@ -158,7 +170,7 @@ def epsilon_after(public: wire.SessionPublic, charged: list[tuple[str, Fraction]
             if rounds:
                 mechanisms.append(PureStep(mechanism.name, mechanism.epsilon,
                                            min(rounds, mechanism.count)))
-        elif mechanism.name.split("/")[0] in names:
+        elif charged_under(mechanism.name) in names:
             mechanisms.append(mechanism)
     if not mechanisms:
         return 0.0

@@ -100,6 +100,21 @@ def test_the_ledger_reports_the_records_eps_once_everything_is_charged():
     assert sum((rho for _, rho in charges), Fraction(0)) <= plan.rho_total
 
 
+def test_the_ledger_counts_noisy_greedys_scores_under_its_selection_entry():
+    """The key server charges the scores as "selection"; the record names their noise
+    "selection_scores": once every entry is charged the ledger's eps is the record's."""
+    schema = Schema.load(FED_HEART)
+    plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="noisy-greedy",
+                                         noise="auto"))
+    public = plan.to_public("s", ["a", "b"])
+    charges = [("one_way", plan.release("one_way").rho),
+               ("selection", plan.selection.rho_charged),
+               ("two_way", plan.release("two_way").rho)]
+    assert epsilon_after(public, charges) == pytest.approx(public.privacy.epsilon_accounted)
+    assert epsilon_after(public, charges[:1]) < epsilon_after(public, charges[:2]) \
+        < epsilon_after(public, charges)
+
+
 def test_noisy_greedys_record_bounds_the_release_it_decides_at_run_time():
     schema = Schema.load(FED_HEART)
     plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="noisy-greedy",
