@@ -129,6 +129,33 @@ def is_served_vs_central(d: dict) -> bool:
     return "bench_served_vs_central.py" in str(d.get("command", ""))
 
 
+def is_demo_time(d: dict) -> bool:
+    return "bench_demo_time.py" in str(d.get("command", ""))
+
+
+def render_demo_time(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## The demo's wall time", "",
+           "`feddpsyn demo` end to end as a user runs it (servers started, session prepared, "
+           "uploads, encrypted aggregation, selection and releases, synthesis), with the "
+           "phases its report records and the machine's 1-minute load average before and "
+           "after.", ""]
+    rows = []
+    for path, d in files:
+        phases = d["phases"]
+        rows.append([link(path), d["dataset"], d["selection"], num(d["epsilon"]),
+                     f"{d['cores']}", f"{d['load_before'][0]:.2f} / {d['load_after'][0]:.2f}",
+                     f"{d['wall_seconds'] / 60:.1f}",
+                     ", ".join(f"{k} {v:.0f}" for k, v in phases.items() if v >= 0.5),
+                     num(d["two_way_error"]), num(d["central_two_way_error"])])
+    out += table(["file", "data", "selection", "eps", "cores", "load before / after",
+                  "minutes", "phases (s)", "2-way L1", "central 2-way L1"], rows)
+    out.append("")
+    for path, d in files:
+        out += [f"{link(path)}:", *provenance(command=d["command"], commit=d["commit"],
+                                              started=d["date"]), ""]
+    return out
+
+
 def is_client_stream(d: dict) -> bool:
     return "bench_client_stream.py" in str(d.get("run", ""))
 
@@ -587,6 +614,7 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_client_stream, render_client_stream),
     (is_scale, render_scale),
     (is_plan_acceptance, render_plan_acceptance),
+    (is_demo_time, render_demo_time),
 ]
 
 

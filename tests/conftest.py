@@ -82,7 +82,6 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_servers": ALL,
         "test_servers_replace": ALL,
         "test_servers_noisy_greedy": ALL,
-        "test_servers_one_way_topup": ALL,
         "test_servers_selection": ALL,
         "test_session_preparation": [
             "test_post_answers_202_before_the_preparation_and_uploads_wait_for_ready",
@@ -108,7 +107,6 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_servers": ALL,
         "test_servers_replace": ALL,
         "test_servers_noisy_greedy": ALL,
-        "test_servers_one_way_topup": ALL,
         "test_servers_selection": ALL,
         "test_session_preparation": [
             "test_post_answers_202_before_the_preparation_and_uploads_wait_for_ready",

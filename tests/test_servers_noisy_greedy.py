@@ -1,16 +1,18 @@
 """A whole session with the noisy-greedy selection through both servers over HTTP, at eps 1
-with the servers' default noise (auto): the key server charges exactly the plan's rho for
-the selection, the scores carry one joint noise (the public record says so, with its
-shape), the compute server's encrypted noisy scores decrypt to InDif plus that noise within
-its hard bound, the chosen pairs are PrivSyn's greedy rule (priced with its c^(2/3) split)
-on the key server's recorded scores (the decrypted value, nothing added), the key server's
-score bits are served identically on a retry, a replay returns the recorded pairs and other
-ciphertexts are refused; the 2-way release holds exactly the chosen pairs, split by PrivSyn's
-allocation with one joint noise per pair size, the shapes both servers compute from the
-public plan and the published pairs, and published - true follows each count's stated shape
-exactly."""
+with the servers' defaults (noise auto, the 1-way top-up): the key server charges exactly the
+plan's rho for the selection, the scores carry one joint noise (the public record says so,
+with its shape), the compute server's encrypted noisy scores decrypt to InDif plus that noise
+within its hard bound, the chosen pairs are the plan's greedy rule (PrivSyn's, the 1-ways in
+its allocation) on the key server's recorded scores (the decrypted value, nothing added), the
+key server's score bits are served identically on a retry, a replay returns the recorded
+pairs and other ciphertexts are refused; the 2-way release holds exactly the chosen pairs and
+the topped-up 1-ways of ``SessionPlan.resolve``, split by PrivSyn's allocation with one joint
+noise per group, the shapes both servers compute from the public plan and the published pairs
+(the compute server's statement of the noise matches the key server's), its rho charged once;
+published - true follows each count's stated shape exactly; and synthesis reads each
+topped-up 1-way as one measurement, its two combined by inverse variance. One session serves
+every test here (it is the suite's dearest fixture)."""
 
-import contextlib
 import csv
 import json
 import sqlite3
@@ -23,80 +25,63 @@ import pytest
 from concrete import fhe
 from scipy import stats
 
-from clients.agent import ClientAgent
 from common import wire
 from crypto.blobs import pack_blobs, unpack_blobs
 from crypto.noisy_scores import decode_score
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.pair_selection import expected_counts_for_pairs
-from dp.privsyn_allocation import greedy_select_allocated
-from feddpsyn.demo import _selection_summary, start_servers
+from feddpsyn.demo import _selection_summary
 from params.plan_request import PlanRequest
 from params.schema import Schema
 from params.session_plan import SessionPlan
 from synthesis import marginals_from_release
-from tests.served import post_session
-from tests.test_servers import CLIENTS, SCHEMA, true_counts, wait_released
+from tests.served import serve
+from tests.test_servers import true_counts
 
 EPSILON = 1.0
 ALPHA = 1e-6
+CLIENTS = ["alice", "bob", "carol"]
+# An 8-valued column and two binary ones: at eps 1 every selection tops up the 8-cell 1-way
+# (``tests/test_one_way_topup.py`` enumerates them).
+SCHEMA = {"name": "topup", "columns": [
+    {"name": "grade", "type": "categorical", "i2s": list("abcdefgh")},
+    {"name": "sex", "type": "categorical", "i2s": ["F", "M"]},
+    {"name": "smoker", "type": "categorical", "i2s": ["no", "yes"]}]}
 
 
 def write_dependent_csvs(directory: Path) -> dict[str, Path]:
-    """Columns that depend on each other (sex mostly follows age, smoker mostly follows
-    sex), so PrivSyn's rule keeps pairs at eps 1; the data only: every noise comes from the
-    servers' CSPRNG."""
-    rng = np.random.default_rng(11)
+    """sex follows grade, smoker follows sex, so PrivSyn's rule keeps a pair; the data only:
+    every noise comes from the servers' CSPRNG."""
+    rng = np.random.default_rng(5)
     paths = {}
     for i, client in enumerate(CLIENTS):
         path = directory / f"{client}.csv"
         with path.open("w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["age", "sex", "smoker"])
-            for _ in range(100 + 50 * i):
-                age = int(rng.integers(0, 101))
-                sex = ("F" if age < 50 else "M") if rng.random() < 0.95 else rng.choice(["F", "M"])
-                smoker = ({"F": "no", "M": "yes"}[sex] if rng.random() < 0.9
-                          else "unknown")
-                w.writerow([age, sex, smoker])
+            w.writerow(["grade", "sex", "smoker"])
+            for _ in range(120 + 60 * i):
+                grade = int(rng.integers(0, 8))
+                sex = ("F" if grade < 4 else "M") if rng.random() < 0.97 else rng.choice(["F", "M"])
+                smoker = {"F": "no", "M": "yes"}[sex] if rng.random() < 0.9 else "no"
+                w.writerow(["abcdefgh"[grade], sex, smoker])
         paths[client] = path
     return paths
 
 
-@contextlib.contextmanager
-def _served(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
-    ks, cs = start_servers(state)
-    try:
-        operator = (state / "keyserver" / "operator.token").read_text().strip()
-        request = wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
-                                     budget=wire.BudgetSpec(epsilon=EPSILON, delta=1e-6),
-                                     max_rows=1000,
-                                     # The split release of the pairs alone: the top-up
-                                     # is tests/test_servers_one_way_topup.py's.
-                                     selection=wire.SelectionRequest(mode="noisy-greedy",
-                                                                     one_way_topup=False))
-        created = post_session(ks.url, operator, request)
-        csvs = write_dependent_csvs(tmp_path_factory.mktemp("csv"))
-        agents = tmp_path_factory.mktemp("agents")
-        sid = created.session.session_id
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
-                             agents) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
-                         agents) as agent:
-            document = wait_released(agent, timeout=400)
-        yield ks, state, created, csvs, document
-    finally:
-        ks.stop()
-        cs.stop()
+def session_request() -> wire.SessionCreate:
+    # The selection's defaults: the 1-way top-up is on for noisy-greedy.
+    return wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+                              budget=wire.BudgetSpec(epsilon=EPSILON, delta=1e-6),
+                              max_rows=1000,
+                              selection=wire.SelectionRequest(mode="noisy-greedy"))
 
 
 @pytest.fixture(scope="module")
 def greedy_session(tmp_path_factory):
-    with _served(tmp_path_factory) as session:
-        yield session
+    csvs = write_dependent_csvs(tmp_path_factory.mktemp("csv"))
+    with serve(tmp_path_factory, session_request(), csvs, timeout=600) as (
+            ks, state, created, document):
+        yield ks, state, created, csvs, document
 
 
 def _plan() -> SessionPlan:
@@ -118,7 +103,7 @@ def _chosen(document) -> list[tuple[int, int]]:
 
 
 def test_selection_is_charged_once_and_the_release_holds_the_chosen_pairs(greedy_session):
-    _, _, created, _, document = greedy_session
+    _, state, created, _, document = greedy_session
     plan = _plan()
     assert SessionPlan.from_public(created.session).releases == plan.releases
     selection = document.accounting["selection"]
@@ -132,8 +117,13 @@ def test_selection_is_charged_once_and_the_release_holds_the_chosen_pairs(greedy
     assert Fraction(selection["noise_sigma2"]) == Fraction(3) / (2 * rho["selection"])
     two_way = next(r for r in document.releases if r.release == "two_way")
     names = [c["name"] for c in SCHEMA["columns"]]
-    assert sorted(tuple(m.attrs) for m in two_way.marginals.values()) == sorted(
-        (names[a], names[b]) for a, b in chosen)
+    assert sorted(tuple(m.attrs) for m in two_way.marginals.values() if len(m.attrs) == 2) \
+        == sorted((names[a], names[b]) for a, b in chosen)
+    # The option is public, and the key server's rule is the plan's (the 1-ways in it).
+    assert created.session.one_way_topup and plan.one_way_topup and plan.accounting == "pld"
+    pairs = [slot.attrs for slot in plan.layout.two_way]
+    scores = _ks_scores(state, created.session.session_id)
+    assert plan.select_pairs(dict(zip(pairs, scores, strict=True))) == chosen
     total, spent = (Fraction(document.accounting[k]) for k in ("rho_total", "rho_spent"))
     assert spent <= total and spent > total * Fraction(999_999, 1_000_000)
     # The failure terms (the split release's worst case included) are reserved out of delta.
@@ -148,7 +138,14 @@ def test_the_two_way_release_is_split_and_joint_with_the_shapes_the_plan_gives(g
     assert public_two.noise == "joint" and public_two.allocation == "privsyn"
     resolved = plan.resolve(plan.release("two_way"), _chosen(document))
     assert resolved.parts, "at eps 1 every selection of this schema is joint"
+    tops = [p for p in resolved.parts if p.name.startswith("two_way/one_way/")]
+    assert tops, "every selection of this schema tops up the 8-cell 1-way at eps 1"
+    assert sum(p.rho for p in resolved.parts) == resolved.rho
     two_way = next(r for r in document.releases if r.release == "two_way")
+    assert set(two_way.marginals) == set(resolved.marginal_keys)
+    names = Schema.from_dict(SCHEMA).names
+    assert {tuple(m.attrs) for m in two_way.marginals.values()} == {
+        tuple(names[a] for a in slot.attrs) for slot in plan.slots_of(resolved)}
     assert two_way.noise == "joint" and two_way.allocation == "privsyn"
     assert two_way.sigma2_per_server == "0" and two_way.joint is None
     for key, marginal in two_way.marginals.items():
@@ -156,13 +153,12 @@ def test_the_two_way_release_is_split_and_joint_with_the_shapes_the_plan_gives(g
         assert JointNoiseShape(marginal.joint.uniforms, marginal.joint.bits) == part.joint
         assert Fraction(marginal.per_count_variance) == part.joint.variance
     assert Fraction(two_way.per_count_variance) == plan.per_count_variance(resolved)
-    assert plan.per_count_variance(resolved) < 2 * resolved.sigma2  # below the even release
     assert document.noise["kind"] == "joint"
     summary = document.noise["releases"]["two_way"]
     assert summary["allocation"] == "privsyn"
     assert sum(len(g["marginals"]) for g in summary["groups"].values()) == len(
-        _chosen(document))
-    assert len(summary["groups"]) == len(resolved.parts)
+        resolved.marginal_keys)
+    assert set(summary["groups"]) == {p.name for p in resolved.parts}
     assert document.noise["per_count_variance"]["two_way"] == float(
         plan.per_count_variance(resolved))
     for part in resolved.parts:  # and each group's own
@@ -177,8 +173,9 @@ def test_the_two_way_release_is_split_and_joint_with_the_shapes_the_plan_gives(g
     by_attrs = {m.attrs: m.variance for m in noisy if len(m.attrs) == 2}
     index = {n: i for i, n in enumerate(Schema.from_dict(SCHEMA).names)}
     for marginal in two_way.marginals.values():
-        attrs = tuple(index[a] for a in marginal.attrs)
-        assert by_attrs[attrs] == float(Fraction(marginal.per_count_variance))
+        if len(marginal.attrs) == 2:
+            attrs = tuple(index[a] for a in marginal.attrs)
+            assert by_attrs[attrs] == float(Fraction(marginal.per_count_variance))
 
 
 def _pit(error: int, shape: JointNoiseShape, u: float) -> float:
@@ -192,14 +189,15 @@ def _pit(error: int, shape: JointNoiseShape, u: float) -> float:
 
 
 def test_published_minus_true_follows_each_counts_stated_shape(greedy_session):
-    """Every published count of both releases (the 1-way's shape, each pair's group shape):
-    within the hard bound, and the randomised PIT of the errors is uniform (chi-square on
-    equal bins of >= 5 expected, alpha 1e-6). Few counts (35), so the test is weak in power
-    but exact in size; ``tests/test_joint_noise.py`` tests the mixed-shape law at scale."""
+    """Every published count of both releases (the 1-way's shape, each pair's and each
+    top-up's group shape, the topped-up 1-ways twice): within the hard bound, and the
+    randomised PIT of the errors is uniform (chi-square on equal bins of >= 5 expected,
+    alpha 1e-6). Few counts, so the test is weak in power but exact in size;
+    ``tests/test_joint_noise.py`` tests the mixed-shape law at scale."""
     _, _, created, csvs, document = greedy_session
     schema = Schema.from_dict(SCHEMA)
     plan = SessionPlan.from_public(created.session)
-    exact = true_counts(csvs)
+    exact = true_counts(csvs, SCHEMA)
     index = {n: i for i, n in enumerate(schema.names)}
     rng = np.random.default_rng(3)  # the transform's tie-breaking only
     transformed = []
@@ -241,7 +239,7 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
     expected = expected_counts_for_pairs(
         [np.asarray(m.counts, dtype=float) for m in one_way.marginals.values()], pairs,
         created.session.selection.max_rows)
-    counts = true_counts(csvs)
+    counts = true_counts(csvs, SCHEMA)
     truth = [int(np.abs(counts[s.offset:s.offset + s.size] - expected[s.attrs]).sum())
              for s in plan.layout.two_way]
     # The key server's selection client, loaded as an auditor would (the service has no
@@ -265,9 +263,7 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
     first = httpx.get(url, headers=peer, timeout=120)
     assert first.status_code == 200 and len(unpack_blobs(first.content)) == len(pairs)
     assert httpx.get(url, headers=peer, timeout=120).content == first.content
-    cells = {s.attrs: s.size for s in plan.layout.two_way}
-    assert greedy_select_allocated(dict(zip(pairs, ks_noisy)), cells,
-                                   plan.release("two_way").rho) == _chosen(document)
+    assert plan.select_pairs(dict(zip(pairs, ks_noisy, strict=True))) == _chosen(document)
 
 
 def test_replay_returns_the_decision_and_other_scores_are_refused(greedy_session):
@@ -289,8 +285,39 @@ def test_replay_returns_the_decision_and_other_scores_are_refused(greedy_session
                        headers={"Authorization": f"Bearer {operator}"}).json()
     assert [e["release"] for e in ledger["entries"]] == ["one_way", "selection", "two_way"]
     assert ledger["rho_spent"] == document.accounting["rho_spent"]
-    # The key server's bits for the split release: one set per chunk, served identically.
-    coins = f"{ks.url}/peer/sessions/{sid}/releases/two_way/coins/1"
-    first = httpx.get(coins, headers=peer, timeout=120)
-    assert first.status_code == 200 and first.content == httpx.get(
-        coins, headers=peer, timeout=120).content
+    # The key server's bits for the split release: one set per chunk it covers (a kept
+    # pair's, and the topped-up 1-ways'), served identically.
+    plan = SessionPlan.from_public(created.session)
+    pair = plan.layout.slot(_chosen(document)[0])
+    chunks = {int(plan.layout.cells_of(plan.layout.one_way)[0]) // plan.parameters.chunk_cells,
+              pair.offset // plan.parameters.chunk_cells}
+    for chunk in sorted(chunks):
+        url = f"{ks.url}/peer/sessions/{sid}/releases/two_way/coins/{chunk}"
+        first = httpx.get(url, headers=peer, timeout=120)
+        assert first.status_code == 200
+        assert httpx.get(url, headers=peer, timeout=120).content == first.content
+
+
+def test_synthesis_combines_the_two_measurements(greedy_session):
+    _, _, created, _, document = greedy_session
+    plan = SessionPlan.from_public(created.session)
+    one_way = next(r for r in document.releases if r.release == "one_way")
+    two_way = next(r for r in document.releases if r.release == "two_way")
+    _, noisy = marginals_from_release(document)
+    assert len(noisy) == len(plan.layout.one_way) + len(_chosen(document))
+    index = {n: i for i, n in enumerate(Schema.from_dict(SCHEMA).names)}
+    by_attrs = {m.attrs: m for m in noisy}
+    first_variance = float(Fraction(one_way.per_count_variance))
+    topped = 0
+    for key, marginal in two_way.marginals.items():
+        if len(marginal.attrs) != 1:
+            continue
+        topped += 1
+        second_variance = float(Fraction(marginal.per_count_variance))
+        w1, w2 = 1 / first_variance, 1 / second_variance
+        combined = by_attrs[(index[marginal.attrs[0]],)]
+        assert combined.variance == pytest.approx(1 / (w1 + w2))
+        expected = (w1 * np.array(one_way.marginals[key].counts)
+                    + w2 * np.array(marginal.counts)) / (w1 + w2)
+        assert combined.counts.ravel() == pytest.approx(expected)
+    assert topped
