@@ -33,7 +33,7 @@ from params.modes import SelectionMode
 from params.schema import Schema
 from params.operator_bound import stated_max_rows
 from params.plan_request import PlanRequest
-from params.selection_plan import DEFAULT_SPLITS
+from params.budget_split import default_split
 from params.session_plan import SessionPlan
 from params.table_codec import encode_csv
 from synthesis.central import central_marginals
@@ -385,7 +385,10 @@ def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, ep
     discrete Gaussian a count, at the session's split (it reuses the federated selection's
     pairs, so it pays nothing for selecting them). ``chosen``: the selected pairs, None
     where every pair was released."""
-    split = DEFAULT_SPLITS[selection]
+    sizes = list(schema.domain_sizes)
+    split = default_split(selection, sizes,
+                          [a * b for i, a in enumerate(sizes) for b in sizes[i + 1:]],
+                          epsilon, delta, max_rows)
     if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
         plan = SessionPlan.build(PlanRequest(
             schema, epsilon, delta, max_rows,

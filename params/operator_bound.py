@@ -26,10 +26,16 @@ def stated_max_rows(schema: Schema, rows: int, epsilon: float, delta: float, sel
     max_rows = int(rows * 1.1) + 10
     if selection == SelectionMode.NONE:
         return max_rows
-    draft = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
-                                          parameter_set=parameter_set, selection=selection,
-                                          rounds=rounds, noise=noise))
-    return max(max_rows, max_rows_with_room(
-        rows, [m.size for m in draft.layout.one_way],
-        *draft.release("one_way").row_bound_noise(),
-        draft.selection.row_bound_delta(delta, epsilon)))
+    # noisy-greedy's 1-way share falls as max_rows grows (params.budget_split), so its noise
+    # and the room it needs grow: raise max_rows until the plan at it has room.
+    for _ in range(8):  # bounded: the room needed converges in two or three steps
+        draft = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
+                                              parameter_set=parameter_set, selection=selection,
+                                              rounds=rounds, noise=noise))
+        needed = max_rows_with_room(rows, [m.size for m in draft.layout.one_way],
+                                    *draft.release("one_way").row_bound_noise(),
+                                    draft.selection.row_bound_delta(delta, epsilon))
+        if needed <= max_rows:
+            return max_rows
+        max_rows = needed
+    raise ValueError("no max_rows gives the row-bound check room at this budget")

@@ -168,7 +168,8 @@ class SessionPlan:
         epsilon = request.epsilon
         base = dict(request.split) if request.split is not None else default_split(
             request.selection, [m.size for m in plan.layout.one_way],
-            [m.size for m in plan.layout.two_way])
+            [m.size for m in plan.layout.two_way], request.epsilon, request.delta,
+            request.max_rows)
         for name in sorted(base, key=lambda k: -base[k]):
             if not base[name] or name == "selection":
                 continue  # the selection's share is not a noise of its own to fill
@@ -241,7 +242,7 @@ class SessionPlan:
             raise ValueError("a session needs at least one 2-way marginal")
         if split is None and selection in DEFAULT_SPLITS:
             split = default_split(selection, [m.size for m in layout.one_way],
-                                  [m.size for m in layout.two_way])
+                                  [m.size for m in layout.two_way], epsilon, delta, max_rows)
         split = {} if split is None else split
         expected = set(DEFAULT_SPLITS.get(selection, {"one_way": 0, "two_way": 0}))
         if set(split) != expected:
