@@ -43,7 +43,7 @@ __all__ = ["FIRST_ONE_WAY_RANGE", "SCORE_PRECISION", "default_split", "first_one
 
 # noisy-greedy's first 1-way release: its noise per count, relative to a mean 1-way cell's
 # count at max_rows, that the scores' expected counts can take; and the share's range.
-SCORE_PRECISION = 0.15
+SCORE_PRECISION = 0.06
 FIRST_ONE_WAY_RANGE = (0.1, 0.3)
 
 # The shares are floats (``params.release_spec.split_share`` rounds them down to 1e-12);

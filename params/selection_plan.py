@@ -84,6 +84,10 @@ FHE_DELTA_SHARE = Fraction(1, 4)
 # The share of the requested delta that the row-bound check may fail with.
 ROW_BOUND_SHARE = Fraction(1, 100)
 
+# Each selection's releases and their fixed shares. A session's default is
+# ``params.budget_split.default_split``: em's as here; noisy-greedy's scores take their 10%
+# and its 1-ways' first release is sized by the plan (10-30%; the 30% here is what the
+# what-if simulations of ``fedbench.methods.feddpsyn_sim`` keep); none's by c^(2/3).
 DEFAULT_SPLITS = {
     SelectionMode.EM: {"one_way": 0.1, "selection": 0.1, "two_way": 0.8},
     SelectionMode.NOISY_GREEDY: {"one_way": 0.3, "selection": 0.1, "two_way": 0.6},
