@@ -571,15 +571,21 @@ class WorkProgress(StrictModel):
         return f"{self.phase}: {self.done} of {self.total} {self.unit}"
 
 
+# The compiled modules and evaluation keys the compute server fetches from the key server,
+# each as a file of its own (``GET /peer/sessions/{id}/artefacts/{name}``): hundreds of MB at
+# Adult's widths, streamed rather than inlined in a JSON body.
+ArtefactName = Literal["server.zip", "evaluation_keys.bin", "selection_server.zip",
+                       "selection_evaluation_keys.bin"]
+
+
 class PeerSession(StrictModel):
-    """What the key server tells the compute server about a new session."""
+    """What the key server tells the compute server about a new session: its public record,
+    its clients' token hashes, and the SHA-256 of each artefact to fetch (the aggregation's
+    module and keys; the selection's where the session selects)."""
 
     session: SessionPublic
     client_token_hashes: dict[str, str]
-    server_zip_b64: str
-    evaluation_keys_b64: str
-    selection_server_zip_b64: str | None = None
-    selection_evaluation_keys_b64: str | None = None
+    artefacts: dict[ArtefactName, Annotated[str, Field(pattern=SHA256_HEX_PATTERN)]]
 
 
 class MaskedUpload(StrictModel):

@@ -26,7 +26,6 @@ Design concerns:
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
@@ -116,14 +115,6 @@ class SelectionRole:
         self._lock = threading.Lock()
         self.noisy_greedy = NoisyGreedyRole(store, executor, self.circuit,
                                             self.candidate_scores)
-
-    def store_artefacts(self, peer: wire.PeerSession, directory) -> None:
-        if peer.selection_server_zip_b64 is None:
-            return
-        write_private(directory / "selection_server.zip",
-                      base64.b64decode(peer.selection_server_zip_b64))
-        write_private(directory / "selection_evaluation_keys.bin",
-                      base64.b64decode(peer.selection_evaluation_keys_b64))
 
     def circuit(self, session_id: str) -> Circuit:
         """The selection module's files, named by their digest (what workers load)."""

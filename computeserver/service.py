@@ -32,7 +32,6 @@ Design concerns:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -46,6 +45,7 @@ import numpy as np
 from concrete import fhe
 
 from common import wire
+from common.files import sha256_of_file, write_private_stream
 from common.serving import Database, ServiceError, already_stored, write_private
 from computeserver.executor import CallTask, Circuit, Executor, InProcessExecutor, map_streamed
 from computeserver.progress import ProgressReporter
@@ -158,6 +158,25 @@ class ComputeServer:
             if session_id not in self.known_sessions():
                 self._fetch_session(session_id)
 
+    def _fetch_artefact(self, session_id: str, name: str, digest: str, path: Path) -> None:
+        """One artefact of the session, streamed to its 0600 file and kept only when its
+        SHA-256 is the one the key server announced (a truncated transfer keeps nothing)."""
+        if path.exists() and sha256_of_file(path) == digest:
+            return  # fetched before a restart
+        url = f"/peer/sessions/{session_id}/artefacts/{name}"
+        try:
+            with self._http.stream("GET", url) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise ServiceError(503, f"the key server refused the session's {name}: "
+                                            f"{wire.error_detail(response, 400)}; retry later")
+                write_private_stream(path, response.iter_bytes(1 << 20), digest)
+        except httpx.TransportError as exc:
+            raise ServiceError(503, f"the key server's {name} did not arrive "
+                                    f"({type(exc).__name__}); retry later") from None
+        except ValueError as exc:
+            raise ServiceError(503, f"{exc}; retry later") from None
+
     def _fetch_session(self, session_id: str) -> None:
         try:
             response = self._http.get(f"/peer/sessions/{session_id}")
@@ -172,10 +191,8 @@ class ComputeServer:
         response.raise_for_status()
         peer = wire.PeerSession.model_validate_json(response.content)
         directory = self.session_dir(session_id)
-        write_private(directory / "server.zip", base64.b64decode(peer.server_zip_b64))
-        write_private(directory / "evaluation_keys.bin",
-                      base64.b64decode(peer.evaluation_keys_b64))
-        self.selection.store_artefacts(peer, directory)
+        for name, digest in peer.artefacts.items():
+            self._fetch_artefact(session_id, name, digest, directory / name)
         # Every noise this server may add, drawn now, before any client uploads
         # (dp.noise_pool): no run time later depends on a noise value.
         write_private(directory / "noise_pool.npz",

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from common import wire
@@ -114,6 +115,15 @@ def create_app(state_dir: Path, peer_token: str, *,
     @peers.get("/{session_id}", response_model=wire.PeerSession)
     def peer_session(session_id: wire.SessionId) -> wire.PeerSession:
         return service.peer_session(session_id)
+
+    @peers.get("/{session_id}/artefacts/{name}", response_class=FileResponse,
+               dependencies=[Depends(ready)],
+               responses={200: {"content": {"application/octet-stream": {}}}})
+    def artefact(session_id: wire.SessionId, name: wire.ArtefactName) -> FileResponse:
+        # Streamed from the file a block at a time: hundreds of MB of evaluation keys must
+        # not hold the process while other peers' calls wait.
+        return FileResponse(service.artefact_path(session_id, name),
+                            media_type="application/octet-stream")
 
     @peers.post("/{session_id}/uploads/close", response_model=wire.UploadsClosed)
     def close_uploads(session_id: wire.SessionId, body: wire.UploadsClose) -> wire.UploadsClosed:

@@ -31,7 +31,6 @@ Design concerns:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import secrets
@@ -195,15 +194,6 @@ class SelectionRole:
                  "in an order neither server knows, charged (eps + 4 eta)^2 / 2; "
                  "delta_terms (a bootstrap failure in P2/P3, a union above max_rows passing "
                  "the row bound) are reserved out of the requested delta")
-
-    def peer_artefacts(self, session_id: str) -> dict[str, str | None]:
-        directory = self._store.session_dir(session_id)
-        if self._store.plan(session_id).selection is None:
-            return {}
-        return {"selection_server_zip_b64": base64.b64encode(
-                    (directory / "selection_server.zip").read_bytes()).decode(),
-                "selection_evaluation_keys_b64": base64.b64encode(
-                    (directory / "selection_evaluation_keys.bin").read_bytes()).decode()}
 
     # ------------------------------------------------------------ row bound
     def check_row_bound(self, session_id: str, plan: SessionPlan) -> None:

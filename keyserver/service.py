@@ -12,7 +12,6 @@ Restart-safe: every state change is a committed SQLite row or an atomically rena
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
@@ -24,6 +23,7 @@ import numpy as np
 
 from common import wire
 from common.credentials import CLIENT_TOKENS_SQL
+from common.files import sha256_of_file
 from common.serving import Database, ServiceError
 from keyserver.coins import COINS_SQL, JointCoins
 from keyserver.keys import SessionKeys
@@ -68,6 +68,9 @@ class KeyServer:
         # The compute server's latest report of a long step, per session (status only).
         self._progress: dict[str, tuple[wire.WorkProgress, float]] = {}
         self._progress_lock = threading.Lock()
+        # Each ready session's artefacts' SHA-256 (:meth:`peer_session`).
+        self._digests: dict[tuple[str, str], str] = {}
+        self._digest_lock = threading.Lock()
 
     def create_session(self, request: wire.SessionCreate) -> wire.SessionAccepted:
         """Check the request and its plan, accept the session and queue its preparation
@@ -316,11 +319,36 @@ class KeyServer:
         return {"kind": kind, "per_count_variance": variance, "releases": releases}
 
     def peer_session(self, session_id: str) -> wire.PeerSession:
+        """The session for the compute server: its artefacts named with their SHA-256 (the
+        files themselves are fetched one by one, :meth:`artefact_path`)."""
         public = self.public(session_id)
-        directory = self.session_dir(session_id)
         return wire.PeerSession(
             session=public, client_token_hashes=self.client_token_hashes(session_id),
-            server_zip_b64=base64.b64encode((directory / "server.zip").read_bytes()).decode(),
-            evaluation_keys_b64=base64.b64encode(
-                (directory / "evaluation_keys.bin").read_bytes()).decode(),
-            **self.selection.peer_artefacts(session_id))
+            artefacts={name: self._artefact_digest(session_id, name)
+                       for name in self._artefact_names(session_id)})
+
+    def _artefact_names(self, session_id: str) -> list[str]:
+        names = ["server.zip", "evaluation_keys.bin"]
+        if self.sessions.plan(session_id).selection is not None:
+            names += ["selection_server.zip", "selection_evaluation_keys.bin"]
+        return names
+
+    def artefact_path(self, session_id: str, name: str) -> Path:
+        """The file of one of a ready session's artefacts (404 for one it does not have):
+        compiled server modules and evaluation keys, never a secret key."""
+        self.require_ready(session_id)
+        if name not in self._artefact_names(session_id):
+            raise ServiceError(404, f"session {session_id!r} has no artefact {name!r}")
+        return self.session_dir(session_id) / name
+
+    def _artefact_digest(self, session_id: str, name: str) -> str:
+        # The files never change once the session is ready: hashed once (a block at a time,
+        # off the GIL), then remembered.
+        key = (session_id, name)
+        with self._digest_lock:
+            known = self._digests.get(key)
+        if known is None:
+            known = sha256_of_file(self.session_dir(session_id) / name)
+            with self._digest_lock:
+                self._digests[key] = known
+        return known

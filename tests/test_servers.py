@@ -3,6 +3,7 @@ the ledger's refusals, and a kill -9 of both servers in the middle of a session.
 
 import contextlib
 import csv
+import hashlib
 import os
 import signal
 import threading
@@ -254,6 +255,31 @@ def test_secret_key_stays_in_the_key_server_state_dir(servers, released_session)
             assert probe not in path.read_bytes(), path
     for log in state.glob("*.log"):
         assert probe not in log.read_bytes()
+
+
+def test_the_compute_server_fetches_each_artefact_by_its_digest(servers, released_session):
+    """The peer record names each artefact with its SHA-256; the compute server holds the
+    key server's very files (0600); the artefact route serves no secret key and no other
+    name."""
+    ks, _, state = servers
+    sid = released_session[0].session.session_id
+    peer = {"Authorization": f"Bearer {(state / 'peer.token').read_text().strip()}"}
+    record = httpx.get(f"{ks.url}/peer/sessions/{sid}", headers=peer, timeout=60).json()
+    assert set(record["artefacts"]) == {"server.zip", "evaluation_keys.bin"}
+    for name, digest in record["artefacts"].items():
+        held = state / "computeserver" / "sessions" / sid / name
+        assert oct(held.stat().st_mode & 0o777) == "0o600"
+        assert hashlib.sha256(held.read_bytes()).hexdigest() == digest
+        assert held.read_bytes() == (state / "keyserver" / "sessions" / sid / name).read_bytes()
+        served = httpx.get(f"{ks.url}/peer/sessions/{sid}/artefacts/{name}", headers=peer,
+                           timeout=60)
+        assert served.status_code == 200 and hashlib.sha256(served.content).hexdigest() == digest
+    for name in ("keys.bin", "selection_server.zip", "..%2Fkeys.bin"):
+        refused = httpx.get(f"{ks.url}/peer/sessions/{sid}/artefacts/{name}", headers=peer,
+                            timeout=60)
+        assert refused.status_code in (404, 422), name
+    assert httpx.get(f"{ks.url}/peer/sessions/{sid}/artefacts/server.zip",
+                     timeout=60).status_code == 401
 
 
 def session_with_uploads(tmp_path: Path, uploaders: list[str]):
