@@ -20,9 +20,11 @@ __all__ = ["stated_max_rows"]
 
 
 def stated_max_rows(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
-                    rounds: int | None, noise: str, parameter_set: str = "default") -> int:
+                    rounds: int | None, noise: str, parameter_set: str = "default",
+                    split: dict[str, float] | None = None) -> int:
     """``max_rows`` for a union of ``rows`` records: rows + 10% + 10, and with a selection at
-    least the row-bound check's room at the plan's 1-way noise."""
+    least the row-bound check's room at the plan's 1-way noise (``split``: the plan's shares
+    where not the default)."""
     max_rows = int(rows * 1.1) + 10
     if selection == SelectionMode.NONE:
         return max_rows
@@ -31,7 +33,7 @@ def stated_max_rows(schema: Schema, rows: int, epsilon: float, delta: float, sel
     for _ in range(8):  # bounded: the room needed converges in two or three steps
         draft = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
                                               parameter_set=parameter_set, selection=selection,
-                                              rounds=rounds, noise=noise))
+                                              rounds=rounds, noise=noise, split=split))
         needed = max_rows_with_room(rows, [m.size for m in draft.layout.one_way],
                                     *draft.release("one_way").row_bound_noise(),
                                     draft.selection.row_bound_delta(delta, epsilon))

@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from fedbench.methods import KINDS, METHODS, WHAT_IF  # noqa: E402
+from fedbench.methods.feddpsyn_served import default_at_first_share  # noqa: E402
 from fedbench.runner import Setting, run_utility  # noqa: E402
 from feddpsyn.demo import data_dir  # noqa: E402
 from feddpsyn.demo import dataset as bundled  # noqa: E402
@@ -116,7 +118,20 @@ def main() -> None:
     parser.add_argument("--against", nargs=2, type=Path, metavar=("SUMMARY", "REFERENCES"),
                         help="instead of running: SUMMARY's entries with their ratios to "
                              "REFERENCES' central methods, written to --json")
+    parser.add_argument("--first-shares", default="",
+                        help="what-ifs: also run feddpsyn-default with noisy-greedy's first "
+                             "1-way release at each of these fixed shares (methods "
+                             "feddpsyn-default@first=<share>), e.g. 0.1,0.2,0.3")
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    for share in filter(None, args.first_shares.split(",")):
+        name = f"feddpsyn-default@first={float(share):g}"
+        METHODS[name] = default_at_first_share(float(share))
+        KINDS[name] = WHAT_IF
+        methods.append(name)
+    if args.jobs > 1 and args.first_shares:
+        raise SystemExit("--first-shares runs in one process (--jobs 1): its methods are "
+                         "registered here, not in the workers")
     if args.against:
         summary, references = args.against
         if args.json.exists():
@@ -129,7 +144,7 @@ def main() -> None:
     entries = []
     for name in args.tables.split(","):
         csv, schema, target = _table(name)
-        rows = run_utility(csv, schema, target, args.methods.split(","),
+        rows = run_utility(csv, schema, target, [m for m in methods if m],
                            [float(e) for e in args.eps.split(",")], [Setting(4, "uniform", None)],
                            args.repeats, args.out / name, args.delta, jobs=args.jobs)
         entries += summarise(rows, name)

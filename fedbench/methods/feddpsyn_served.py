@@ -55,7 +55,8 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal, combine_repeated
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
+__all__ = ["default_at_first_share", "feddpsyn_default", "feddpsyn_served_all",
+           "feddpsyn_served_all_pgm",
            "feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
            "feddpsyn_served_noisy_greedy_pgm", "feddpsyn_served_no_topup", "served_plan",
            "served_rounds",
@@ -63,12 +64,15 @@ __all__ = ["feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
-                rounds: int | None, one_way_topup: bool | None = None) -> SessionPlan:
-    """The plan the servers build for a session over ``rows`` records (module docstring)."""
-    max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, NoiseMode.AUTO)
+                rounds: int | None, one_way_topup: bool | None = None,
+                split: dict[str, float] | None = None) -> SessionPlan:
+    """The plan the servers build for a session over ``rows`` records (module docstring);
+    ``split``: the budget's shares instead of the selection's default (a what-if)."""
+    max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, NoiseMode.AUTO,
+                               split=split)
     return SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows, selection=selection,
                                          rounds=rounds, noise=NoiseMode.AUTO,
-                                         one_way_topup=one_way_topup))
+                                         one_way_topup=one_way_topup, split=split))
 
 
 def _score_noise(plan: SessionPlan, pairs: int) -> tuple[np.ndarray, str]:
@@ -100,10 +104,12 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
 
 def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                    delta: float, seed: int, selection: str, rounds: int | None,
-                   synthesis: str = "gum", one_way_topup: bool | None = None) -> MethodResult:
+                   synthesis: str = "gum", one_way_topup: bool | None = None,
+                   split: dict[str, float] | None = None) -> MethodResult:
     """One session as the servers plan and run it (module docstring), its release
     synthesized with ``synthesis`` (``synthesis.synthesize``'s methods)."""
-    plan = served_plan(schema, len(records), epsilon, delta, selection, rounds, one_way_topup)
+    plan = served_plan(schema, len(records), epsilon, delta, selection, rounds, one_way_topup,
+                       split)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     one_way_spec = plan.release("one_way")
     one_way, upload = simulate_release(plan, counts, names=("one_way",), noise="plan")
@@ -186,6 +192,19 @@ def feddpsyn_default(records, owner, schema, epsilon, delta, seed) -> MethodResu
     return served_session(records, owner, schema, epsilon, delta, seed,
                           request.selection.mode, request.selection.rounds, "auto",
                           request.selection.one_way_topup)
+
+
+def default_at_first_share(share: float):
+    """A what-if: :func:`feddpsyn_default` with noisy-greedy's first 1-way release at a fixed
+    ``share`` of rho (the scores keep 10%, the kept pairs the rest) instead of the plan's
+    rule (``params.budget_split.first_one_way_share``); ``max_rows`` stated as the demo
+    states it, for that split."""
+    split = {"one_way": share, "selection": 0.1, "two_way": round(0.9 - share, 12)}
+
+    def method(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+        return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy",
+                              None, "auto", None, split)
+    return method
 
 
 def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodResult:
