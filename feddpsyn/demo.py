@@ -331,8 +331,10 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         phases["encrypt_aggregate_release"] = time.time() - t
         (out / "release.json").write_text(document.model_dump_json(by_alias=True, indent=1))
     finally:
-        ks.stop()
+        # The compute server first: its job loop polls the key server, and would log a
+        # refused connection for every poll after the key server is gone.
         cs.stop()
+        ks.stop()
     t = time.time()
     _, noisy = marginals_from_release(document)
     method = resolve_method(method, noisy, schema.domain_sizes)  # the report names the one used
