@@ -15,6 +15,8 @@ encoding wraps silently, so every lookup declares its index as wide as its table
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 from concrete import fhe
 
@@ -30,12 +32,12 @@ def ensure_tag_stack() -> None:
         _fhe_tag.tag_context.stack = []
 
 
-def table(fn, width: int) -> fhe.LookupTable:
+def table(fn: Callable[[int], int], width: int) -> fhe.LookupTable:
     """The lookup table of ``fn`` over every ``width``-bit index."""
     return fhe.LookupTable([fn(i) for i in range(1 << width)])
 
 
-def lookup(lut: fhe.LookupTable, index):
+def lookup(lut: fhe.LookupTable, index: Any) -> Any:
     """``lut[index]`` with the index declared wide enough for the whole table (module
     docstring)."""
     return lut[fhe.hint(index, can_store=len(lut.table) - 1)]

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import inspect
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from concrete import fhe
@@ -38,10 +40,12 @@ from crypto._concrete import ensure_tag_stack
 __all__ = ["compile_aggregation", "release_offset", "decode_release", "publish_counts",
            "aggregate_plaintext", "chunk_ranges"]
 
+Array = np.ndarray[Any, Any]
 
-def _aggregate_function(n_clients: int):
+
+def _aggregate_function(n_clients: int) -> Callable[..., Any]:
     # concrete traces by calling with keyword arguments named after the signature.
-    def aggregate(**kwargs):
+    def aggregate(**kwargs: Any) -> Any:
         masked = [kwargs[f"m{i}"] for i in range(n_clients)]
         select, offset = kwargs["select"], kwargs["offset"]
         total = masked[0]
@@ -92,24 +96,25 @@ def compile_aggregation(n_clients: int, chunk_cells: int, count_bits: int,
     return circuit
 
 
-def release_offset(mask_sum: np.ndarray, noise: np.ndarray, select: np.ndarray,
-                   count_bits: int) -> np.ndarray:
+def release_offset(mask_sum: Array, noise: Array, select: Array,
+                   count_bits: int) -> Array:
     """The compute server's clear offset for one chunk (module docstring)."""
     modulus = 1 << count_bits
     select = np.asarray(select, dtype=np.int64)
     low = (select * (np.asarray(noise, dtype=np.int64) - mask_sum)) % modulus
     high = np.array([secrets.randbelow(2) for _ in range(len(select))], dtype=np.int64)
-    return low + modulus * high
+    out: Array = low + modulus * high
+    return out
 
 
-def decode_release(decrypted: np.ndarray, count_bits: int) -> np.ndarray:
+def decode_release(decrypted: Array, count_bits: int) -> Array:
     """Key-server side: keep the low k bits and read them as a centred signed integer."""
     modulus = 1 << count_bits
     low = np.asarray(decrypted, dtype=np.int64) % modulus
     return np.where(low >= modulus // 2, low - modulus, low)
 
 
-def publish_counts(decrypted: np.ndarray, noise: np.ndarray, count_bits: int) -> np.ndarray:
+def publish_counts(decrypted: Array, noise: Array, count_bits: int) -> Array:
     """The key server's published counts: its own noise added to the decrypted residues
     *modulo 2^k*, then read as centred integers.
 
@@ -127,11 +132,12 @@ def publish_counts(decrypted: np.ndarray, noise: np.ndarray, count_bits: int) ->
     return decode_release(total, count_bits)
 
 
-def aggregate_plaintext(masked: list[np.ndarray], select: np.ndarray,
-                        offset: np.ndarray, count_bits: int) -> np.ndarray:
+def aggregate_plaintext(masked: list[Array], select: Array,
+                        offset: Array, count_bits: int) -> Array:
     """The exact integer model of the circuit, modulo its plaintext space 2^(k+1)."""
     total = np.sum(np.asarray(masked, dtype=np.int64), axis=0)
-    return (total * np.asarray(select) + np.asarray(offset)) % (1 << (count_bits + 1))
+    out: Array = (total * np.asarray(select) + np.asarray(offset)) % (1 << (count_bits + 1))
+    return out
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +83,8 @@ def bernoulli_product_eta(p: ExpParams, e_prev: float = 0.0) -> float:
     return p.eps * e_prev + product_eta(rounding_constants(p), p.kappa_prime, rates)
 
 
-def product_eta(constants, kappa_prime, rates) -> float:
+def product_eta(constants: Sequence[int], kappa_prime: Sequence[int],
+                rates: Sequence[float]) -> float:
     """max over every A in [0, 2^n_b) of |sum over set bits j of (ln(c_j / 2^kappa'_j) +
     rate_j)|, by enumeration, rounded up by 1e-12 so float error never understates it."""
     if min(constants) <= 0:
@@ -93,7 +96,7 @@ def product_eta(constants, kappa_prime, rates) -> float:
     return float(np.abs(per_input).max()) + 1e-12
 
 
-def numerics_row(p: ExpParams, e_prev: float = 0.0) -> dict:
+def numerics_row(p: ExpParams, e_prev: float = 0.0) -> dict[str, Any]:
     """One row of ``feddpsyn numerics --json``: the selection step is (eps + 4 e')-DP
     (``crypto.tfhe_permute_and_flip`` proves that shape for permute-and-flip too). ``exact`` is
     SubRoutine 1's integer arithmetic as the paper specifies it; ``exact_bernoulli`` is what

@@ -46,6 +46,9 @@ Widths: |d| <= N, so k with N < 2^(k-1) (Fed-Heart: k = 11; Adult: k = 16).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import numpy as np
 from concrete import fhe
 
@@ -55,6 +58,8 @@ __all__ = ["compile_indif_chunk", "digits_of", "digit_count", "indif_offset",
            "indif_plaintext", "indif_exact", "indif_from_bits", "indif_inputset",
            "chunk_bootstraps",
            "CHUNK_COMPLEXITY", "ADD_COMPLEXITY"]
+
+Array = np.ndarray[Any, Any]
 
 # Cost of one P2 call by its chunk size, and of one ``add``: concrete 2.11's optimiser
 # complexity at k = 11, p_error 2^-40, in units of 1e9 (``circuit.complexity`` of
@@ -79,7 +84,7 @@ def digit_count(count_bits: int) -> int:
     return -(-count_bits // DIGIT_BITS)
 
 
-def digits_of(values: np.ndarray, count_bits: int) -> np.ndarray:
+def digits_of(values: Array, count_bits: int) -> Array:
     """Base-4 digits of values in [0, 2^k), least significant first: shape (D, cells), what
     the key server encrypts (M) and the compute server passes in clear (c)."""
     values = np.asarray(values, dtype=np.int64)
@@ -113,21 +118,21 @@ def chunk_bootstraps(cells: int, count_bits: int) -> int:
     return cells * per_cell + plane_bits + 2 * columns
 
 
-def indif_offset(mask_sum: np.ndarray, expected: np.ndarray, count_bits: int) -> np.ndarray:
+def indif_offset(mask_sum: Array, expected: Array, count_bits: int) -> Array:
     """The compute server's clear c = (2^(k-1) - S - K) mod 2^k per cell."""
     modulus = 1 << count_bits
     return (modulus // 2 - np.asarray(mask_sum, dtype=np.int64)
             - np.asarray(expected, dtype=np.int64)) % modulus
 
 
-def indif_plaintext(masked_sum: np.ndarray, offset: np.ndarray, count_bits: int) -> int:
+def indif_plaintext(masked_sum: Array, offset: Array, count_bits: int) -> int:
     """The circuit's exact integer model: sum of |((M + c) mod 2^k) - 2^(k-1)|."""
     modulus = 1 << count_bits
     v = (np.asarray(masked_sum, dtype=np.int64) + np.asarray(offset, dtype=np.int64)) % modulus
     return int(np.abs(v - modulus // 2).sum())
 
 
-def indif_exact(counts: np.ndarray, expected: np.ndarray) -> int:
+def indif_exact(counts: Array, expected: Array) -> int:
     """The score itself, from counts in clear (reference for tests)."""
     return int(np.abs(np.asarray(counts, dtype=np.int64) - np.asarray(expected)).sum())
 
@@ -144,14 +149,14 @@ _NEG_ODD = table(lambda u: 1 - (u & 1), 3)
 
 
 
-def _indif_bits_function(count_bits: int, cells: int):
+def _indif_bits_function(count_bits: int, cells: int) -> Callable[..., tuple[Any, ...]]:
     """P2 on one chunk (module docstring): base-4 digits of M (encrypted) and c (clear), each
     (D, cells), to InDif's binary digits, least significant first."""
     k = count_bits
     d = digit_count(k)
     maxima = _plane_maxima(k, cells)
 
-    def indif_bits(masked_digits, offset_digits):
+    def indif_bits(masked_digits: Any, offset_digits: Any) -> tuple[Any, ...]:
         values, carry = [], None
         for i in range(d - 1):
             u = masked_digits[i] + offset_digits[i] + (0 if carry is None else carry)
@@ -166,7 +171,7 @@ def _indif_bits_function(count_bits: int, cells: int):
         planes = [np.sum(lookup(_XOR_SIGN, v + 4 * negative)) for v in values]
         planes += [np.sum(t) for t in top] + [np.sum(negative)]
         planes = [fhe.hint(p, can_store=m) for p, (_, m) in zip(planes, maxima)]
-        columns: dict[int, list] = {}
+        columns: dict[int, list[Any]] = {}
         for plane, (weight, most) in zip(planes, maxima):
             for t in range(most.bit_length()):
                 columns.setdefault(weight + t, []).append(fhe.bits(plane)[t])
@@ -189,12 +194,13 @@ def _indif_bits_function(count_bits: int, cells: int):
     return indif_bits
 
 
-def indif_from_bits(digits) -> int:
+def indif_from_bits(digits: Iterable[Any]) -> int:
     """InDif from its binary digits (least significant first)."""
     return sum(int(b) << i for i, b in enumerate(digits))
 
 
-def indif_inputset(count_bits: int, cells: int, rng: np.random.Generator) -> list[tuple]:
+def indif_inputset(count_bits: int, cells: int,
+                   rng: np.random.Generator) -> list[tuple[Array, Array]]:
     """Digit inputs (D, cells) from 0 to 3 in every row, the extremes included. With k odd the
     top digit of a residue is at most 1, but concrete gives a tensor one encoding for all its
     rows, and a row that the input set keeps below 2 made its slices disagree with the others

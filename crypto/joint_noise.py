@@ -76,6 +76,7 @@ import inspect
 import secrets
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from concrete import fhe
@@ -89,15 +90,17 @@ __all__ = ["JointNoiseShape", "compile_joint_release", "columns_for", "padded_we
            "joint_offset", "joint_operands", "encrypt_key_server_bits", "joint_noise_plaintext",
            "joint_release_plaintext", "check_room", "choose_shape", "COINS_ARGUMENT"]
 
+Array = np.ndarray[Any, Any]
+
 # The KS's encrypted bits follow the n client inputs in the circuit's signature.
 COINS_ARGUMENT = "coins"
 # A uniforms shape is chosen over coins only within this factor of the coins' variance.
 VARIANCE_SLACK = Fraction(11, 10)
 
 
-def _release_function(n_clients: int):
+def _release_function(n_clients: int) -> Callable[..., Any]:
     # concrete traces by calling with keyword arguments named after the signature.
-    def release(**kwargs):
+    def release(**kwargs: Any) -> Any:
         total = kwargs["m0"]
         for i in range(1, n_clients):
             total = total + kwargs[f"m{i}"]
@@ -184,7 +187,7 @@ def padded_weights(shape: JointNoiseShape | None, columns: int) -> list[int]:
 
 
 def draw_bits(cells: int, shape: JointNoiseShape | int,
-              token_bytes: Callable[[int], bytes] = secrets.token_bytes) -> np.ndarray:
+              token_bytes: Callable[[int], bytes] = secrets.token_bytes) -> Array:
     """One server's uniform bits (cells x K, K = the shape's bits or a column count) from a
     CSPRNG; a short answer from the source raises (fail closed) instead of padding."""
     columns = shape if isinstance(shape, int) else shape.ciphertexts
@@ -197,8 +200,8 @@ def draw_bits(cells: int, shape: JointNoiseShape | int,
     return bits.astype(np.int64).reshape(cells, columns)
 
 
-def signed_weights(shape: JointNoiseShape, cs_bits: np.ndarray,
-                   select: np.ndarray, columns: int | None = None) -> np.ndarray:
+def signed_weights(shape: JointNoiseShape, cs_bits: Array,
+                   select: Array, columns: int | None = None) -> Array:
     """The CS's clear multipliers w_j (1 - 2 b_j); zero on unselected cells, so padding
     cells carry no noise and spend no coins' worth of anything, and zero past the shape's
     own K up to ``columns`` (:func:`padded_weights`)."""
@@ -208,11 +211,12 @@ def signed_weights(shape: JointNoiseShape, cs_bits: np.ndarray,
     if bits.shape[1] < columns:
         bits = np.pad(bits, ((0, 0), (0, columns - bits.shape[1])))
     signs = 1 - 2 * bits[:, :columns]
-    return weights * signs * np.asarray(select, dtype=np.int64)[:, None]
+    out: Array = weights * signs * np.asarray(select, dtype=np.int64)[:, None]
+    return out
 
 
-def joint_offset(shape: JointNoiseShape, mask_sum: np.ndarray, cs_bits: np.ndarray,
-                 select: np.ndarray, count_bits: int) -> np.ndarray:
+def joint_offset(shape: JointNoiseShape, mask_sum: Array, cs_bits: Array,
+                 select: Array, count_bits: int) -> Array:
     """P1's clear offset with the clear half of the XOR identity, sum_j w_j b_j - span/2, in
     place of the CS's own noise (``crypto.aggregation.release_offset``: mod 2^k, plus a fresh
     uniform multiple of 2^k)."""
@@ -222,8 +226,8 @@ def joint_offset(shape: JointNoiseShape, mask_sum: np.ndarray, cs_bits: np.ndarr
     return release_offset(mask_sum, clear_part, select, count_bits)
 
 
-def joint_operands(shapes: Sequence[JointNoiseShape | None], cs_bits: np.ndarray,
-                   select: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
+def joint_operands(shapes: Sequence[JointNoiseShape | None], cs_bits: Array,
+                   select: Array, columns: int) -> tuple[Array, Array]:
     """The CS's clear operands for a chunk whose cells carry different shapes (one per cell;
     None: no joint noise on that cell): the multipliers w_j (1 - 2 b_j) as
     :func:`signed_weights`, and each cell's clear half sum_j w_j b_j - span/2 (to pass to
@@ -250,16 +254,16 @@ def joint_operands(shapes: Sequence[JointNoiseShape | None], cs_bits: np.ndarray
     return weights, clear
 
 
-def encrypt_key_server_bits(client, n_clients: int, ks_bits: np.ndarray) -> fhe.Value:
+def encrypt_key_server_bits(client: Any, n_clients: int, ks_bits: Array) -> fhe.Value:
     """The KS's offline step: encrypt one chunk's bits as the circuit's ``coins`` input.
     ``client`` is the circuit's ``fhe.Client`` (or the circuit): only the KS can do this."""
-    args: list = [None] * (n_clients + 4)
+    args: list[Any] = [None] * (n_clients + 4)
     args[n_clients] = np.asarray(ks_bits, dtype=np.int64)
     return client.encrypt(*args)[n_clients]
 
 
-def joint_noise_plaintext(shape: JointNoiseShape, ks_bits: np.ndarray,
-                          cs_bits: np.ndarray) -> np.ndarray:
+def joint_noise_plaintext(shape: JointNoiseShape, ks_bits: Array,
+                          cs_bits: Array) -> Array:
     """Z per cell: sum_j w_j (a_j xor b_j) - span/2 (the noise the release carries)."""
     weights = np.array(shape.weights(), dtype=np.int64)
     k = shape.ciphertexts
@@ -267,13 +271,14 @@ def joint_noise_plaintext(shape: JointNoiseShape, ks_bits: np.ndarray,
     return (both.astype(np.int64) @ weights) - shape.span // 2
 
 
-def joint_release_plaintext(masked: list[np.ndarray], ks_bits: np.ndarray,
-                            weights: np.ndarray, select: np.ndarray, offset: np.ndarray,
-                            count_bits: int) -> np.ndarray:
+def joint_release_plaintext(masked: list[Array], ks_bits: Array,
+                            weights: Array, select: Array, offset: Array,
+                            count_bits: int) -> Array:
     """The exact integer model of the circuit, modulo its plaintext space 2^(k+1)."""
     total = np.sum(np.asarray(masked, dtype=np.int64), axis=0)
     noise = np.sum(np.asarray(ks_bits, dtype=np.int64) * weights, axis=1)
-    return (total * np.asarray(select) + np.asarray(offset) + noise) % (1 << (count_bits + 1))
+    out: Array = (total * np.asarray(select) + np.asarray(offset) + noise) % (1 << (count_bits + 1))
+    return out
 
 
 def check_room(shape: JointNoiseShape, max_rows: int, count_bits: int) -> None:

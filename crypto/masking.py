@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 import numpy as np
 
 __all__ = ["SEED_BYTES", "new_seed", "expand_masks", "mask_counts", "unmask_sum",
            "seed_commitment"]
+
+Array = np.ndarray[Any, Any]
 
 SEED_BYTES = 32
 _TAG = b"feddpsyn/mask/v1"
@@ -41,7 +44,7 @@ def _frame(*parts: bytes) -> bytes:
 
 
 def expand_masks(seed: bytes, session_id: str, client_id: str, length: int,
-                 count_bits: int) -> np.ndarray:
+                 count_bits: int) -> Array:
     """The client's mask vector s, uniform in [0, 2^count_bits)^length."""
     if len(seed) != SEED_BYTES:
         raise ValueError(f"seed must be {SEED_BYTES} bytes")
@@ -52,14 +55,14 @@ def expand_masks(seed: bytes, session_id: str, client_id: str, length: int,
     return (words & np.uint64((1 << count_bits) - 1)).astype(np.int64)
 
 
-def mask_counts(counts: np.ndarray, masks: np.ndarray, count_bits: int) -> np.ndarray:
+def mask_counts(counts: Array, masks: Array, count_bits: int) -> Array:
     counts = np.asarray(counts, dtype=np.int64)
     if counts.min(initial=0) < 0 or counts.max(initial=0) >= (1 << count_bits):
         raise ValueError(f"counts must lie in [0, 2^{count_bits})")
     return (counts + masks) % (1 << count_bits)
 
 
-def unmask_sum(masked_sum: np.ndarray, mask_sum: np.ndarray, count_bits: int) -> np.ndarray:
+def unmask_sum(masked_sum: Array, mask_sum: Array, count_bits: int) -> Array:
     """(sum of masked vectors - sum of masks) mod 2^k: the plaintext model of Primitive 1."""
     return (np.asarray(masked_sum, dtype=np.int64) - mask_sum) % (1 << count_bits)
 

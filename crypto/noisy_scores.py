@@ -60,8 +60,10 @@ delta up to a positive float).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any, cast
 
 import numpy as np
 from concrete import fhe
@@ -79,6 +81,8 @@ __all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "noise_off
            "noise_operand", "noisy_score_plaintext", "decode_noisy_score",
            "noise_tail_probability", "noise_tail_delta", "compile_noisy_scores",
            "joint_score_plaintext", "decode_joint_score", "decode_score"]
+
+Array = np.ndarray[Any, Any]
 
 # 2^B >= 40 sigma: P[|z| >= 2^B] <= 2 exp(-800) per draw (module docstring).
 NOISE_TAIL_SIGMAS = 40
@@ -152,7 +156,7 @@ def noise_offset_bits(sigma2: Fraction) -> int:
     return b
 
 
-def noise_operand(z: int, shape: NoisyScoreShape) -> np.ndarray:
+def noise_operand(z: int, shape: NoisyScoreShape) -> Array:
     """The clear digits of z + 2^B (least significant first); fails closed if |z| >= 2^B."""
     if abs(int(z)) >= 1 << shape.noise_bits:
         raise NoiseOutOfRange(f"a noise draw is outside +-2^{shape.noise_bits} (probability "
@@ -167,26 +171,31 @@ def noisy_score_plaintext(score: int, z: int, shape: NoisyScoreShape) -> list[in
     return [(value >> j) & 1 for j in range(shape.out_bits)]
 
 
-def decode_noisy_score(digits, shape: NoisyScoreShape) -> int:
+def decode_noisy_score(digits: Iterable[Any], shape: NoisyScoreShape) -> int:
     """InDif + z from ``noise``'s decrypted digits."""
     return sum(int(d) << j for j, d in enumerate(digits)) - (1 << shape.noise_bits)
 
 
-def joint_score_plaintext(score: int, ks_bits, cs_bits, shape: NoisyScoreShape) -> list[int]:
+def joint_score_plaintext(score: int, ks_bits: Array, cs_bits: Array,
+                          shape: NoisyScoreShape) -> list[int]:
     """``joint``'s exact model: the digits of score + sum_j w_j (a_j xor b_j)."""
     both = np.bitwise_xor(np.asarray(ks_bits, dtype=np.int64),
                           np.asarray(cs_bits, dtype=np.int64))
-    value = int(score) + int(both @ np.array(shape.joint.weights(), dtype=np.int64))
+    # A joint shape's model: callers hold a shape with ``joint`` set.
+    joint = cast(JointNoiseShape, shape.joint)
+    value = int(score) + int(both @ np.array(joint.weights(), dtype=np.int64))
     return [(value >> j) & 1 for j in range(shape.out_bits)]
 
 
-def decode_joint_score(digits, shape: NoisyScoreShape) -> int:
+def decode_joint_score(digits: Iterable[Any], shape: NoisyScoreShape) -> int:
     """InDif + Z from ``joint``'s decrypted digits: the public centring span/2 subtracted
     (an integer: :class:`JointNoiseShape` admits only shapes whose mean is an integer)."""
-    return sum(int(d) << j for j, d in enumerate(digits)) - shape.joint.span // 2
+    # A joint shape's decoding: callers (decode_score) hold a shape with ``joint`` set.
+    joint = cast(JointNoiseShape, shape.joint)
+    return sum(int(d) << j for j, d in enumerate(digits)) - joint.span // 2
 
 
-def decode_score(digits, shape: NoisyScoreShape) -> int:
+def decode_score(digits: Iterable[Any], shape: NoisyScoreShape) -> int:
     """The noisy score from the decrypted digits of the shape's noise function."""
     return (decode_noisy_score(digits, shape) if shape.joint is None
             else decode_joint_score(digits, shape))
@@ -205,10 +214,10 @@ def noise_tail_delta(sigma2: Fraction, noise_bits: int, draws: int, epsilon: flo
     return min(1.0, max(math.nextafter(math.exp(log_bound), math.inf), math.ulp(0.0)))
 
 
-def _noise_function(shape: NoisyScoreShape):
+def _noise_function(shape: NoisyScoreShape) -> Callable[[Any, Any], Any]:
     n, out_bits = shape.score_bits, shape.out_bits
 
-    def noise(x, c):
+    def noise(x: Any, c: Any) -> Any:
         digits, carry = [], None
         for j in range(out_bits):
             total, total_max = c[j], 1
@@ -227,12 +236,14 @@ def _noise_function(shape: NoisyScoreShape):
     return noise
 
 
-def _joint_function(shape: NoisyScoreShape):
+def _joint_function(shape: NoisyScoreShape) -> Callable[[Any, Any, Any], Any]:
     n, out_bits = shape.score_bits, shape.out_bits
-    u, w = shape.joint.uniforms, shape.joint.bits
+    # Only called for a shape with ``joint`` set (compile_noisy_scores checks).
+    joint_shape = cast(JointNoiseShape, shape.joint)
+    u, w = joint_shape.uniforms, joint_shape.bits
     maxima = shape.column_maxima()
 
-    def joint(x, a, b):
+    def joint(x: Any, a: Any, b: Any) -> Any:
         # a xor b = a + b - 2ab per bit: leveled, and never negative on the way.
         e = fhe.hint(a + b - 2 * (a * b), can_store=1)
         digits, carry = [], None
@@ -257,11 +268,11 @@ def _joint_function(shape: NoisyScoreShape):
     return joint
 
 
-def _half(value):
+def _half(value: Any) -> Any:
     return value // 2
 
 
-def compile_noisy_scores(shape: NoisyScoreShape, p_error: float):
+def compile_noisy_scores(shape: NoisyScoreShape, p_error: float) -> fhe.Module:
     """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``, and
     ``module.noise`` or, with a joint shape, ``module.joint``)."""
     ensure_tag_stack()
@@ -288,6 +299,7 @@ def compile_noisy_scores(shape: NoisyScoreShape, p_error: float):
     indif_inputs, add_inputs, digit_inputs = score_inputsets(
         shape.count_bits, shape.chunk_sizes, n, rng)
     zeros_n, ones_n = np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    noise_inputs: Sequence[tuple[Array, ...]]
     if shape.joint is None:
         ones = np.ones(out_bits, dtype=np.int64)
         noise_inputs = [(x, rng.integers(0, 2, out_bits)) for x in digit_inputs] + [

@@ -36,7 +36,9 @@ wide (P2's digits included, ``crypto.indif``), so one key set serves all three f
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from concrete import fhe
@@ -55,6 +57,8 @@ from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, select
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
            "score_functions", "score_inputsets", "indif_name", "indif_definitions",
            "check_chunk_sizes", "batch_names"]
+
+Array = np.ndarray[Any, Any]
 
 _SUM_DIGIT = fhe.LookupTable([0, 1, 0, 1])
 _SUM_CARRY = fhe.LookupTable([0, 0, 1, 1])
@@ -106,11 +110,11 @@ def add_plaintext(x: list[int], y: list[int]) -> list[int]:
     return [(total >> i) & 1 for i in range(n)]
 
 
-def _indif_function(count_bits: int, cells: int, score_bits: int):
+def _indif_function(count_bits: int, cells: int, score_bits: int) -> Callable[[Any, Any], Any]:
     n = score_bits
     chunk_bits = _indif_bits_function(count_bits, cells)
 
-    def indif(masked_digits, offset_digits):
+    def indif(masked_digits: Any, offset_digits: Any) -> Any:
         digits = list(chunk_bits(masked_digits=masked_digits, offset_digits=offset_digits))[:n]
         digits += [digits[0] * 0] * (n - len(digits))
         return fhe.array(digits)
@@ -119,13 +123,14 @@ def _indif_function(count_bits: int, cells: int, score_bits: int):
     return indif
 
 
-def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int):
+def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int
+                    ) -> tuple[dict[str, Callable[[Any, Any], Any]], Callable[[Any, Any], Any]]:
     """``{indif_<s>: function}`` and ``add`` (module docstring) for digit vectors of
     ``score_bits`` digits; shared with ``crypto.noisy_scores``."""
     n = score_bits
     indifs = {indif_name(size): _indif_function(count_bits, size, n) for size in chunk_sizes}
 
-    def add(x, y):
+    def add(x: Any, y: Any) -> Any:
         out, carry = [], None
         for j in range(n):
             # Declared widths (as everywhere in these circuits): each input digit is a bit and
@@ -145,7 +150,9 @@ def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
 
 
 def score_inputsets(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int,
-                    rng: np.random.Generator) -> tuple[dict, list, list]:
+                    rng: np.random.Generator
+                    ) -> tuple[dict[str, list[tuple[Array, Array]]], list[tuple[Array, Array]],
+                               list[Array]]:
     """Input sets of every ``indif_<s>`` and of ``add`` (and the digit vectors they use),
     drawn from ``rng`` in a fixed order so that a module compiled from them is reproducible."""
     k, n = count_bits, score_bits
@@ -155,11 +162,13 @@ def score_inputsets(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
     return indif_inputs, add_inputs, digit_inputs
 
 
-def _functions(shape: PrivateSelectionShape, c: list[int]):
+def _functions(shape: PrivateSelectionShape, c: list[int]
+               ) -> tuple[dict[str, Callable[[Any, Any], Any]], Callable[[Any, Any], Any],
+                          Callable[..., Any], dict[str, str]]:
     n, s = shape.selection.score_bits, shape.selection.candidates
     indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
 
-    def select(**kwargs):
+    def select(**kwargs: Any) -> Any:
         scores = [kwargs[f"score_{r}"] for r in range(s)]
         columns = [fhe.array([[score[j] for score in scores]]) for j in range(n)]
         return select_core(shape.selection, c, columns, kwargs["active"], kwargs["r_ks"],
@@ -175,10 +184,11 @@ def _functions(shape: PrivateSelectionShape, c: list[int]):
     return indifs, add, select, statuses
 
 
-def _keyword_function(body, name: str, names: list[str]):
+def _keyword_function(body: Callable[..., Any], name: str,
+                      names: list[str]) -> Callable[..., Any]:
     """``body(**kwargs)`` as a module function ``name`` with these keyword parameters (concrete
     reads a function's parameters from its signature and names it by ``__name__``)."""
-    def function(**kwargs):
+    def function(**kwargs: Any) -> Any:
         return body(**kwargs)
 
     function.__name__ = name
@@ -187,13 +197,14 @@ def _keyword_function(body, name: str, names: list[str]):
     return function
 
 
-def _batch_definitions(shape: PrivateSelectionShape, c: list[int]) -> dict:
+def _batch_definitions(shape: PrivateSelectionShape, c: list[int]) -> dict[str, Any]:
     """The batched round's functions (``batch_names``), defined for the module."""
-    selection, layout = shape.selection, shape.batches
+    # Only called for a shape with batches (compile_private_selection checks).
+    selection, layout = shape.selection, cast(BatchLayout, shape.batches)
     names = batch_names(layout)
     n, count = layout.size, layout.count
 
-    def maximum(size: int):
+    def maximum(size: int) -> Any:
         scores = [f"score_{r}" for r in range(size)]
         return fhe.function({**{p: "encrypted" for p in scores}, "active": "clear"})(
             _keyword_function(lambda **kw: batch_maximum_core(
@@ -220,7 +231,8 @@ def _batch_definitions(shape: PrivateSelectionShape, c: list[int]) -> dict:
     return out
 
 
-def _batch_wires(layout: BatchLayout, definitions: dict, score_sources: list) -> set:
+def _batch_wires(layout: BatchLayout, definitions: dict[str, Any],
+                 score_sources: list[Any]) -> set[Any]:
     """Scores into the batch maxima and picks; a batch maximum into the combine; the combined
     maximum into every pick; a pick's one-hot into its mask and its summary into the least;
     the least's choices into the masks."""
@@ -242,8 +254,10 @@ def _batch_wires(layout: BatchLayout, definitions: dict, score_sources: list) ->
     return wires
 
 
-def _batch_inputsets(shape: PrivateSelectionShape, rng: np.random.Generator) -> dict:
-    selection, layout = shape.selection, shape.batches
+def _batch_inputsets(shape: PrivateSelectionShape,
+                     rng: np.random.Generator) -> dict[str, list[tuple[Array, ...]]]:
+    # Only called for a shape with batches (compile_private_selection checks).
+    selection, layout = shape.selection, cast(BatchLayout, shape.batches)
     names = batch_names(layout)
     n, count = layout.size, layout.count
     width, w, pw = selection.score_bits, selection.random_bits, selection.priority_bits
@@ -271,12 +285,13 @@ def _batch_inputsets(shape: PrivateSelectionShape, rng: np.random.Generator) -> 
     return out
 
 
-def indif_definitions(indifs: dict) -> dict:
+def indif_definitions(indifs: dict[str, Callable[[Any, Any], Any]]) -> dict[str, Any]:
     return {name: fhe.function({"masked_digits": "encrypted", "offset_digits": "clear"})(fn)
             for name, fn in indifs.items()}
 
 
-def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_error: float):
+def compile_private_selection(shape: PrivateSelectionShape, c: list[int],
+                              p_error: float) -> fhe.Module:
     """Compile the module (``module.indif_<s>`` per chunk size, ``module.add``, and
     ``module.select`` and/or the batched round's functions, ``batch_names``) for the selection
     thresholds ``c`` (``crypto.tfhe_permute_and_flip.thresholds``)."""
@@ -308,7 +323,7 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int], p_erro
     pw = shape.selection.priority_bits
     rng = np.random.default_rng(0)
     indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_sizes, n, rng)
-    inputsets = {**indif_inputs, "add": add_inputs}
+    inputsets: dict[str, Sequence[tuple[Array, ...]]] = {**indif_inputs, "add": add_inputs}
     if shape.single:
         select_inputs = []
         for i in range(10):

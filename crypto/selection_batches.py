@@ -39,6 +39,7 @@ plus ciphertexts that are computationally hidden, and the enumeration of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from concrete import fhe
@@ -58,6 +59,8 @@ from crypto.tfhe_permute_and_flip import (
 
 __all__ = ["BatchLayout", "batch_layout", "BatchedSelection", "batched_select_plaintext",
            "batch_maximum_core", "batch_pick_core", "batch_least_core", "batch_mask_core"]
+
+Array = np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -98,12 +101,12 @@ def batch_layout(candidates: int, target: int) -> BatchLayout | None:
     return BatchLayout(candidates, -(-candidates // count))
 
 
-def _score_columns(scores: list, width: int) -> list:
+def _score_columns(scores: list[Any], width: int) -> list[Any]:
     """Digit j of every score vector, as one (1, len(scores)) row per digit."""
     return [fhe.array([[score[j] for score in scores]]) for j in range(width)]
 
 
-def batch_maximum_core(shape: SelectionShape, scores: list, active):
+def batch_maximum_core(shape: SelectionShape, scores: list[Any], active: Any) -> Any:
     """Stage 1 (and its combine): the maximum of ``scores`` (digit vectors; inactive ones
     count as 0), as a digit vector of the same width, so a maximum can enter this function
     again."""
@@ -112,8 +115,9 @@ def batch_maximum_core(shape: SelectionShape, scores: list, active):
     return fhe.array([digit[0, 0] for digit in top])
 
 
-def batch_pick_core(shape: SelectionShape, c: list[int], scores: list, top, active, r_ks,
-                    priority, xor_twice, xor_shift) -> tuple:
+def batch_pick_core(shape: SelectionShape, c: list[int], scores: list[Any], top: Any,
+                    active: Any, r_ks: Any, priority: Any, xor_twice: Any,
+                    xor_shift: Any) -> tuple[Any, Any]:
     """Stage 2: the batch's acceptances against the global maximum ``top`` and its accepted
     position of least priority. Returns (one-hot over the batch's positions, all 0 when none
     accepted, (1, size); summary: [some position accepted, then per priority bit j whether
@@ -128,7 +132,7 @@ def batch_pick_core(shape: SelectionShape, c: list[int], scores: list, top, acti
     return alive, fhe.array([accepted[0]] + [low[0, 0] for low in any_low])
 
 
-def batch_least_core(shape: SelectionShape, summaries: list) -> tuple:
+def batch_least_core(shape: SelectionShape, summaries: list[Any]) -> tuple[Any, ...]:
     """Combine of stage 2: the batch holding the least accepted priority, one output per
     batch (exactly one is 1). A batch's least priority has bit j = 0 iff its summary says so;
     a batch without an accepted position never stays alive."""
@@ -140,7 +144,7 @@ def batch_least_core(shape: SelectionShape, summaries: list) -> tuple:
     return tuple(alive[:, b] for b in range(count))
 
 
-def batch_mask_core(hot, chosen, size: int) -> tuple:
+def batch_mask_core(hot: Any, chosen: Any, size: int) -> tuple[Any, ...]:
     """A batch's one-hot kept where its batch was chosen, one output per position: every
     output is the same lookup, so all share one encoding and the compute server may put them
     back in candidate order before the key server decrypts them."""
@@ -153,14 +157,15 @@ class BatchedSelection:
 
     maxima: list[int]         # per batch, its scores' maximum (stage 1)
     top: int                  # the maximum of the maxima
-    hots: list[np.ndarray]    # per batch, its one-hot (all 0 when nothing was accepted)
+    hots: list[Array]         # per batch, its one-hot (all 0 when nothing was accepted)
     least: list[int | None]   # per batch, its least accepted priority (None: none accepted)
     chosen: int               # the batch of least accepted priority
-    outputs: np.ndarray       # the one-hot over every position
+    outputs: Array            # the one-hot over every position
 
 
-def batched_select_plaintext(digits, active, r_ks, r_cs, shape: SelectionShape, c: list[int],
-                             priority, layout: BatchLayout) -> BatchedSelection:
+def batched_select_plaintext(digits: Array, active: Array, r_ks: Array, r_cs: Array,
+                             shape: SelectionShape, c: list[int], priority: Array,
+                             layout: BatchLayout) -> BatchedSelection:
     """The batched functions' exact integer model over ``layout.positions`` positions (padding
     included, inactive); its ``outputs`` equal
     :func:`crypto.tfhe_permute_and_flip.select_plaintext`'s on the real positions
@@ -170,6 +175,7 @@ def batched_select_plaintext(digits, active, r_ks, r_cs, shape: SelectionShape, 
     top = max(maxima)
     accept = accepted_plaintext(top - q, active, r_ks, r_cs, shape, c)
     priority = priority_values(priority)
+    least: list[int | None]  # None: the batch accepted no position
     hots, least = [], []
     for b in range(layout.count):
         part = layout.batch(b)

@@ -13,8 +13,9 @@ randomness, and each server's view").
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["random_share", "random_priorities", "batch_randomness", "secure_order"]
 
+Array = np.ndarray[Any, Any]
 
-def random_share(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray:
+
+def random_share(shape: SelectionShape, randbits: Callable[[int], int] = secrets.randbits) -> Array:
     """One server's share of the trials' random bits, (batch, S, sum kappa'), from a
     cryptographic source (``secrets`` by default)."""
     count = shape.batch * shape.candidates * shape.random_bits
@@ -36,7 +39,8 @@ def random_share(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray
     return bits.reshape(shape.batch, shape.candidates, shape.random_bits)
 
 
-def random_priorities(shape: SelectionShape, randbits=secrets.randbits) -> np.ndarray:
+def random_priorities(shape: SelectionShape,
+                      randbits: Callable[[int], int] = secrets.randbits) -> Array:
     """The key server's share of the hidden order: per selection a uniform permutation of
     0..S-1 (one priority per position), as bits, (batch, S, priority_bits), least
     significant first."""
@@ -49,7 +53,7 @@ def random_priorities(shape: SelectionShape, randbits=secrets.randbits) -> np.nd
 
 
 def batch_randomness(shape: SelectionShape, layout: BatchLayout,
-                     randbits=secrets.randbits) -> tuple[np.ndarray, np.ndarray]:
+                     randbits: Callable[[int], int] = secrets.randbits) -> tuple[Array, Array]:
     """The key server's shares for a batched round, over every position of ``layout``: trial
     bits (1, positions, sum kappa') and priorities (1, positions, priority_bits), a uniform
     permutation of 0..S-1 on the real positions and 0 on the padding (never accepted, so
@@ -60,6 +64,6 @@ def batch_randomness(shape: SelectionShape, layout: BatchLayout,
     return r_ks, priority
 
 
-def secure_order(n: int, randbits=secrets.randbits) -> list[int]:
+def secure_order(n: int, randbits: Callable[[int], int] = secrets.randbits) -> list[int]:
     """A uniformly random order of range(n) from a source of random bits; fails closed."""
     return uniform_order(n, randbelow_from_bits(randbits))

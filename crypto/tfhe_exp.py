@@ -24,10 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
+from typing import Any
 
 import numpy as np
 
 __all__ = ["ExpParams", "rounding_constants", "fixed_point_weights", "fixed_point_weight"]
+
+Array = np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def rounding_constants(p: ExpParams) -> list[int]:
     return out
 
 
-def fixed_point_weights(p: ExpParams, a: np.ndarray | None = None) -> np.ndarray:
+def fixed_point_weights(p: ExpParams, a: Array | None = None) -> Array:
     """y_{n_b} for every A = -U in ``a`` (default: all of [0, 2^n_b - 1])."""
     a = np.arange(2 ** p.nb, dtype=np.int64) if a is None else np.asarray(a, dtype=np.int64)
     a = np.clip(a, 0, 2 ** p.nb - 1)  # line 2: the clamp at -(2^n_b - 1)
@@ -84,13 +87,14 @@ def fixed_point_weights(p: ExpParams, a: np.ndarray | None = None) -> np.ndarray
 def fixed_point_weight(p: ExpParams, a: int) -> int:
     """Scalar version with Python integers (no overflow at any width), for cross-checks."""
     a = min(max(int(a), 0), 2 ** p.nb - 1)
-    y = 2 ** p.kappa
+    y: int = 2 ** p.kappa
     for j, (kp, c) in enumerate(zip(p.kappa_prime, rounding_constants(p))):
         t = (1 << kp) - ((a >> j) & 1) * ((1 << kp) - c)
         y = (y * t + (1 << (kp - 1))) >> kp
     return y
 
 
-def ideal_log_weight(p: ExpParams, a: np.ndarray) -> np.ndarray:
+def ideal_log_weight(p: ExpParams, a: Array) -> Array:
     """ln(2^kappa exp(-eps A / 2^lambda)), the weight TFHE-EXP approximates."""
-    return p.kappa * math.log(2) - p.eps * np.asarray(a, dtype=float) / 2 ** p.lam
+    out: Array = p.kappa * math.log(2) - p.eps * np.asarray(a, dtype=float) / 2 ** p.lam
+    return out

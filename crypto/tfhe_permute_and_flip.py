@@ -81,9 +81,11 @@ from __future__ import annotations
 import functools
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
+from typing import Any, cast
 
 import numpy as np
 from concrete import fhe
@@ -98,6 +100,8 @@ __all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step
            # the pieces the batched round (``crypto.selection_batches``) is built from
            "quantised_scores", "priority_values", "accepted_plaintext", "encrypted_maximum",
            "encrypted_acceptances", "least_priority", "or_elements", "AND_TABLE"]
+
+Array = np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -257,7 +261,7 @@ def _bits_of(value: int, width: int) -> list[int]:
     return [(value >> i) & 1 for i in range(width)]
 
 
-def threshold_bits(shape: SelectionShape, c: list[int]) -> np.ndarray:
+def threshold_bits(shape: SelectionShape, c: list[int]) -> Array:
     """The clear comparison constants: bits of c_j - 1 (test R <= c_j - 1), LSB first."""
     out = []
     for kp, cj in zip(shape.kappa_prime, c):
@@ -267,9 +271,9 @@ def threshold_bits(shape: SelectionShape, c: list[int]) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
-                     r_cs: np.ndarray, shape: SelectionShape, c: list[int],
-                     priority: np.ndarray) -> np.ndarray:
+def select_plaintext(digits: Array, active: Array, r_ks: Array,
+                     r_cs: Array, shape: SelectionShape, c: list[int],
+                     priority: Array) -> Array:
     """The circuit's exact integer model: the one-hot output, in the input (position) order.
     ``priority``: each position's priority (a permutation of 0..S-1, or its bits (S, w))."""
     q = quantised_scores(digits, active, shape)
@@ -281,23 +285,26 @@ def select_plaintext(digits: np.ndarray, active: np.ndarray, r_ks: np.ndarray,
     return out
 
 
-def quantised_scores(digits, active, shape: SelectionShape) -> np.ndarray:
+def quantised_scores(digits: Array, active: Array, shape: SelectionShape) -> Array:
     """q = floor(InDif / 2^t) of one selection's digit vectors (S, n); 0 where inactive."""
     digits = np.asarray(digits, dtype=np.int64)  # (S, n): one selection
-    return sum(digits[:, j] << (j - shape.drop_bits)
-               for j in range(shape.drop_bits, shape.score_bits)) * np.asarray(active)
+    out: Array = sum(digits[:, j] << (j - shape.drop_bits)
+                     for j in range(shape.drop_bits, shape.score_bits)) * np.asarray(active)
+    return out
 
 
-def priority_values(priority) -> np.ndarray:
+def priority_values(priority: Array) -> Array:
     """Each position's priority as a value, from values or from their bits (S, w), least
     significant first."""
     priority = np.asarray(priority, dtype=np.int64)
     if priority.ndim == 2:
-        priority = sum(priority[:, i] << i for i in range(priority.shape[1]))
+        # sum's start value 0 is returned only for no bits (w = 0); a priority has w >= 1.
+        priority = cast(Array, sum(priority[:, i] << i for i in range(priority.shape[1])))
     return priority
 
 
-def accepted_plaintext(a, active, r_ks, r_cs, shape: SelectionShape, c: list[int]):
+def accepted_plaintext(a: Array, active: Array, r_ks: Array, r_cs: Array, shape: SelectionShape,
+                       c: list[int]) -> Array:
     """Each candidate's acceptance given A = max - q: active, and every trial of a set bit of
     the clamped A passes (R = R_KS XOR R_CS <= c_j - 1)."""
     r = np.asarray(r_ks, dtype=np.int64) ^ np.asarray(r_cs, dtype=np.int64)
@@ -311,7 +318,8 @@ def accepted_plaintext(a, active, r_ks, r_cs, shape: SelectionShape, c: list[int
     return accept
 
 
-def clear_arguments(digits, active, r_ks, r_cs, priority) -> tuple:
+def clear_arguments(digits: Array, active: Array, r_ks: Array, r_cs: Array, priority: Array
+                    ) -> tuple[Array, Array, Array, Array, Array, Array]:
     """The circuit's argument tuple from the natural inputs (see ``select_core``);
     ``priority``: the key server's priority bits, (batch, S, priority_bits)."""
     r_cs = np.asarray(r_cs, dtype=np.int64)
@@ -338,7 +346,7 @@ def _le_table(d_bits: list[int]) -> fhe.LookupTable:
 _FAIL = table(lambda i: int(((i & 1) or ((i >> 1) & 1)) and not (i >> 2)), 3)  # a + 2sat + 4beta
 
 
-def _or_columns(columns: list) -> object:
+def _or_columns(columns: list[Any]) -> Any:
     """OR of encrypted 0/1 vectors of equal length, three at a time (sums stay <= 3)."""
     columns = list(columns)
     while len(columns) > 1:
@@ -353,21 +361,22 @@ def _or_columns(columns: list) -> object:
     return columns[0]
 
 
-def or_elements(matrix, length: int):
+def or_elements(matrix: Any, length: int) -> Any:
     """OR over the last axis of an encrypted 0/1 (batch, length) matrix."""
     return _or_columns([matrix[:, i] for i in range(length)])
 
 
-def _selection_function(shape: SelectionShape, c: list[int]):
-    def select(digits, active, r_ks, priority, xor_twice, xor_shift):
+def _selection_function(shape: SelectionShape, c: list[int]) -> Callable[..., tuple[Any, ...]]:
+    def select(digits: Any, active: Any, r_ks: Any, priority: Any, xor_twice: Any,
+               xor_shift: Any) -> tuple[Any, ...]:
         columns = [digits[:, :, j] for j in range(shape.score_bits)]
         return select_core(shape, c, columns, active, r_ks, priority, xor_twice, xor_shift)
 
     return select
 
 
-def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks, priority,
-                xor_twice, xor_shift) -> tuple:
+def select_core(shape: SelectionShape, c: list[int], columns: list[Any], active: Any, r_ks: Any,
+                priority: Any, xor_twice: Any, xor_shift: Any) -> tuple[Any, ...]:
     """The traced arithmetic; ``columns[j]`` is digit j of every candidate, (batch, S);
     ``priority`` the key server's encrypted priority bits, (batch, S, priority_bits).
 
@@ -388,11 +397,12 @@ def select_core(shape: SelectionShape, c: list[int], columns: list, active, r_ks
     return tuple(alive[:, i] for i in range(s))  # one (batch,) output per position
 
 
-def encrypted_maximum(q: list, active, s: int, batch: int) -> list:
+def encrypted_maximum(q: list[Any], active: Any, s: int, batch: int) -> list[Any]:
     """Digits of max_r q_r, most significant first: ``alive_r`` marks the candidates whose
     prefix equals the maximum's so far; each digit of the maximum, (batch, 1), broadcasts
     over the S candidates."""
     width = len(q)
+    top: list[Any]  # None until the loop below sets each digit
     alive, top = None, [None] * width
     for j in reversed(range(width)):
         hits = q[j] if alive is None else lookup(AND_TABLE, alive + 2 * q[j])
@@ -402,8 +412,8 @@ def encrypted_maximum(q: list, active, s: int, batch: int) -> list:
     return top
 
 
-def encrypted_acceptances(shape: SelectionShape, c: list[int], q: list, top: list, active, r_ks,
-                          xor_twice, xor_shift):
+def encrypted_acceptances(shape: SelectionShape, c: list[int], q: list[Any], top: list[Any],
+                          active: Any, r_ks: Any, xor_twice: Any, xor_shift: Any) -> Any:
     """Each candidate's acceptance, (batch, candidates): A = max - q by a ripple borrow, then
     one Bernoulli trial per bit of A."""
     d_bits = threshold_bits(shape, c).tolist()
@@ -420,7 +430,7 @@ def encrypted_acceptances(shape: SelectionShape, c: list[int], q: list, top: lis
     r = (r_ks + xor_shift) - r_ks * xor_twice  # XOR, never negative
     fails, pos = [], 0
     for j, kp in enumerate(shape.kappa_prime):
-        le = None  # no lower bits yet: "<=" holds
+        le: Any = None  # no lower bits yet: "<=" holds
         for i in range(0, kp, shape.trial_bits):
             w = min(shape.trial_bits, kp - i)
             low = r[:, :, pos + i]
@@ -435,13 +445,13 @@ def encrypted_acceptances(shape: SelectionShape, c: list[int], q: list, top: lis
     return 1 - _or_columns(fails)
 
 
-def least_priority(alive, lows: list, s: int, batch: int) -> tuple:
+def least_priority(alive: Any, lows: list[Any], s: int, batch: int) -> tuple[Any, list[Any]]:
     """The alive position of least priority, most significant priority bit first: a position
     stays alive while its prefix is 0 wherever some alive position's prefix is 0. ``lows[j]``:
     1 where bit j of a position's priority is 0, (batch, s). Returns the final alive, one-hot
     or all 0 when nothing was alive, and per bit j whether some alive position had a 0 there,
     (batch, 1): the least priority's bit j is its complement."""
-    any_low = [None] * len(lows)
+    any_low: list[Any] = [None] * len(lows)
     for j in reversed(range(len(lows))):
         hits = lookup(AND_TABLE, alive + 2 * lows[j])
         any_low[j] = or_elements(hits, s).reshape((batch, 1))
@@ -475,7 +485,7 @@ def compile_selection(shape: SelectionShape, c: list[int], p_error: float) -> fh
 
 
 def em_rounds_model(scores: list[int], shape: SelectionShape, c: list[int], rounds: int,
-                    randbits=secrets.randbits) -> list[int]:
+                    randbits: Callable[[int], int] = secrets.randbits) -> list[int]:
     """Indices chosen by ``rounds`` encrypted selections, modelled exactly in clear: the
     compute server's order, joint random bits, the key server's priorities, the accepted
     candidate of least priority (the benchmark's simulation; tests prove each stage

@@ -16,6 +16,7 @@ Design concerns:
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from fractions import Fraction
 
@@ -41,7 +42,7 @@ class PrivacyLedger:
         self.db = db
 
     @staticmethod
-    def charged_for(conn, session_id: str, name: str, digest: str) -> bool:
+    def charged_for(conn: sqlite3.Connection, session_id: str, name: str, digest: str) -> bool:
         """True if ``name`` is already charged for this digest; 409 if for another."""
         charged = conn.execute("SELECT request_digest FROM ledger WHERE session_id = ? AND "
                                "release = ?", (session_id, name)).fetchone()
@@ -53,7 +54,7 @@ class PrivacyLedger:
         return True
 
     @staticmethod
-    def check_budget(conn, plan: SessionPlan, session_id: str, name: str,
+    def check_budget(conn: sqlite3.Connection, plan: SessionPlan, session_id: str, name: str,
                      rho: Fraction) -> None:
         """403 unless ``rho`` fits what the session has left."""
         spent = sum((Fraction(r["rho"]) for r in conn.execute(
@@ -63,8 +64,8 @@ class PrivacyLedger:
                                     f"{float(rho):.6g}, remaining "
                                     f"{float(plan.rho_total - spent):.6g}")
 
-    def charge(self, conn, plan: SessionPlan, session_id: str, name: str, rho: Fraction,
-               digest: str, manifest_json: str = "{}") -> None:
+    def charge(self, conn: sqlite3.Connection, plan: SessionPlan, session_id: str, name: str,
+               rho: Fraction, digest: str, manifest_json: str = "{}") -> None:
         """Charge ``rho`` for ``name`` bound to ``digest``, inside the caller's transaction
         (module docstring); nothing happens on a retry with the same digest."""
         if self.charged_for(conn, session_id, name, digest):
@@ -73,7 +74,7 @@ class PrivacyLedger:
         conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
                      (session_id, name, str(rho), digest, time.time(), manifest_json))
 
-    def has_entries(self, conn, session_id: str) -> bool:
+    def has_entries(self, conn: sqlite3.Connection, session_id: str) -> bool:
         return conn.execute("SELECT 1 FROM ledger WHERE session_id = ?",
                             (session_id,)).fetchone() is not None
 
