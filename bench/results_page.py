@@ -11,7 +11,7 @@ files, keys and rows in sorted order, so the same files always give the same pag
     .venv/bin/python bench/results_page.py            # rewrite docs/results.md
     .venv/bin/python bench/results_page.py --check    # exit 1 if the committed page is stale
 
-Standard library only, so tests/test_docs.py can run the check in well under a second.
+Standard library only, so tests/project/test_docs.py can run the check in well under a second.
 """
 
 from __future__ import annotations

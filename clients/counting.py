@@ -5,7 +5,7 @@ The CSV is read a line at a time and encoded in chunks of rows
 every bad value is the same one-line error naming file, row, line and column); each chunk is
 counted into the session's marginal layout and dropped. Counts are integers summed exactly,
 so the vector is bit for bit the one of the whole table counted at once
-(``MarginalLayout.counts`` of ``encode_csv``'s records); ``tests/test_client_counting.py``
+(``MarginalLayout.counts`` of ``encode_csv``'s records); ``tests/clients/test_client_counting.py``
 checks both on the bundled tables, and ``bench/scale/bench_client_stream.py`` measures the memory
 on a 1 GB table.
 """

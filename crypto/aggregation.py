@@ -123,7 +123,7 @@ def publish_counts(decrypted: Array, noise: Array, count_bits: int) -> Array:
     would publish centre(count + z_CS) + z_KS, and centre() jumps by 2^k where count + z_CS
     crosses 2^(k-1): a neighbouring count could move the published value by 2^k, which
     z_KS cannot hide. Adding mod 2^k first makes the release a post-processing of
-    count + z_CS + z_KS (``tests/test_release_views.py``).
+    count + z_CS + z_KS (``tests/crypto/test_release_views.py``).
 
     >>> publish_counts(np.array([7]), np.array([1]), 4).tolist()  # 7 + 1 = 8 = -8 mod 16
     [-8]

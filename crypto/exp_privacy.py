@@ -13,7 +13,7 @@ the shape of FedDPSyn's Theorem C.1, whose e' bounds eta:
 ``bound`` evaluates that formula (with ybar from the exact integer model). ``exact``
 enumerates every input A in [0, 2^n_b) through :func:`crypto.tfhe_exp.fixed_point_weights`
 and returns eps e_prev + max_A |ln W(A) - ln w(A)|: the true worst case of *our* arithmetic,
-never above the bound (asserted over a grid in ``tests/test_exp_privacy.py``). A weight that
+never above the bound (asserted over a grid in ``tests/crypto/test_exp_privacy.py``). A weight that
 rounds to 0 makes the loss infinite (a candidate that can never be chosen next to one that
 can), and both functions then say so.
 

@@ -38,7 +38,7 @@ instead of one (offline, 2-bit messages).
 Sensitivity (count units, K fixed public constants): adding or removing one record changes
 exactly one cell of C_jk by 1, so InDif changes by at most 1 under add/remove neighbours
 (our accounting) and at most 2 under substitution (one cell -1, another +1), against 4 for
-PrivSyn's InDif with N and the 1-ways also data-dependent. ``tests/test_indif.py`` checks
+PrivSyn's InDif with N and the 1-ways also data-dependent. ``tests/crypto/test_indif.py`` checks
 both by enumerating neighbours.
 
 Widths: |d| <= N, so k with N < 2^(k-1) (Fed-Heart: k = 11; Adult: k = 16).
@@ -107,7 +107,7 @@ def chunk_bootstraps(cells: int, count_bits: int) -> int:
     """An upper bound on the lookups of one P2 call, counted from the circuit: per cell a carry
     per digit below the top, one XOR per full magnitude digit, the sign and (k even) the top
     magnitude bit; per plane its bits; per digit column of the carry-save at most two (digit
-    and carry). Tested against concrete's count (``tests/test_indif.py``); it feeds the
+    and carry). Tested against concrete's count (``tests/crypto/test_indif.py``); it feeds the
     session's union bound on bootstrap failures."""
     k = count_bits
     d = digit_count(k)
@@ -205,7 +205,7 @@ def indif_inputset(count_bits: int, cells: int,
     top digit of a residue is at most 1, but concrete gives a tensor one encoding for all its
     rows, and a row that the input set keeps below 2 made its slices disagree with the others
     (a compile error): so the set spans 0..3 in every row; the lookups are correct on the
-    residues' digits (``tests/test_indif.py``)."""
+    residues' digits (``tests/crypto/test_indif.py``)."""
     d = digit_count(count_bits)
     zero = np.zeros((d, cells), dtype=np.int64)
     centre = digits_of(np.full(cells, 1 << (count_bits - 1)), count_bits)

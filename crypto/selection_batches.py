@@ -24,7 +24,7 @@ steps of calls, every intermediate encrypted:
 **Guarantee: the output and the views are the single call's.** The least accepted priority
 over all positions is the least of the batches' least accepted priorities, and priorities are
 distinct, so the output is exactly the single call's one-hot (:func:`batched_select_plaintext`
-models every step; ``tests/test_selection_batches.py`` decrypts each step against it and the
+models every step; ``tests/crypto/test_selection_batches.py`` decrypts each step against it and the
 output against the single call and ``select_plaintext``). The key server encrypts the same
 shares (R^KS and priorities, now per batch, the padding's chosen data-independently;
 ``crypto.selection_randomness.batch_randomness``) and decrypts only the S final outputs,
@@ -33,7 +33,7 @@ candidate order; the batch maxima, summaries and choices stay encrypted at the c
 server, which holds no secret key, and its clear inputs (order, R^CS, active flags, the
 public layout) are those of the single call. So each server's view is the single call's view
 plus ciphertexts that are computationally hidden, and the enumeration of
-``tests/test_selection_views.py`` covers both forms.
+``tests/crypto/test_selection_views.py`` covers both forms.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def batched_select_plaintext(digits: Array, active: Array, r_ks: Array, r_cs: Ar
     """The batched functions' exact integer model over ``layout.positions`` positions (padding
     included, inactive); its ``outputs`` equal
     :func:`crypto.tfhe_permute_and_flip.select_plaintext`'s on the real positions
-    (``tests/test_selection_batches.py``)."""
+    (``tests/crypto/test_selection_batches.py``)."""
     q = quantised_scores(digits, active, shape)
     maxima = [int(q[layout.batch(b)].max()) for b in range(layout.count)]
     top = max(maxima)

@@ -2,8 +2,8 @@
 batches (``crypto.selection_batches``), counted from the circuits' structure.
 
 Guarantee: each count is an upper bound on concrete's own count for the same circuit
-(``tests/test_selection.py`` and ``tests/test_selection_batches.py`` compare them with the
-compile statistics), so a plan made before anything is compiled (``feddpsyn params``, the
+(``tests/crypto/test_selection.py`` and ``tests/crypto/test_selection_batches.py`` compare
+them with the compile statistics), so a plan made before anything is compiled (``feddpsyn params``, the
 demo's estimate, ``params.selection_plan``'s delta reserve) never understates the
 bootstraps' failure probability. A session's fhe_delta uses the compiled count itself.
 """
@@ -49,7 +49,7 @@ def _least_lookups(s: int, priority_bits: int) -> int:
 
 def pbs_estimate(shape: SelectionShape) -> int:
     """Bootstraps of one selection, counted from the circuit's structure (an upper bound on
-    concrete's count: ``tests/test_selection.py`` compares it with the compile statistics).
+    concrete's count: ``tests/crypto/test_selection.py`` compares it with the compile statistics).
     The session's fhe_delta uses the compiled count itself; this count is for plans made
     before anything is compiled (``feddpsyn params``, the demo's estimate)."""
     s = shape.candidates

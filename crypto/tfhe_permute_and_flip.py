@@ -12,8 +12,9 @@ exponential mechanism; permute-and-flip (McKenna and Sheldon, NeurIPS 2020;
 **Guarantee.** One selection at PF epsilon eps is (eps + 4 eta)-DP, eta the exact worst-case
 deviation of the fixed-point weights (:func:`step_eta`); :func:`plan_step` charges
 rho = (eps + 4 eta)^2 / 2. Each server's view is its own data-independent randomness plus one
-PF sample. ``tests/test_selection.py`` checks the circuit against :func:`select_plaintext`
-and the claim on neighbouring scores; ``tests/test_selection_views.py`` enumerates both views.
+PF sample. ``tests/crypto/test_selection.py`` checks the circuit against :func:`select_plaintext`
+and the claim on neighbouring scores; ``tests/crypto/test_selection_views.py`` enumerates both
+views.
 
 The arithmetic, per selection (S candidates, scores quantised to q = floor(InDif / 2^t)):
 

@@ -21,7 +21,7 @@ schedule (``distaim.protocol.Schedule``): plans without the key ran FLAIM's inte
 rounds at participation p < 1, so an absent key reads as interleaved there
 (``schedule_of``); the deferred schedule at p < 1 is written out (a new digest for the same
 request as before the schedule existed, which now runs differently); at p = 1 the schedule
-has no effect and is left out (p = 1 digests unchanged, ``tests/test_distaim_plan.py``).
+has no effect and is left out (p = 1 digests unchanged, ``tests/distaim/test_distaim_plan.py``).
 
 Budget: rho = CKS20(epsilon, delta - delta / 1000) (``dp.accounting``, rounded the
 conservative way); the reserve delta / 1000 covers the in-MPC samplers' computed

@@ -93,7 +93,7 @@ class ExactSampler:
 
     # The loops below work on a rational's (numerator, denominator) in lowest terms rather than
     # on Fraction objects: the same draws from the source in the same order, so the same
-    # samples (tests/test_discrete_gaussian_integer_form.py replays the Fraction form), about
+    # samples (tests/dp/test_discrete_gaussian_integer_form.py replays the Fraction form), about
     # 3x faster, which matters for the noise pools' millions of draws (dp.noise_pool).
     def _bernoulli_exp_ratio(self, num: int, den: int) -> int:
         whole, rest = divmod(num, den)

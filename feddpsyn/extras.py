@@ -4,7 +4,7 @@ imports, and the one line a command prints when its extra is missing.
 A bare ``pip install feddpsyn`` is a data owner's install: the client agent, the schema tools
 and ``feddpsyn synthesize`` (numpy, pydantic, httpx, typer, rich). Every other role is an
 extra of pyproject.toml; :data:`PROVIDES` lists, for each, the modules it brings
-(tests/test_install_roles.py checks it against pyproject.toml). Two packages of the
+(tests/project/test_install_roles.py checks it against pyproject.toml). Two packages of the
 ``server`` and ``synthesis`` extras are installed with ``--no-deps`` after the extra
 (:data:`NO_DEPS`, requirements-nodeps.txt; pyproject.toml says why).
 """

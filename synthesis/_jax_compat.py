@@ -7,7 +7,7 @@ decorator factory. We install jax 0.7.0 and mbi without its declared dependency,
 exactly those two forms here, each equivalent to what jax 0.7.0 already supports
 (``dataclasses.field(metadata={"static": True})`` and ``functools.partial(jax.jit, ...)``).
 Both additions apply only when missing, so a newer jax is used untouched.
-``tests/test_synthesis.py`` runs mbi's estimator end to end through this import.
+``tests/synthesis/test_synthesis.py`` runs mbi's estimator end to end through this import.
 """
 
 from __future__ import annotations

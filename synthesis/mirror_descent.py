@@ -26,7 +26,7 @@ round, so the compilation dominates. This module runs the same algorithm eagerly
   (tol 1e-6) in 666 steps, 7 s, loss 4943.5; ``mbi``'s MirrorDescent on the same
   measurements: 4957.5 after 3,000 iterations, 4944.0 after 10,000 (65 s); this module's
   former fixed rule (x1.01 / x0.5, 100 iterations a round): 2.9e6 after 100, 5217.9 after
-  1,000 (``tests/test_mirror_descent.py`` checks the comparison on a small table);
+  1,000 (``tests/synthesis/test_mirror_descent.py`` checks the comparison on a small table);
 * total: given (``fit(total=...)``), else the minimum-variance unbiased combination of the
   measurements' sums;
 * sampling: randomized rounding of the root clique's marginal to integer counts, then, down

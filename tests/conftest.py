@@ -183,28 +183,40 @@ TIERS: dict[str, dict[str, list[str]]] = {
 # pytest_collection_modifyitems sorts). A module not listed runs after these, in file order.
 LONGEST_FIRST = [
     "test_servers_selection",
-    "test_servers_noisy_greedy",
     "test_selection",
     "test_load_and_faults",
-    "test_demo_and_cli",
     "test_joint_release_servers",
     "test_dask_executor",
-    "test_indif",
+    "test_demo_and_cli",
     "test_servers",
+    "test_servers_noisy_greedy",
+    "test_indif",
+    "test_peer_answers_during_jobs",
+    "test_session_preparation",
     "test_noisy_scores",
     "test_private_selection",
+    "test_offline_pool",
+    "test_executor_releases",
     "test_api_fuzz",
     "test_selection_batches",
     "test_selection_views",
     "test_noisy_scores_joint",
-    "test_session_preparation",
     "test_bench_joint_scores",
     "test_distaim_app",
 ]
 
 
+TESTS = Path(__file__).resolve().parent
+
+
+def _in_tests(item: pytest.Item) -> bool:
+    """A test of a module under tests/ (its folders by package), not a package's doctest.
+    TIERS and LONGEST_FIRST name such modules by their file's stem, unique under tests/."""
+    return TESTS in item.path.resolve().parents
+
+
 def _tiers_of(item: pytest.Item) -> list[str]:
-    if item.path.parent.name != "tests":
+    if not _in_tests(item):
         return []  # a doctest in a package: always quick
     module = item.path.stem
     test = getattr(item, "originalname", None) or item.name.split("[")[0]
@@ -217,7 +229,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for mark in _tiers_of(item):
             item.add_marker(mark)
-        if item.path.parent.name == "tests" and isinstance(item, pytest.Function):
+        if _in_tests(item) and isinstance(item, pytest.Function):
             modules[item.path.stem] = item.module
     # A renamed or removed test must not leave its tier silently: every test TIERS lists for
     # a collected module is defined in it.
@@ -229,7 +241,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # LONGEST_FIRST's order (a stable sort: each module's tests keep theirs).
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank))
-               if item.path.parent.name == "tests" else len(rank))
+               if _in_tests(item) else len(rank))
 
 
 # The fast tier's guard (module docstring): what each forbidden call is, and the marker a

@@ -6,7 +6,7 @@ Algorithms 1-3 on ``Fraction`` objects), loaded from git; the candidate is the c
 ``--draws`` values from the operating system's CSPRNG, old and new alternating (the order
 swapped every repetition, so machine noise hits both); printed: microseconds a draw and the
 ratio new / old. Before timing, both are run on one seeded source and must give the same
-samples (``tests/test_discrete_gaussian_integer_form.py`` checks the bounds asked as well).
+samples (``tests/dp/test_discrete_gaussian_integer_form.py`` checks the bounds asked as well).
 
 Why it matters: the noise pools (``dp.noise_pool``) draw every noise a session may add before
 any data, e.g. one draw over Adult's 11,926 pair cells for each possible number of kept

@@ -23,7 +23,7 @@ def main() -> None:
     env = {**os.environ, "FEDDPSYN_FUZZ_EXAMPLES": str(args.examples)}
     started = time.time()
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
-                             "tests/test_api_fuzz.py"], cwd=ROOT, env=env, timeout=7200)
+                             "tests/servers/test_api_fuzz.py"], cwd=ROOT, env=env, timeout=7200)
     print(f"{args.examples} examples per operation and credential: "
           f"{'no failures' if result.returncode == 0 else 'FAILURES'} in {time.time() - started:.0f} s")
     sys.exit(result.returncode)

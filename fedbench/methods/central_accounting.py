@@ -210,7 +210,7 @@ def discrete_gaussian_pair(sigma2: Fraction) -> LossDistribution:
 # Added variance tried in turn (the first that passes is kept). The least that passes is
 # about Sheppard's 1/12 (measured by bisection: 0.0833-0.0835 for sigma2 from 5 to 5,000,
 # 0.0898 at sigma2 1/4); 3/32 passes at every rho from 1e-6 to 2 tested
-# (``tests/test_central_accounting.py``); the rest are fallbacks.
+# (``tests/fedbench/test_central_accounting.py``); the rest are fallbacks.
 _EXTRA_VARIANCE = (Fraction(3, 32), Fraction(1, 8), Fraction(1, 4), Fraction(1, 2),
                    Fraction(1), Fraction(2), Fraction(4))
 

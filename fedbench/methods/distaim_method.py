@@ -5,7 +5,7 @@ scores, the in-MPC exponential mechanism and Gaussian -- runs in a one-party in-
 runtime: the same code the three servers run, without the communication (which changes no
 opened value), so a benchmark repeat costs seconds instead of minutes. The clients' shares
 summed by the servers equal the sum of their count vectors, which is what the runtime holds.
-``tests/test_distaim_loopback.py`` runs the same program over three processes.
+``tests/distaim/test_distaim_loopback.py`` runs the same program over three processes.
 
 Settings as in the DistAIM demo and FLAIM's experiments: all 2-way workload, T = 10 planned
 rounds (FLAIM's fixed-T mode: no annealing), p = 1. Accounting as a session's: rho from

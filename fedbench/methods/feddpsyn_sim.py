@@ -5,11 +5,11 @@ offset (its discrete Gaussian noise and a fresh bit above the count) exactly as
 :func:`crypto.aggregation.aggregate_plaintext` models the circuit, decoded like the key
 server does, and noised again with the key server's own noise: the released values are
 bit-for-bit what the servers would publish for the same randomness
-(``tests/test_fedbench_methods.py`` runs one chunk through the real circuit and this path).
+(``tests/fedbench/test_fedbench_methods.py`` runs one chunk through the real circuit and this path).
 Selection (``params.selection_plan``): by default the 2-way marginals are chosen as the
 servers choose them, ``em``: InDif against the released 1-ways, then ``rounds`` encrypted
 permute-and-flip rounds run as their exact integer model (``dp.pair_selection``;
-``tests/test_selection.py`` and ``tests/test_private_selection.py`` prove the circuits
+``tests/crypto/test_selection.py`` and ``tests/crypto/test_private_selection.py`` prove the circuits
 bit-identical to it). ``feddpsyn-noisy-greedy`` and ``feddpsyn-all`` are the other modes.
 Then consistency and GUM, as the demo does.
 
@@ -20,7 +20,7 @@ release's rho at the orders of the session's conversion; where its conditioning 
 the servers' share of delta, the release keeps its two Gaussians, :func:`joint_shape`), both
 servers' bits from the CSPRNG, through the joint circuit's exact integer model
 (``crypto.joint_noise.joint_release_plaintext``, tested against the circuit in
-``tests/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
+``tests/crypto/test_joint_noise.py``). noisy-greedy's scores carry one joint noise each as well,
 matched to the selection's rho over the pairs (every pair's InDif moves by at most 1, so the
 scores are a release of ``pairs`` sensitivity-1 queries). The servers run the joint noise
 on em's and fixed releases (the rule of ``params.noise_rules``, ``noise="auto"``) and on

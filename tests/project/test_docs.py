@@ -1,0 +1,153 @@
+"""The documentation stays true to the tree: docs/results.md is what bench/results gives, the
+README stays a short page, and every relative link in README.md and docs/*.md reaches a file
+(and, into a markdown page, a heading) that exists. Fast: no server, no circuit."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README_MAX_LINES = 150
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"#{1,6}\s+(.*?)\s*$")
+FENCE = re.compile(r"^(```|~~~)")
+
+
+def _results_page():
+    spec = importlib.util.spec_from_file_location("results_page",
+                                                  ROOT / "bench" / "results_page.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "bench" / "README.md",
+            *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) for the lines outside fenced code blocks."""
+    lines, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced:
+            lines.append((number, line))
+    return lines
+
+
+def _headings(page: Path) -> list[str]:
+    return [m.group(1) for _, line in _outside_fences(page.read_text())
+            if (m := HEADING.match(line))]
+
+
+def _slug(title: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    return "".join(c for c in title.lower() if c.isalnum() or c in " -_").replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a markdown page's headings (a repeated heading gets -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for title in _headings(page):
+        slug = _slug(title)
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def test_results_page_is_generated_from_bench_results():
+    module = _results_page()
+    page = ROOT / "docs" / "results.md"
+    assert page.is_file(), "docs/results.md is missing: run .venv/bin/python bench/results_page.py"
+    assert page.read_text() == module.render(), (
+        "docs/results.md differs from bench/results: run .venv/bin/python bench/results_page.py")
+
+
+def test_results_page_check_flag_agrees(capsys):
+    assert _results_page().main(["--check"]) == 0
+
+
+def test_readme_is_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move detail to docs/")
+
+
+def test_every_relative_link_exists():
+    broken = []
+    for page in _pages():
+        for number, line in _outside_fences(page.read_text()):
+            for target in LINK.findall(re.sub(r"`[^`]*`", "``", line)):
+                if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                    continue
+                path_part, _, anchor = target.partition("#")
+                where = f"{page.relative_to(ROOT)}:{number}: {target}"
+                resolved = (page.parent / path_part).resolve() if path_part else page
+                if not resolved.exists():
+                    broken.append(f"{where} (no such file)")
+                elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                    broken.append(f"{where} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_anchor_rule_is_the_results_pages():
+    # docs/results.md's table of contents uses bench/results_page.py's rule: the same as here.
+    module = _results_page()
+    titles = ["Private selection: `--selection em`", "Utility runs (`feddpsyn bench utility`)",
+              *_headings(ROOT / "docs" / "results.md")]
+    for title in titles:
+        assert module.anchor(title) == _slug(title)
+    assert _slug(titles[0]) == "private-selection---selection-em"
+
+
+def _bench_scripts() -> list[Path]:
+    """Every Python file under bench/ (its topic folders included), but the kept results."""
+    bench = ROOT / "bench"
+    return sorted(p for p in bench.rglob("*.py") if "results" not in p.relative_to(bench).parts)
+
+
+def test_benchmarks_page_lists_every_script_and_every_method_with_its_kind():
+    """docs/benchmarks.md names every script in bench/ by its path (``bench/<topic>/x.py``)
+    and every registered method with the kind ``fedbench.methods.KINDS`` gives it (served
+    plan, central reference, ...)."""
+    from fedbench.methods import KINDS, METHODS
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    scripts = [p.relative_to(ROOT).as_posix() for p in _bench_scripts()]
+    assert len(scripts) > 20
+    assert [s for s in scripts if f"`{s}" not in page] == []
+    assert set(KINDS) == set(METHODS)
+    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| ([^|]+?) \|", page, re.M))
+    assert {m: rows.get(m) for m in METHODS} == KINDS
+
+
+def test_bench_readme_lists_every_script_under_its_folder():
+    """bench/README.md has one line a script, under the heading of the folder it is in."""
+    readme = (ROOT / "bench" / "README.md").read_text()
+    sections = dict(re.findall(r"^## `([a-z]+)/`[^\n]*\n(.*?)(?=^## |\Z)", readme, re.M | re.S))
+    missing = []
+    for path in _bench_scripts():
+        parts = path.relative_to(ROOT / "bench").parts
+        text = sections.get(parts[0], "") if len(parts) == 2 else readme
+        if f"- `{parts[-1]}`" not in text:
+            missing.append("/".join(parts))
+    assert missing == []
+    assert "../docs/benchmarks.md" in readme
+
+
+def test_results_page_knows_results_from_before_and_after_the_topic_folders():
+    """The results page recognises a file by its script's name, not its folder: the files
+    kept before bench/ had topic folders record ``bench/bench_x.py``."""
+    module = _results_page()
+    for folder in ("bench/", "bench/accuracy/"):
+        command = f"python {folder}bench_served_vs_central.py --json F"
+        assert module.is_served_vs_central({"command": command})
+    for folder in ("bench/", "bench/scale/"):
+        assert module.is_client_stream({"run": f".venv/bin/python {folder}bench_client_stream.py"})
+        assert module.is_scale({"command": f"{folder}bench_scale.py --out F", "points": []})
+    for folder in ("bench/", "bench/primitives/"):
+        assert module.is_joint_scores({"bench": f"{folder}bench_joint_scores.py"})

@@ -1,0 +1,89 @@
+"""The top-level packages form floors: a package imports only packages on floors below it.
+
+Every import counts, including those deferred inside functions (``ast.walk`` sees them all),
+so a loop cannot hide in a function body. The floors, bottom to top (docs/architecture.md):
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FLOORS: list[tuple[str, ...]] = [
+    ("common",),                                  # wire models, serving, credentials
+    ("dp",),                                      # exact samplers, accounting, mechanisms
+    ("crypto",),                                  # FHE primitives (P1, P2, P3, TFHE-EXP)
+    ("params",),                                  # schema, codec, layout, parameter sets, plans
+    ("clients", "synthesis"),                     # the data owner's agent; post-processing
+    ("keyserver", "computeserver", "distaim"),    # the servers
+    ("fedbench",),                                # research harness: methods, metrics, runner
+    ("feddpsyn",),                                # the CLI, the demos, the load tool
+    ("bench",),                                   # research scripts
+]
+FLOOR = {package: level for level, packages in enumerate(FLOORS) for package in packages}
+
+
+def _packages() -> list[str]:
+    """Every top-level folder of Python source except the tests."""
+    return sorted(p.name for p in ROOT.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and p.name != "tests"
+                  and any(p.glob("*.py")))
+
+
+def _imports(package: str) -> list[tuple[str, str, int]]:
+    """(importing file, imported top-level package, line) for every absolute import of
+    another top-level package of this project in ``package``."""
+    known = set(_packages())
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in known and top != package:
+                    found.append((str(path.relative_to(ROOT)), top, node.lineno))
+    return found
+
+
+def test_every_package_has_a_floor():
+    assert set(_packages()) == set(FLOOR), (
+        "place each top-level package on a floor in FLOORS (and in the README's module map)")
+
+
+@pytest.mark.parametrize("package", sorted(FLOOR))
+def test_no_import_reaches_up_or_sideways(package):
+    wrong = [f"{path}:{line} imports {top} (floor {FLOOR[top]}, {package} is on {FLOOR[package]})"
+             for path, top, line in _imports(package) if FLOOR[top] >= FLOOR[package]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_package_graph_has_no_cycle():
+    edges = {p: {top for _, top, _ in _imports(p)} for p in _packages()}
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(path + [node, nxt]))
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = "done"
+
+    for package in sorted(edges):
+        if package not in state:
+            visit(package, [])
+
+
+def test_the_top_floor_is_imported_by_no_package():
+    users = sorted({package for package in _packages() for _, top, _ in _imports(package)
+                    if top == "feddpsyn" and package != "bench"})
+    assert not users, f"the CLI and demos are the top floor; imported by {users}"
