@@ -270,7 +270,8 @@ def render_online(files: list[tuple[Path, dict]]) -> list[str]:
 
 def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## The default demo's federated / central error ratio", "",
-           "Many fresh sessions of the demo's plan (the servers' plan and em model in clear), "
+           "Many fresh sessions of the demo's plan (the servers' plan and its selection model in "
+           "clear), "
            "each against a fresh central reference for its own pairs: mean average L1 error "
            "per marginal order, and the ratio with its standard error.", ""]
     rows = []
@@ -287,7 +288,8 @@ def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
                 f"{d.get('rounds')} rounds, eps {d.get('epsilon')}, {d.get('draws')} draws, "
                 f"{fixed(d.get('seconds'), 0)} s.  ",
                 *provenance(command=d.get("command"),
-                            script="bench/accuracy/bench_demo_central_ratio.py --json OUT"), ""]
+                            script="bench/accuracy/bench_demo_central_ratio.py --json OUT",
+                            commit=d.get("commit"), started=d.get("date")), ""]
     return out
 
 

@@ -17,13 +17,15 @@ Prints the mean 1/2/3-way errors of each and the ratio of the means, with a boot
 standard error of the 2-way ratio (delta method over the draws).
 
 Usage: ``.venv/bin/python bench/accuracy/bench_demo_central_ratio.py --draws 30 [--dataset
-fed_heart_disease] [--selection em] [--method auto] [--json OUT]``.
+fed_heart_disease] [--selection noisy-greedy|em] [--method auto] [--json OUT]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import platform
 import sys
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.accuracy.bench_served_vs_central import _commit  # noqa: E402
 from fedbench.methods.feddpsyn_served import served_session  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, central_reference, dataset  # noqa: E402
 from params.modes import SelectionMode  # noqa: E402
@@ -45,7 +48,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=30)
     ap.add_argument("--dataset", default="fed_heart_disease")
-    ap.add_argument("--selection", default="em")
+    ap.add_argument("--selection", default="noisy-greedy",
+                    help="the demo's default on Fed-Heart-Disease; em runs the demo's 4 rounds")
     ap.add_argument("--method", default="auto")
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--delta", type=float, default=1e-5)
@@ -72,7 +76,11 @@ def main() -> None:
         cen.append(workload_error(records, central, schema.domain_sizes))
     out = {"dataset": args.dataset, "selection": args.selection, "rounds": rounds,
            "method": args.method, "draws": args.draws, "epsilon": args.epsilon,
-           "seconds": time.perf_counter() - started}
+           "seconds": time.perf_counter() - started,
+           "command": ("python bench/accuracy/bench_demo_central_ratio.py "
+                       + " ".join(sys.argv[1:])),
+           "commit": _commit(), "machine": platform.node(),
+           "date": datetime.date.today().isoformat()}
     for k in ("one_way", "two_way", "three_way"):
         f = np.array([e[k] for e in fed])
         c = np.array([e[k] for e in cen])
@@ -86,6 +94,8 @@ def main() -> None:
               f"ratio {ratio:.3f} +- {se:.3f}")
     print(f"{args.draws} draws in {out['seconds']:.0f} s")
     if args.json:
+        if args.json.exists():
+            raise SystemExit(f"{args.json} exists: results are never overwritten")
         args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
