@@ -689,7 +689,7 @@ def render() -> str:
            "Every measurement kept in `bench/results`, one table per kind of file. Regenerate "
            f"with `{REGENERATE}`; `--check` says whether this page is current. What each bench "
            "script measures: [benchmarks.md](benchmarks.md). Figures from earlier runs that "
-           "were never kept as files (the demo's wall time, the scale-out runs, the cost "
+           "were never kept as files (older demo timings, the scale-out runs, the cost "
            "sweeps) are notes, not results: [measurements-history.md](measurements-history.md).",
            ""]
     groups: dict[int, list[tuple[Path, dict]]] = {}
