@@ -84,7 +84,10 @@ def link(path: Path) -> str:
 
 
 def provenance(*, command: str | None = None, script: str | None = None,
-               commit: str | None = None, started: str | None = None) -> list[str]:
+               commit: str | None = None, started: str | None = None,
+               added: dict | None = None) -> list[str]:
+    """The file's command, commit and date as recorded; ``added``: for a file kept before
+    its script recorded them, the commit and date that added it (``added_in``)."""
     lines = []
     if command:
         lines.append(f"Command (as recorded): `{command}`")
@@ -95,8 +98,12 @@ def provenance(*, command: str | None = None, script: str | None = None,
         recorded.append(f"commit `{commit}`")
     if started:
         recorded.append(f"started {started}")
-    lines.append("Recorded: " + (", ".join(recorded) if recorded else
-                                 "no commit, machine or date in the file") + ".")
+    if recorded or not added:
+        lines.append("Recorded: " + (", ".join(recorded) if recorded else
+                                     "no commit, machine or date in the file") + ".")
+    else:
+        lines.append(f"Recorded: not by the run; the file was added in commit "
+                     f"`{added['commit']}` on {added['date']} (machine: {added['machine']}).")
     return [line + "  " if i < len(lines) - 1 else line for i, line in enumerate(lines)]
 
 
@@ -235,7 +242,8 @@ def render_online(files: list[tuple[Path, dict]]) -> list[str]:
             "the in-process executor; the phases are read from the compute server's log. The "
             "second table is a model calibrated on this run (seconds per bootstrap, list "
             "scheduling), not a measurement.", "",
-            *provenance(command=d.get("command"), script="bench/scale/bench_adult_online.py"), ""]
+            *provenance(command=d.get("command"), script="bench/scale/bench_adult_online.py",
+                        added=d.get("added_in")), ""]
         restarted = m.get("rounds_after_restart") or []
         if restarted:
             out += ["Rounds timed from a restart of the servers: "
@@ -289,7 +297,8 @@ def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
                 f"{fixed(d.get('seconds'), 0)} s.  ",
                 *provenance(command=d.get("command"),
                             script="bench/accuracy/bench_demo_central_ratio.py --json OUT",
-                            commit=d.get("commit"), started=d.get("date")), ""]
+                            commit=d.get("commit"), started=d.get("date"),
+                            added=d.get("added_in")), ""]
     return out
 
 
