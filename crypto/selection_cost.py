@@ -3,9 +3,10 @@ batches (``crypto.selection_batches``), counted from the circuits' structure.
 
 Guarantee: each count is an upper bound on concrete's own count for the same circuit
 (``tests/crypto/test_selection.py`` and ``tests/crypto/test_selection_batches.py`` compare
-them with the compile statistics), so a plan made before anything is compiled (``feddpsyn params``, the
-demo's estimate, ``params.selection_plan``'s delta reserve) never understates the
-bootstraps' failure probability. A session's fhe_delta uses the compiled count itself.
+them with the compile statistics), so a plan made before anything is compiled
+(``feddpsyn params``, the demo's estimate, ``params.selection_plan``'s delta reserve) never
+understates the bootstraps' failure probability. A session's fhe_delta uses the compiled
+count itself.
 """
 
 from __future__ import annotations
