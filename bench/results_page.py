@@ -279,9 +279,8 @@ def render_online(files: list[tuple[Path, dict]]) -> list[str]:
 def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## The default demo's federated / central error ratio", "",
            "Many fresh sessions of the demo's plan (the servers' plan and its selection model in "
-           "clear), "
-           "each against a fresh central reference for its own pairs: mean average L1 error "
-           "per marginal order, and the ratio with its standard error.", ""]
+           "clear), each against a fresh central reference for its own pairs: mean average L1 "
+           "error per marginal order, and the ratio with its standard error.", ""]
     rows = []
     for path, d in files:
         for order, name in (("one_way", "1-way"), ("two_way", "2-way"), ("three_way", "3-way")):

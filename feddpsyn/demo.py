@@ -29,6 +29,7 @@ from common.serving import write_private
 from dp.joint_noise_accounting import JointNoiseShape
 from feddpsyn.operator_api import SessionError, create_session
 from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
+from params.layout import MarginalLayout
 from params.modes import SelectionMode
 from params.schema import Schema
 from params.operator_bound import stated_max_rows
@@ -387,10 +388,9 @@ def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, ep
     discrete Gaussian a count, at the session's split (it reuses the federated selection's
     pairs, so it pays nothing for selecting them). ``chosen``: the selected pairs, None
     where every pair was released."""
-    sizes = list(schema.domain_sizes)
-    split = default_split(selection, sizes,
-                          [a * b for i, a in enumerate(sizes) for b in sizes[i + 1:]],
-                          epsilon, delta, max_rows)
+    layout = MarginalLayout.build(schema.domain_sizes)
+    split = default_split(selection, [m.size for m in layout.one_way],
+                          [m.size for m in layout.two_way], epsilon, delta, max_rows)
     if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
         plan = SessionPlan.build(PlanRequest(
             schema, epsilon, delta, max_rows,

@@ -51,6 +51,7 @@ from params.operator_bound import stated_max_rows
 from params.schema import Schema
 from params.modes import NoiseMode, SelectionMode
 from params.plan_request import PlanRequest
+from params.selection_plan import DEFAULT_SPLITS
 from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal, combine_repeated
 from synthesis.synthesize import synthesize_records
@@ -196,10 +197,11 @@ def feddpsyn_default(records, owner, schema, epsilon, delta, seed) -> MethodResu
 
 def default_at_first_share(share: float):
     """A what-if: :func:`feddpsyn_default` with noisy-greedy's first 1-way release at a fixed
-    ``share`` of rho (the scores keep 10%, the kept pairs the rest) instead of the plan's
-    rule (``params.budget_split.first_one_way_share``); ``max_rows`` stated as the demo
-    states it, for that split."""
-    split = {"one_way": share, "selection": 0.1, "two_way": round(0.9 - share, 12)}
+    ``share`` of rho (the scores keep their default share, the kept pairs the rest) instead
+    of the plan's rule (``params.budget_split.first_one_way_share``); ``max_rows`` stated as
+    the demo states it, for that split."""
+    scores = DEFAULT_SPLITS[SelectionMode.NOISY_GREEDY]["selection"]
+    split = {"one_way": share, "selection": scores, "two_way": round(1 - scores - share, 12)}
 
     def method(records, owner, schema, epsilon, delta, seed) -> MethodResult:
         return served_session(records, owner, schema, epsilon, delta, seed, "noisy-greedy",
