@@ -303,10 +303,12 @@ class SessionCreate(StrictModel):
 
 class JointNoisePublic(StrictModel):
     """The shape of a release's one joint noise (``dp.joint_noise_accounting``): the sum of
-    ``uniforms`` independent uniforms on {0..2^bits - 1}, centred (bits 1: coins)."""
+    ``uniforms`` independent uniforms on {0..2^bits - 1} and ``wider`` on
+    {0..2^(bits+1) - 1}, centred (bits 1 and no wider ones: coins)."""
 
     uniforms: int = Field(ge=1)
     bits: int = Field(ge=1, le=16)
+    wider: int = Field(0, ge=0, description="uniforms of bits + 1 bits beside the others")
 
 
 class ReleasePlan(StrictModel):

@@ -104,12 +104,13 @@ def dominated(pair: LossDistribution, mu: float, eta: float) -> bool:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def shape_dominated(uniforms: int, bits: int, mu: float, eta: float) -> bool:
-    """:func:`dominated` for a joint shape (``dp.joint_noise_accounting.JointNoiseShape``),
-    cached: a plan's searches ask for the same shapes at the same budgets."""
+def shape_dominated(uniforms: int, bits: int, mu: float, eta: float, wider: int = 0) -> bool:
+    """:func:`dominated` for a joint shape (``dp.joint_noise_accounting.JointNoiseShape``:
+    ``wider`` uniforms of bits + 1 beside the others), cached: a plan's searches ask for the
+    same shapes at the same budgets."""
     from dp.joint_noise_accounting import JointNoiseShape
 
-    return dominated(JointNoiseShape(uniforms, bits).pair(), mu, eta)
+    return dominated(JointNoiseShape(uniforms, bits, wider).pair(), mu, eta)
 
 
 def mu_at_most(rho: Fraction | float) -> float:

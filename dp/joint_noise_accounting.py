@@ -9,7 +9,12 @@ it. Two shapes (:class:`JointNoiseShape`):
 * **uniforms** (``bits = w``): n_u groups of weights 1, 2, ..., 2^(w-1), i.e. n_u independent
   uniforms on {0..2^w - 1} (each the XOR of two w-bit values, bit by bit), variance
   n_u (4^w - 1) / 12: a discrete Irwin-Hall shape. Each encrypted bit adds up to 4^(w-1) / 4
-  of variance instead of 1/4, so a release needs far fewer ciphertexts.
+  of variance instead of 1/4, so a release needs far fewer ciphertexts;
+* **mixed uniforms** (``wider = n_v > 0``): n_u uniforms of w bits and n_v of w + 1 bits,
+  variance (n_u (4^w - 1) + n_v (4^(w+1) - 1)) / 12. With one width the variance moves in
+  steps of a whole uniform and a cap on the bits per count caps the uniforms, so a budget
+  between two widths gets too few uniforms of the wider one (a shape far from its Gaussian);
+  two adjacent widths fill the cap (``params.noise_rules.dominated_shape``).
 
 Design concern: **the privacy claim is computed from the exact pmf, never from a closed
 form, and every rounding goes up.** The pmf is an exact integer count vector
@@ -34,6 +39,9 @@ confirms the session's eps end to end.
 >>> shape = JointNoiseShape(uniforms=4, bits=2)
 >>> shape.counts()[:4], shape.variance, shape.ciphertexts
 ([1, 4, 10, 20], Fraction(5, 1), 8)
+>>> mixed = JointNoiseShape(uniforms=1, bits=1, wider=1)  # a coin plus a uniform on {0..3}
+>>> mixed.counts(), mixed.weights(), mixed.label
+([1, 2, 2, 2, 1], [1, 1, 2], '1x1+1x2')
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import accumulate
+
+import numpy as np
 
 from dp.binomial_accounting import RDP_ORDERS, LossDistribution
 
@@ -57,68 +66,119 @@ MAX_BITS = 16
 
 @dataclass(frozen=True)
 class JointNoiseShape:
-    """Z = sum of ``uniforms`` iid uniforms on {0..2^bits - 1}, centred (bits = 1: coins)."""
+    """Z = sum of ``uniforms`` iid uniforms on {0..2^bits - 1} and ``wider`` on
+    {0..2^(bits+1) - 1}, all independent, centred (bits = 1, wider = 0: coins)."""
 
     uniforms: int
     bits: int
+    wider: int = 0
 
     def __post_init__(self) -> None:
-        if self.uniforms < 1 or not 1 <= self.bits <= MAX_BITS:
-            raise ValueError("need uniforms >= 1 and 1 <= bits <= MAX_BITS")
-        if self.uniforms * ((1 << self.bits) - 1) % 2:
+        if self.uniforms < 1 or not 1 <= self.bits <= MAX_BITS or self.wider < 0:
+            raise ValueError("need uniforms >= 1, wider >= 0 and 1 <= bits <= MAX_BITS")
+        if self.wider and self.bits + 1 > MAX_BITS:
+            raise ValueError("the wider uniforms' bits + 1 must be at most MAX_BITS")
+        if (self.uniforms + self.wider) % 2:
+            # Every uniform's span 2^w - 1 is odd: the centring sum(w)/2 is an integer
+            # exactly when the number of uniforms is even.
             raise ValueError("the centring sum(w)/2 must be an integer: use an even number "
                              "of uniforms")
 
     @property
     def kind(self) -> str:
-        return "coins" if self.bits == 1 else "uniforms"
+        return "coins" if self.bits == 1 and not self.wider else "uniforms"
+
+    @property
+    def widths(self) -> tuple[tuple[int, int], ...]:
+        """(uniforms, bits) of each width the shape sums, narrowest first."""
+        return ((self.uniforms, self.bits),) + (((self.wider, self.bits + 1),)
+                                                 if self.wider else ())
+
+    @property
+    def label(self) -> str:
+        """``<uniforms>x<bits>``, then ``+<wider>x<bits + 1>`` for a mixed shape."""
+        return "+".join(f"{n}x{w}" for n, w in self.widths)
 
     @property
     def ciphertexts(self) -> int:
         """Encrypted bits per released count (the key server's offline work)."""
-        return self.uniforms * self.bits
+        return sum(n * w for n, w in self.widths)
 
     @property
     def variance(self) -> Fraction:
-        return Fraction(self.uniforms * (4 ** self.bits - 1), 12)
+        return Fraction(sum(n * (4 ** w - 1) for n, w in self.widths), 12)
 
     @property
     def span(self) -> int:
         """Z lies in [-span/2, span/2]: a hard bound, for the count width's room."""
-        return self.uniforms * ((1 << self.bits) - 1)
+        return sum(n * ((1 << w) - 1) for n, w in self.widths)
+
+    @property
+    def hoeffding_proxy(self) -> Fraction:
+        """A sub-Gaussian variance proxy of Z: (2^w - 1)^2 / 4 per uniform (Hoeffding)."""
+        return Fraction(sum(n * ((1 << w) - 1) ** 2 for n, w in self.widths), 4)
 
     def weights(self) -> list[int]:
-        """The public weight of each encrypted bit, uniform by uniform, low bit first."""
-        return [1 << j for _ in range(self.uniforms) for j in range(self.bits)]
+        """The public weight of each encrypted bit, uniform by uniform, low bit first (the
+        narrower uniforms first)."""
+        return [1 << j for n, w in self.widths for _ in range(n) for j in range(w)]
 
     def counts(self) -> list[int]:
-        """Exact pmf of Z + span/2 as integer counts over 2^(uniforms * bits): repeated
-        convolution with the uniform's box, by prefix sums (one pass per uniform)."""
-        return list(_shape_counts(self.uniforms, self.bits))
+        """Exact pmf of Z + span/2 as integer counts over 2^ciphertexts: repeated
+        convolution with each uniform's box, by prefix sums (one pass per uniform)."""
+        return list(_shape_counts(self.uniforms, self.bits, self.wider))
 
     def pair(self, shift: int = 1) -> LossDistribution:
         """The release pair for neighbours moving the count by ``shift``."""
-        return _shape_pair(self.uniforms, self.bits, shift)
+        return _shape_pair(self.uniforms, self.bits, shift, self.wider)
 
 
 # A plan's rules try thousands of shapes, many of them again at every budget a calibration
 # tries; a shape's pmf and pair are pure functions of it, so they are kept once computed.
 @functools.lru_cache(maxsize=4096)
-def _shape_counts(uniforms: int, bits: int) -> tuple[int, ...]:
-    width = 1 << bits
-    counts = [1]
-    for _ in range(uniforms):  # bounded: one pass per uniform
-        prefix = [0] + list(accumulate(counts + [0] * (width - 1)))
-        counts = [prefix[x + 1] - prefix[max(0, x + 1 - width)]
-                  for x in range(len(counts) + width - 1)]
-    return tuple(counts)
+def _uniform_counts(uniforms: int, bits: int) -> tuple[int, ...]:
+    return tuple(_convolved([1], [1 << bits] * uniforms))
+
+
+def _convolved(counts: list[int], boxes: list[int]) -> list[int]:
+    """``counts`` convolved with a box of each width in ``boxes``, exactly: Python integers
+    (an object array), each pass a difference of prefix sums."""
+    out = np.array([int(c) for c in counts], dtype=object)
+    for width in boxes:  # bounded: one pass per uniform
+        prefix = np.concatenate([np.zeros(1, dtype=object), np.cumsum(out, dtype=object)])
+        lagged = np.concatenate([np.zeros(width - 1, dtype=object), prefix[:len(out)]])
+        # prefix[x + 1] - prefix[x + 1 - width], both read as 0 before 0 and as the total
+        # past the end.
+        out = np.concatenate([prefix[1:], np.full(width - 1, prefix[-1], dtype=object)]) - lagged
+    return [int(c) for c in out]
+
+
+def _shape_counts(uniforms: int, bits: int, wider: int = 0) -> tuple[int, ...]:
+    # Only one-width pmfs are cached: a search tries many wider counts on one narrower part,
+    # and keeping each mixed pmf (thousands of big integers) would hold gigabytes.
+    if not wider:
+        return _uniform_counts(uniforms, bits)
+    return tuple(_convolved(list(_uniform_counts(uniforms, bits)), [1 << (bits + 1)] * wider))
 
 
 @functools.lru_cache(maxsize=4096)
-def _shape_pair(uniforms: int, bits: int, shift: int) -> LossDistribution:
+def _uniform_pair(uniforms: int, bits: int, shift: int) -> LossDistribution:
     if bits == 1 and shift == 1:
         return LossDistribution.binomial(uniforms)  # closed-form losses, any n
-    return LossDistribution.from_counts(list(_shape_counts(uniforms, bits)), shift)
+    return LossDistribution.from_counts(list(_uniform_counts(uniforms, bits)), shift)
+
+
+def _shape_pair(uniforms: int, bits: int, shift: int, wider: int = 0) -> LossDistribution:
+    if not wider:
+        return _uniform_pair(uniforms, bits, shift)
+    return _mixed_pair(uniforms, bits, shift, wider)
+
+
+# A pair is two float arrays over the support (~0.2 MB at the served plans' widest), so a
+# few hundred are kept: a plan's groups and both servers' checks ask for the same ones.
+@functools.lru_cache(maxsize=256)
+def _mixed_pair(uniforms: int, bits: int, shift: int, wider: int) -> LossDistribution:
+    return LossDistribution.from_counts(list(_shape_counts(uniforms, bits, wider)), shift)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -55,7 +55,8 @@ def params_command(schema: Optional[Path] = typer.Option(
                       delta_total=plan.delta_total(),
                       releases={r.name: {"noise": r.noise_kind,
                                          "joint": None if r.joint is None else
-                                         {"uniforms": r.joint.uniforms, "bits": r.joint.bits},
+                                         {"uniforms": r.joint.uniforms, "bits": r.joint.bits,
+                                          "wider": r.joint.wider},
                                          "per_count_variance": float(r.per_count_variance),
                                          "two_server_variance": float(2 * r.sigma2),
                                          "split": r.split_pending}

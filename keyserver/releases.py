@@ -298,4 +298,4 @@ class Releases:
 
 
 def _public_shape(shape) -> wire.JointNoisePublic:
-    return wire.JointNoisePublic(uniforms=shape.uniforms, bits=shape.bits)
+    return wire.JointNoisePublic(uniforms=shape.uniforms, bits=shape.bits, wider=shape.wider)

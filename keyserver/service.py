@@ -281,6 +281,7 @@ class KeyServer:
                     name = f"{prefix}/{len(m.counts)}"
                     group = groups.setdefault(name, {
                         "uniforms": m.joint.uniforms, "bits": m.joint.bits,
+                        "wider": m.joint.wider,
                         "per_count_variance": float(Fraction(m.per_count_variance)),
                         "marginals": []})
                     group["marginals"].append(key)
@@ -296,6 +297,7 @@ class KeyServer:
                 releases[r.name] = {
                     "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
                     "uniforms": r.joint.uniforms, "bits": r.joint.bits,
+                    "wider": r.joint.wider,
                     "note": "each server draws uniform bits; the count carries sum_j w_j "
                             "(a_j xor b_j) - span/2, exactly this shape given either "
                             "server's bits"}

@@ -329,33 +329,97 @@ def smallest_pair_budget(layout: MarginalLayout, rho: Fraction,
 
 @functools.lru_cache(maxsize=4096)
 def dominated_shape(rho_per_marginal: Fraction, eta: float, max_bits: int, max_span: int,
-                    top_weight: int, max_variance: Fraction | None = None
-                    ) -> JointNoiseShape | None:
+                    top_weight: int, max_variance: Fraction | None = None,
+                    mixed: bool = True) -> JointNoiseShape | None:
     """The joint shape of least variance that is (sqrt(2 rho), eta)-Gaussian-dominated
     (``dp.gaussian_domination``) within the caps (at most ``max_bits`` encrypted bits per
-    count, span at most ``max_span``, weights at most ``top_weight``), or None. Per width only
-    the fewest dominated uniforms can be the answer (one more uniform is independent noise
-    added: a post-processing, so domination is kept), found by bisection; shapes of variance
-    above ``max_variance`` (default: twice the Gaussian's, what the two servers' own noises
-    give) are not searched. Cached: both servers resolve the release on every chunk
-    request."""
+    count, span at most ``max_span``, weights at most ``top_weight``), or None, among the
+    shapes of one width and (``mixed``) of two adjacent widths (:func:`_mixed_at`); shapes
+    of variance above ``max_variance`` (default: twice the Gaussian's, what the two servers'
+    own noises give) are not searched. Per width (and per count of wider uniforms) only the fewest
+    dominated uniforms can be the answer (one more uniform is independent noise added: a
+    post-processing, so domination is kept), found by bisection. Cached: both servers
+    resolve the release on every chunk request."""
     mu = mu_at_most(rho_per_marginal)
 
-    def ok(uniforms: int, bits: int) -> bool:
-        return shape_dominated(uniforms, bits, mu, eta)
+    def ok(uniforms: int, bits: int, wider: int = 0) -> bool:
+        return shape_dominated(uniforms, bits, mu, eta, wider)
 
     best = None
     # The variance cap also bounds the pmfs the search builds.
     limit = 1 / rho_per_marginal if max_variance is None else Fraction(max_variance)
-    for bits in range(1, min(MAX_SHAPE_BITS, top_weight.bit_length()) + 1):  # bounded
+    widest = min(MAX_SHAPE_BITS, top_weight.bit_length())
+    for bits in range(1, widest + 1):  # bounded
         if best is not None and JointNoiseShape(2, bits).variance >= best.variance:
             break  # wider uniforms only add variance from here on
         one = Fraction((4 ** bits) - 1, 12)
         most = min(max_bits // bits, max_span // ((1 << bits) - 1),
                    int(limit / one)) // 2 * 2
-        if most < 2 or not ok(most, bits):
+        if most >= 2 and ok(most, bits):
+            shape = JointNoiseShape(fewest_matching(most, lambda n, b=bits: ok(n, b)), bits)
+            if best is None or shape.variance < best.variance:
+                best = shape
+    if not mixed or best is None:
+        return best
+    # Two widths beside the best one-width shape's: its own with the next, and the one
+    # below with its own (where the caps bind, the best mixed shape is there: measured on
+    # the served tables' group budgets; the others only cost pmfs).
+    one_width = best
+    for bits in (one_width.bits - 1, one_width.bits):  # bounded: two searches
+        if 1 <= bits < widest:
+            two = _mixed_at(bits, ok, max_bits, max_span, limit)
+            if two is not None and two.variance < best.variance:
+                best = two
+    return best
+
+
+# How many counts of wider uniforms beyond the least dominated one a mixed search tries:
+# the fewest narrower uniforms at a larger count can give less variance (a few steps cover
+# it on the served tables' budgets; the answer is checked whatever it is).
+_MIXED_STEPS = 3
+
+
+def _mixed_at(bits: int, ok, max_bits: int, max_span: int,
+              limit: Fraction) -> JointNoiseShape | None:
+    """The least-variance dominated shape of ``bits``-bit uniforms with an even number of
+    (bits + 1)-bit ones beside them, within the caps, or None. Along the shapes that fill
+    the caps with narrower uniforms, the fewest wider ones that are dominated is found by
+    bisection (more wider uniforms at the caps only add variance, hence dominate sooner),
+    then at it and a few counts above, the fewest narrower uniforms (bisection)."""
+    narrow, wide = (4 ** bits - 1) / Fraction(12), (4 ** (bits + 1) - 1) / Fraction(12)
+
+    def filling(wider: int) -> int:
+        """The most narrower uniforms (even, so the count of all stays even) beside
+        ``wider``."""
+        room = min((max_bits - wider * (bits + 1)) // bits,
+                   (max_span - wider * ((1 << (bits + 1)) - 1)) // ((1 << bits) - 1))
+        if limit - wider * wide < 0:
+            return 0
+        return min(room, int((limit - wider * wide) / narrow)) // 2 * 2
+
+    def full_ok(wider: int) -> bool:
+        n = filling(wider)
+        return n >= 2 and ok(n, bits, wider)
+
+    top = 0  # the most wider uniforms with room for two narrower ones beside them
+    for wider in range(2, max_bits // (bits + 1) + 1, 2):  # bounded by the bits per count
+        if filling(wider) < 2:
+            break
+        top = wider
+    if top == 0 or not full_ok(top):
+        return None
+    lo, hi = 0, top  # invariant: hi is dominated at the caps, lo is not (0: the one-width)
+    while hi - lo > 2:  # bounded: the gap halves each pass
+        mid = (lo + hi) // 4 * 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if full_ok(mid) else (mid, hi)
+    best = None
+    for wider in range(hi, min(top, hi + 2 * _MIXED_STEPS) + 1, 2):  # bounded
+        if not full_ok(wider):
             continue
-        shape = JointNoiseShape(fewest_matching(most, lambda n, b=bits: ok(n, b)), bits)
+        fewest = fewest_matching(filling(wider), lambda n, w=wider: ok(n, bits, w))
+        shape = JointNoiseShape(fewest, bits, wider)
         if best is None or shape.variance < best.variance:
             best = shape
     return best
@@ -380,19 +444,23 @@ def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: 
     max_span = 2 * ((1 << (parameters.count_bits - 1)) - 1 - max_rows)
     if max_span < 2:
         return None, f"max_rows {max_rows} leaves no room in {parameters.count_bits}-bit counts"
-    least = dominated_shape(smallest, eta, max_bits, max_span, 1 << (MAX_SHAPE_BITS - 1))
+    # One width: the envelope caps the groups' search (bits, span, top weight), and a mixed
+    # one would cap it no better, at many more pmfs built in the calibration's every step.
+    least = dominated_shape(smallest, eta, max_bits, max_span, 1 << (MAX_SHAPE_BITS - 1),
+                            mixed=False)
     if least is None:
         return None, (f"no joint shape within {max_bits} encrypted bits per count and span "
                       f"{max_span} is dominated by its Gaussian bound")
     cheapest = least
     for _ in range(64):  # bounded: each pass lowers the encrypted bits per count
         shape = dominated_shape(smallest, eta, cheapest.ciphertexts - 1, max_span,
-                                1 << (MAX_SHAPE_BITS - 1))
+                                1 << (MAX_SHAPE_BITS - 1), mixed=False)
         if shape is None or shape.variance > least.variance * Fraction(11, 10):
             break
         cheapest = shape
     envelope = _widened(cheapest, min(max_bits, ENVELOPE_MAX_BITS), max_span)
-    if not shape_dominated(envelope.uniforms, envelope.bits, mu_at_most(smallest), eta):
+    if not shape_dominated(envelope.uniforms, envelope.bits, mu_at_most(smallest), eta,
+                           envelope.wider):
         envelope = cheapest  # not expected (module argument); the unwidened one is
     try:
         check_room(envelope, max_rows, parameters.count_bits)
@@ -402,12 +470,17 @@ def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: 
 
 
 def _widened(base: JointNoiseShape, max_bits: int, max_span: int) -> JointNoiseShape:
-    """``base`` with as many more uniforms of its width as ``max_bits`` bits per count and
-    ``max_span`` allow. The envelope only caps the groups' search (bits per count, span, top
-    weight); sized at the smallest budget alone it leaves the groups of larger budgets, which
-    need narrower uniforms and more of them, 1.4-2x their Gaussian's variance, where with up
-    to 256 bits they get 1.05-1.2x (measured at eps 0.3, 1 and 4 on six tables). Extra
+    """``base`` with as many more uniforms of its (narrower) width as ``max_bits`` bits per
+    count and ``max_span`` allow. The envelope only caps the groups' search (bits per count,
+    span, top weight); sized at the smallest budget alone it leaves the groups of larger
+    budgets, which need narrower uniforms and more of them, 1.4-2x their Gaussian's variance,
+    where with up to 256 bits they get 1.05-1.2x (measured at eps 0.3, 1 and 4 on six tables,
+    one width; two widths: ``docs/privacy-plan.md``, "Two widths in one shape"). Extra
     uniforms are independent noise added to a dominated shape, so it stays dominated at the
     smallest budget."""
-    most = min(max_bits // base.bits, max_span // ((1 << base.bits) - 1)) // 2 * 2
-    return JointNoiseShape(most, base.bits) if most > base.uniforms else base
+    wide_bits = base.wider * (base.bits + 1)
+    wide_span = base.wider * ((1 << (base.bits + 1)) - 1)
+    most = min((max_bits - wide_bits) // base.bits,
+               (max_span - wide_span) // ((1 << base.bits) - 1))
+    most -= (most + base.wider) % 2  # an even number of uniforms in all
+    return JointNoiseShape(most, base.bits, base.wider) if most > base.uniforms else base

@@ -48,7 +48,7 @@ def public_record(plan: SessionPlan, session_id: str, clients: list[str],
             sigma2=str(r.sigma2), noise=r.noise_kind, allocation=r.allocation,
             per_count_variance=str(r.per_count_variance),
             joint=None if r.joint is None else wire.JointNoisePublic(
-                uniforms=r.joint.uniforms, bits=r.joint.bits))
+                uniforms=r.joint.uniforms, bits=r.joint.bits, wider=r.joint.wider))
             for r in plan.releases],
         joint_delta=plan.joint_failure(),
         epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
@@ -67,7 +67,8 @@ def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:
     releases = tuple(ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho),
                                  Fraction(r.sigma2),
                                  None if r.joint is None
-                                 else JointNoiseShape(r.joint.uniforms, r.joint.bits),
+                                 else JointNoiseShape(r.joint.uniforms, r.joint.bits,
+                                                      r.joint.wider),
                                  r.allocation)
                      for r in public.releases)
     return dict(schema=schema, layout=layout, parameters=ParameterSet(**public.parameter_set),

@@ -53,6 +53,10 @@ def run_time_releases(plan: SessionPlan) -> list[str]:
 
 def _release_mechanism(name: str, spec, counts: int) -> Mechanism:
     if spec.joint is not None:
+        if spec.joint.wider:
+            # Mixed widths are only taken by a split release's groups under the Gaussian
+            # bound, which the record states as that bound (``plan_mechanisms``).
+            raise ValueError(f"{name}: a mixed-width shape has no uniform_sum record")
         return UniformSum(name, spec.joint.uniforms, spec.joint.bits, counts)
     return DiscreteGaussian(name, spec.sigma2, counts)
 

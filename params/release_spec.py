@@ -117,10 +117,10 @@ class ReleaseSpec:
     def row_bound_noise(self) -> tuple[Fraction, int]:
         """(sub-Gaussian variance proxy per noise, number of noises) of a published count:
         N_Z(0, sigma2) has proxy sigma2 (two of them); a sum of centred uniforms on
-        {0..2^w - 1} has proxy u (2^w - 1)^2 / 4 (Hoeffding), one noise."""
+        {0..2^w - 1} has proxy (2^w - 1)^2 / 4 each (Hoeffding), one noise."""
         if self.joint is None:
             return self.sigma2, 2
-        return Fraction(self.joint.uniforms * ((1 << self.joint.bits) - 1) ** 2, 4), 1
+        return self.joint.hoeffding_proxy, 1
 
     def failure(self) -> float:
         """The joint noise's conditioning mass over the release's M marginals (a delta

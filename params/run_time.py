@@ -184,7 +184,8 @@ def _dominated_group_shape(plan: SessionPlan, release: ReleaseSpec, rho_per_marg
     shape = (dominated_shape(rho, eta, plan.joint_columns, envelope.span, top_weight)
              or dominated_shape(rho, eta, plan.joint_columns, envelope.span, top_weight,
                                 envelope.variance))
-    if shape is None and shape_dominated(envelope.uniforms, envelope.bits, mu, eta):
+    if shape is None and shape_dominated(envelope.uniforms, envelope.bits, mu, eta,
+                                         envelope.wider):
         shape = envelope
     if shape is None:
         # Below the envelope's budget (a 1-way top-up's), the circuit's own caps: its bits
@@ -195,7 +196,7 @@ def _dominated_group_shape(plan: SessionPlan, release: ReleaseSpec, rho_per_marg
         room = 2 * ((1 << (plan.parameters.count_bits - 1)) - 1 - plan.max_rows)
         most = Fraction(room * (2 * top_weight + 1), 12)
         shape = dominated_shape(rho, eta, plan.joint_columns, room, top_weight, most)
-    if shape is None or not shape_dominated(shape.uniforms, shape.bits, mu, eta):
+    if shape is None or not shape_dominated(shape.uniforms, shape.bits, mu, eta, shape.wider):
         return None, "no shape within the envelope is dominated by its Gaussian budget"
     try:
         check_room(shape, plan.max_rows, plan.parameters.count_bits)
@@ -212,10 +213,10 @@ def noise_statement(release: ReleaseSpec) -> str:
     published noise)."""
     if release.parts:
         return "joint " + "; ".join(
-            f"{p.name} {p.joint.uniforms}x{p.joint.bits} on {' '.join(p.marginal_keys)}"
+            f"{p.name} {p.joint.label} on {' '.join(p.marginal_keys)}"
             for p in release.parts)
     if release.joint is not None:
-        return f"joint {release.joint.uniforms}x{release.joint.bits}"
+        return f"joint {release.joint.label}"
     return f"two-server sigma2 {release.sigma2}"
 
 

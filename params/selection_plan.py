@@ -467,7 +467,7 @@ class NoisyGreedySelection(SelectionPlan):
         """noisy-greedy's plan as its public record states it
         (:meth:`SelectionPlan.from_public`)."""
         joint = (None if public.joint is None
-                 else JointNoiseShape(public.joint.uniforms, public.joint.bits))
+                 else JointNoiseShape(public.joint.uniforms, public.joint.bits, public.joint.wider))
         return cls(rho=Fraction(public.rho), noise_sigma2=Fraction(public.noise_sigma2),
                    pairs=pairs, noise_bits=public.noise_bits, score_joint=joint,
                    joint_failure=public.joint_failure or 0.0, **widths)
@@ -478,7 +478,8 @@ class NoisyGreedySelection(SelectionPlan):
                     noise_tail_probability=self.noise_tail_probability(),
                     score_noise=self.score_noise,
                     joint=None if self.score_joint is None else wire.JointNoisePublic(
-                        uniforms=self.score_joint.uniforms, bits=self.score_joint.bits),
+                        uniforms=self.score_joint.uniforms, bits=self.score_joint.bits,
+                        wider=self.score_joint.wider),
                     joint_failure=self.joint_failure)
 
     @property

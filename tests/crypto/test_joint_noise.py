@@ -100,7 +100,10 @@ def test_cells_of_one_chunk_carry_different_shapes_exactly(circuits):
     function of both servers' bits."""
     circuit = circuits["both"]
     columns = max(s.ciphertexts for s in SHAPES)
-    cell_shapes = [SHAPES[1], SHAPES[0], None, SHAPES[1]]
+    # The last cell sums two widths (2-bit and 3-bit uniforms) within the circuit's caps.
+    two_widths = JointNoiseShape(2, 2, wider=2)
+    assert two_widths.ciphertexts <= columns and two_widths.span <= SHAPES[1].span
+    cell_shapes = [SHAPES[1], SHAPES[0], None, two_widths]
     rng = np.random.default_rng(31)
     modulus = 1 << K_BITS
     for seed in range(3):
@@ -138,7 +141,7 @@ def test_mixed_cells_each_follow_their_shape_given_either_servers_bits(fixed):
     one chunk, one server's bits fixed, the other's drawn; each cell's noise, its operands'
     clear half plus the KS's bits times their signed weights, follows its own shape's exact
     pmf (chi-square, alpha 1e-6)."""
-    shapes = [JointNoiseShape(16, 1), JointNoiseShape(6, 4)]
+    shapes = [JointNoiseShape(16, 1), JointNoiseShape(6, 4), JointNoiseShape(4, 3, wider=2)]
     columns = max(s.ciphertexts for s in shapes)
     rng = np.random.default_rng(77)
     samples = 40_000
@@ -151,8 +154,8 @@ def test_mixed_cells_each_follow_their_shape_given_either_servers_bits(fixed):
         weights, clear = joint_operands(cell_shapes, cs, np.ones(samples), columns)
         noise = clear + np.sum(ks * weights, axis=1)
         assert chi_square_pvalue(noise, shape) > ALPHA
-        mixed_w, mixed_c = joint_operands([shape, shapes[1 - cell]], cs[:2], np.ones(2),
-                                          columns)
+        beside = shapes[(cell + 1) % len(shapes)]
+        mixed_w, mixed_c = joint_operands([shape, beside], cs[:2], np.ones(2), columns)
         assert np.array_equal(mixed_w[0], weights[0]) and mixed_c[0] == clear[0]
 
 
@@ -183,7 +186,8 @@ def chi_square_pvalue(samples, shape):
 
 
 @pytest.mark.parametrize("shape", [JointNoiseShape(16, 1), JointNoiseShape(4, 3),
-                                   JointNoiseShape(6, 4)], ids=str)
+                                   JointNoiseShape(6, 4), JointNoiseShape(4, 3, wider=2)],
+                         ids=str)
 @pytest.mark.parametrize("fixed", ["compute_server", "key_server"])
 def test_noise_has_the_shapes_law_given_either_servers_bits(shape, fixed):
     """Each server's bits fixed (an arbitrary pattern), the other's drawn: Z follows the

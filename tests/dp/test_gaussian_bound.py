@@ -17,7 +17,7 @@ import pytest
 from dp.gaussian_domination import bound_delta, dominated, mu_at_most, shape_dominated
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.privsyn_allocation import allocation_weight
-from params.noise_rules import GAUSSIAN_BOUND_SHARE, bound_eta
+from params.noise_rules import GAUSSIAN_BOUND_SHARE, bound_eta, dominated_shape
 from params.plan_request import PlanRequest
 from params.privacy_record import accounted_epsilon, plan_mechanisms
 from params.schema import Schema
@@ -54,6 +54,22 @@ def test_domination_agrees_with_the_hockey_stick_curve(uniforms, bits):
     assert np.all(curve <= bound_delta(1 / lo, eta, grid) * (1 + 1e-9))
     # ... and just past the edge of domination it is not (the test is tight).
     assert np.any(curve > bound_delta(1 / (hi * 1.001), eta, grid))
+
+
+def test_two_widths_fill_the_bits_a_one_width_shape_cannot():
+    """At a budget between two widths the cap on bits per count leaves a one-width shape too
+    few uniforms; the search's two-width answer is dominated by the exact test, has less
+    variance, and stays within the caps."""
+    rho, eta = Fraction(1, 2 * 15030), 1e-8
+    one = dominated_shape(rho, eta, 256, 8160, 128, mixed=False)
+    two = dominated_shape(rho, eta, 256, 8160, 128)
+    assert one is not None and two is not None and two.wider > 0
+    assert two.variance < one.variance * Fraction(9, 10)
+    assert dominated(two.pair(), mu_at_most(rho), eta)
+    assert two.ciphertexts <= 256 and two.span <= 8160 and max(two.weights()) <= 128
+    # Fewer narrower uniforms beside the same wider ones are not dominated (the fewest).
+    fewer = JointNoiseShape(two.uniforms - 2, two.bits, two.wider)
+    assert not dominated(fewer.pair(), mu_at_most(rho), eta)
 
 
 def test_a_shape_with_more_uniforms_stays_dominated():

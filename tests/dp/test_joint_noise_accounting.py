@@ -12,7 +12,10 @@ from dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, order
                                        release_marginals, release_matches, smallest_coins)
 
 SMALL = [JointNoiseShape(6, 1), JointNoiseShape(2, 3), JointNoiseShape(4, 2),
-         JointNoiseShape(2, 4)]
+         JointNoiseShape(2, 4),
+         # Two widths: uniforms of bits and of bits + 1 in one noise.
+         JointNoiseShape(1, 1, wider=1), JointNoiseShape(2, 2, wider=2),
+         JointNoiseShape(3, 2, wider=1)]
 
 
 def brute_pmf(shape):
@@ -42,11 +45,22 @@ def brute_delta(p, q, eps, k=1):
 
 @pytest.mark.parametrize("shape", SMALL, ids=str)
 def test_counts_and_variance_equal_enumeration(shape):
+    assert len(shape.weights()) == shape.ciphertexts
+    assert max(shape.weights()) == 1 << (shape.bits - 1 + (1 if shape.wider else 0))
     pmf = brute_pmf(shape)
     total = 2 ** shape.ciphertexts
     assert [Fraction(c, total) for c in shape.counts()] == pmf
     mean = Fraction(shape.span, 2)
     assert sum(p * (x - mean) ** 2 for x, p in enumerate(pmf)) == shape.variance
+    # Hoeffding's proxy is at least the variance (a bounded noise is sub-Gaussian with it).
+    assert shape.hoeffding_proxy >= shape.variance
+
+
+def test_a_shape_of_two_widths_needs_an_even_number_of_uniforms():
+    with pytest.raises(ValueError, match="even"):
+        JointNoiseShape(2, 3, wider=1)
+    assert JointNoiseShape(26, 6, wider=12).label == "26x6+12x7"
+    assert JointNoiseShape(32, 8).label == "32x8"
 
 
 @pytest.mark.parametrize("shape", SMALL, ids=str)
