@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fedbench.methods import KINDS, METHODS, WHAT_IF  # noqa: E402
-from fedbench.methods.feddpsyn_served import default_at_first_share  # noqa: E402
+from fedbench.methods.feddpsyn_served import (  # noqa: E402
+    default_at_envelope_bits,
+    default_at_first_share,
+)
 from fedbench.runner import Setting, run_utility  # noqa: E402
 from feddpsyn.demo import data_dir  # noqa: E402
 from feddpsyn.demo import dataset as bundled  # noqa: E402
@@ -122,16 +125,26 @@ def main() -> None:
                         help="what-ifs: also run feddpsyn-default with noisy-greedy's first "
                              "1-way release at each of these fixed shares (methods "
                              "feddpsyn-default@first=<share>), e.g. 0.1,0.2,0.3")
+    parser.add_argument("--envelope-bits", default="",
+                        help="what-ifs: also run feddpsyn-default with the split 2-way "
+                             "release's groups allowed this many encrypted bits a count "
+                             "(methods feddpsyn-default@envelope=<bits>; plaintext only), "
+                             "e.g. 384,512")
     args = parser.parse_args()
     methods = args.methods.split(",")
+    for bits in filter(None, args.envelope_bits.split(",")):
+        name = f"feddpsyn-default@envelope={int(bits)}"
+        METHODS[name] = default_at_envelope_bits(int(bits))
+        KINDS[name] = WHAT_IF
+        methods.append(name)
     for share in filter(None, args.first_shares.split(",")):
         name = f"feddpsyn-default@first={float(share):g}"
         METHODS[name] = default_at_first_share(float(share))
         KINDS[name] = WHAT_IF
         methods.append(name)
-    if args.jobs > 1 and args.first_shares:
-        raise SystemExit("--first-shares runs in one process (--jobs 1): its methods are "
-                         "registered here, not in the workers")
+    if args.jobs > 1 and (args.first_shares or args.envelope_bits):
+        raise SystemExit("--first-shares and --envelope-bits run in one process (--jobs 1): "
+                         "their methods are registered here, not in the workers")
     if args.against:
         summary, references = args.against
         if args.json.exists():

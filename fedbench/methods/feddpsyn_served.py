@@ -209,6 +209,29 @@ def default_at_first_share(share: float):
     return method
 
 
+def default_at_envelope_bits(bits: int):
+    """A what-if: :func:`feddpsyn_default` with noisy-greedy's split 2-way release allowed
+    ``bits`` encrypted bits a count (``params.noise_rules.ENVELOPE_MAX_BITS``) and one call's
+    cap raised with it, so that its groups' shapes may be closer to their Gaussians. Only the
+    plaintext simulation can run it: a served plan holds at most
+    ``JOINT_MAX_BITS_PER_CALL`` bits a call at its chunk size. The constants are set for the
+    session and restored after it (``--jobs 1``: one session at a time)."""
+    import params.noise_rules as rules
+    import params.run_time as run_time
+
+    def method(records, owner, schema, epsilon, delta, seed) -> MethodResult:
+        saved = rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL
+        per_call = bits * (rules.JOINT_MAX_BITS_PER_CALL // rules.ENVELOPE_MAX_BITS)
+        rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL = bits, per_call
+        run_time.JOINT_MAX_BITS_PER_CALL = per_call
+        try:
+            return feddpsyn_default(records, owner, schema, epsilon, delta, seed)
+        finally:
+            rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL = saved
+            run_time.JOINT_MAX_BITS_PER_CALL = saved[1]
+    return method
+
+
 def feddpsyn_served_em(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """The servers' em session (``feddpsyn``'s rounds where the servers accept them, else the
     most they accept: :func:`served_rounds`), every noise as the plan decides."""

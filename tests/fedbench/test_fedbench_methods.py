@@ -275,3 +275,32 @@ def test_privsyn_allocation_shares_the_two_way_rho_exactly_by_pair_size():
         for p in pairs:
             assert gaussian_sigma2(rho, len(pairs)) == total / (2 * rho_two
                                                                  * allocation_weight(cells[p]))
+
+
+def test_the_envelope_what_if_widens_the_split_release_and_restores_the_caps(monkeypatch):
+    """feddpsyn-default@envelope=<bits>: the session's plan is built with the wider cap (its
+    2-way envelope may carry more encrypted bits a count), and the servers' caps are the same
+    after it as before."""
+    import params.noise_rules as rules
+    import params.run_time as run_time
+    from fedbench.methods import feddpsyn_served
+
+    built = []
+    real = feddpsyn_served.served_plan
+
+    def spy(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        built.append((plan, rules.ENVELOPE_MAX_BITS))
+        return plan
+    monkeypatch.setattr(feddpsyn_served, "served_plan", spy)
+    before = rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL
+    rng = np.random.default_rng(8)
+    records = np.stack([rng.integers(0, 3, 900), rng.integers(0, 3, 900),
+                        rng.integers(0, 2, 900)], axis=1)
+    owner = rng.integers(0, 3, 900)
+    result = feddpsyn_served.default_at_envelope_bits(512)(records, owner, SCHEMA, 1.0, 1e-5,
+                                                           seed=1)
+    assert (rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL) == before
+    assert run_time.JOINT_MAX_BITS_PER_CALL == before[1]
+    assert built and all(bits == 512 for _, bits in built)
+    assert result.rho_spent <= result.rho_budget

@@ -150,7 +150,8 @@ def test_the_two_way_release_is_split_and_joint_with_the_shapes_the_plan_gives(g
     assert two_way.sigma2_per_server == "0" and two_way.joint is None
     for key, marginal in two_way.marginals.items():
         part = next(p for p in resolved.parts if key in p.marginal_keys)
-        assert JointNoiseShape(marginal.joint.uniforms, marginal.joint.bits) == part.joint
+        assert JointNoiseShape(marginal.joint.uniforms, marginal.joint.bits,
+                               marginal.joint.wider) == part.joint
         assert Fraction(marginal.per_count_variance) == part.joint.variance
     assert Fraction(two_way.per_count_variance) == plan.per_count_variance(resolved)
     assert document.noise["kind"] == "joint"
@@ -204,7 +205,7 @@ def test_published_minus_true_follows_each_counts_stated_shape(greedy_session):
     for release in document.releases:
         for marginal in release.marginals.values():
             joint = marginal.joint or release.joint
-            shape = JointNoiseShape(joint.uniforms, joint.bits)
+            shape = JointNoiseShape(joint.uniforms, joint.bits, joint.wider)
             slot = plan.layout.slot(tuple(index[a] for a in marginal.attrs))
             errors = np.array(marginal.counts) - exact[slot.offset:slot.offset + slot.size]
             assert np.abs(errors).max() <= shape.span // 2  # no wrap, no mask left in
