@@ -300,7 +300,7 @@ def test_the_envelope_what_if_widens_the_split_release_and_restores_the_caps(mon
     owner = rng.integers(0, 3, 900)
     result = feddpsyn_served.default_at_envelope_bits(512)(records, owner, SCHEMA, 1.0, 1e-5,
                                                            seed=1)
-    assert (rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL) == before
-    assert run_time.JOINT_MAX_BITS_PER_CALL == before[1]
+    assert before == (rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL)
+    assert before[1] == run_time.JOINT_MAX_BITS_PER_CALL
     assert built and all(bits == 512 for _, bits in built)
     assert result.rho_spent <= result.rho_budget
