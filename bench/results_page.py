@@ -219,14 +219,19 @@ def render_served_vs_central(files: list[tuple[Path, dict]]) -> list[str]:
         out += [f"### `{rel(path)}`", ""]
         if d.get("covers"):
             out += [f"Covers: {d['covers']}", ""]
+        # The ratio to central PrivSyn with the same estimator, where the file has it.
+        privsyn = any("ratio_to_central_privsyn_pgm" in e for e in d["results"])
         rows = [[e["table"], f"`{e['method']}`", num(e["eps"]), pm(e["mean"], e["sd"]),
                  str(e["repeats"]),
                  "-" if e.get("ratio_to_best_central") is None
                  else fixed(e["ratio_to_best_central"], 2)]
+                + ([] if not privsyn else
+                   ["-" if e.get("ratio_to_central_privsyn_pgm") is None
+                    else fixed(e["ratio_to_central_privsyn_pgm"], 2)])
                 for e in sorted(d["results"], key=lambda e: (e["table"], e["eps"],
                                                              e["method"]))]
-        out += table(["table", "method", "eps", "2-way L1", "repeats", "/ best central"],
-                     rows)
+        out += table(["table", "method", "eps", "2-way L1", "repeats", "/ best central"]
+                     + (["/ central PrivSyn+PGM"] if privsyn else []), rows)
         out += [""] + provenance(command=d.get("command"), commit=d.get("commit"),
                                  started=d.get("date")) + [""]
     return out

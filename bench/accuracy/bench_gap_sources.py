@@ -344,8 +344,8 @@ class Draws:
 
 
 @functools.lru_cache(maxsize=1024)
-def _shape_cdf(uniforms: int, bits: int) -> np.ndarray:
-    counts = JointNoiseShape(uniforms, bits).counts()
+def _shape_cdf(shape: JointNoiseShape) -> np.ndarray:
+    counts = shape.counts()
     total = sum(counts)
     return np.cumsum([c / total for c in counts])
 
@@ -364,7 +364,7 @@ def _inverse(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def _joint(shape, size: int, draws: Draws, stream: str) -> tuple[np.ndarray, float]:
-    cdf = _shape_cdf(shape.uniforms, shape.bits)
+    cdf = _shape_cdf(shape)  # the whole shape: a second width's uniforms too
     noise = _inverse(cdf, draws.uniforms(stream, size)) - shape.span // 2
     return noise.astype(np.int64), float(shape.variance)
 
@@ -937,7 +937,7 @@ def plan_facts(table: str, schema: Schema, rows: int, eps: float, delta: float) 
                     "scores": {"rho": float(sel.rho), "gaussian_sigma2": float(sel.noise_sigma2),
                                "variance": float(sel.score_variance)},
                     "two_way_envelope": None if two.joint is None else
-                    [two.joint.uniforms, two.joint.bits]})
+                    two.joint.label})
     out.append({"table": table, "eps": eps, "rows": rows, "plan": "central",
                 "rho_total": float(budget_rho(eps, delta))})
     out.append({"table": table, "eps": eps, "rows": rows, "plan": "gaussian-pld",

@@ -290,7 +290,7 @@ def release_benches(label: str, plan: SessionPlan, plan_two: SessionPlan,
             for part in spec.parts:
                 cells = sum(s.size for s in plan.slots_of(part))
                 groups.append({"group": part.name, "pairs": len(part.marginal_keys),
-                               "cells": cells, "shape": [part.joint.uniforms, part.joint.bits],
+                               "cells": cells, "shape": part.joint.label,
                                "variance": float(part.per_count_variance)})
         out.append(ReleaseBench(
             label, name, spec, two, positions, touched, touched[::step][:max_chunks],
@@ -328,7 +328,7 @@ def sweep(plan: SessionPlan, counts: np.ndarray) -> list[dict]:
         else:
             variance = plan.per_count_variance(split)
             row.update(noise="joint", groups=len(split.parts),
-                       shapes=sorted({(p.joint.uniforms, p.joint.bits) for p in split.parts}),
+                       shapes=sorted({p.joint.label for p in split.parts}),
                        variance=float(variance), variance_ratio=float(variance / even))
         rows.append(row)
     return rows

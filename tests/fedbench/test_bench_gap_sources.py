@@ -14,11 +14,14 @@ from bench.accuracy.bench_gap_sources import (  # noqa: E402
     CENTRAL,
     LADDER,
     SERVED,
+    Draws,
     WhatIf,
+    _joint,
     _waterfill,
     gaussian_pld_rho,
 )
 from dp.gaussian_domination import gaussian_delta  # noqa: E402
+from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
 from fedbench.methods.base import budget_rho  # noqa: E402
 
 
@@ -55,3 +58,16 @@ def test_the_exact_gaussian_budget_is_exact_and_above_the_zcdp_conversion():
         assert float(gaussian_delta(math.sqrt(2 * rho), eps)) <= 1e-5
         assert float(gaussian_delta(math.sqrt(2 * rho) * 1.001, eps)) > 1e-5
         assert rho > budget_rho(eps, 1e-5)
+
+
+def test_a_two_width_shape_is_drawn_whole_and_centred():
+    """The what-ifs draw a group's noise from its whole pmf, the wider uniforms included:
+    within the span, mean 0 and the shape's variance (200,000 draws, 6 standard errors)."""
+    import numpy as np
+
+    shape = JointNoiseShape(4, 3, wider=2)
+    noise, variance = _joint(shape, 200_000, Draws(5), "group")
+    assert variance == float(shape.variance)
+    assert np.abs(noise).max() <= shape.span // 2
+    assert abs(noise.mean()) < 6 * math.sqrt(variance / len(noise))
+    assert abs(noise.var() / variance - 1) < 6 * math.sqrt(2 / len(noise))
