@@ -29,6 +29,7 @@ def params_command(schema: Optional[Path] = typer.Option(
     from params.plan_request import PlanRequest
     from params.schema import Schema, SchemaError
     from params.session_plan import SessionPlan
+    from params.shape_record import public_shape
 
     try:
         s = Schema.load(schema or Path(__file__).resolve().parents[1] / "params" / "schemas"
@@ -55,8 +56,7 @@ def params_command(schema: Optional[Path] = typer.Option(
                       delta_total=plan.delta_total(),
                       releases={r.name: {"noise": r.noise_kind,
                                          "joint": None if r.joint is None else
-                                         {"uniforms": r.joint.uniforms, "bits": r.joint.bits,
-                                          "wider": r.joint.wider},
+                                         public_shape(r.joint).model_dump(),
                                          "per_count_variance": float(r.per_count_variance),
                                          "two_server_variance": float(2 * r.sigma2),
                                          "split": r.split_pending}

@@ -26,7 +26,7 @@ from clients.agent import ClientAgent
 from common import wire
 from common.credentials import new_token
 from common.serving import write_private
-from dp.joint_noise_accounting import JointNoiseShape
+from params.shape_record import shape_of
 from feddpsyn.operator_api import SessionError, create_session
 from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
 from params.layout import MarginalLayout
@@ -411,8 +411,7 @@ def _selection_summary(selection: wire.SelectionAccounting) -> dict:
         # discrete Gaussian (2 sigma2 in the greedy rule's scores).
         joint = selection.joint
         score_noise = ({"kind": "joint", "uniforms": joint.uniforms, "bits": joint.bits,
-                        "per_score_variance": float(
-                            JointNoiseShape(joint.uniforms, joint.bits).variance)}
+                        "per_score_variance": float(shape_of(joint).variance)}
                        if joint is not None else
                        {"kind": "two-server",
                         "sigma2_per_server": float(Fraction(selection.noise_sigma2)),

@@ -33,6 +33,7 @@ from keyserver.selection import SelectionRole
 from keyserver.sessions import SessionRegistry
 from keyserver.uploads import uploads_closed
 from params.session_plan import SessionPlan
+from params.shape_record import public_shape
 
 __all__ = ["RELEASES_SQL", "Releases"]
 
@@ -274,14 +275,14 @@ class Releases:
                 attrs=[plan.schema.names[a] for a in slot.attrs], shape=list(slot.shape),
                 counts=released[pos:pos + slot.size].tolist(),
                 per_count_variance=None if part is None else str(part.per_count_variance),
-                joint=None if part is None else _public_shape(part.joint))
+                joint=None if part is None else public_shape(part.joint))
             pos += slot.size
         joint = None if spec.parts else spec.joint
         return wire.ReleaseResult(
             session_id=session_id, release=spec.name, rho=str(spec.rho),
             sigma2_per_server="0" if spec.joint is not None else str(spec.sigma2),
             noise=spec.noise_kind, per_count_variance=str(plan.per_count_variance(spec)),
-            joint=None if joint is None else _public_shape(joint),
+            joint=None if joint is None else public_shape(joint),
             allocation=spec.allocation if spec.parts else "even", marginals=marginals)
 
     def published(self, session_id: str) -> dict[str, wire.ReleaseResult]:
@@ -296,6 +297,3 @@ class Releases:
             return [r["release"] for r in conn.execute(
                 "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
 
-
-def _public_shape(shape) -> wire.JointNoisePublic:
-    return wire.JointNoisePublic(uniforms=shape.uniforms, bits=shape.bits, wider=shape.wider)

@@ -36,6 +36,7 @@ from keyserver.sessions import SESSIONS_SQL, SessionRegistry
 from keyserver.uploads import UPLOADS_SQL, MaskedUploads
 from params.modes import NoiseMode, SelectionMode
 from params.session_plan import SessionPlan
+from params.shape_record import public_shape
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -280,8 +281,7 @@ class KeyServer:
                     prefix = f"{r.name}/one_way" if len(m.attrs) == 1 else r.name
                     name = f"{prefix}/{len(m.counts)}"
                     group = groups.setdefault(name, {
-                        "uniforms": m.joint.uniforms, "bits": m.joint.bits,
-                        "wider": m.joint.wider,
+                        **m.joint.model_dump(),
                         "per_count_variance": float(Fraction(m.per_count_variance)),
                         "marginals": []})
                     group["marginals"].append(key)
@@ -296,8 +296,7 @@ class KeyServer:
             elif kinds[r.name] == NoiseMode.JOINT:
                 releases[r.name] = {
                     "kind": "joint", "mechanism": "xor-shared uniform bits, summed",
-                    "uniforms": r.joint.uniforms, "bits": r.joint.bits,
-                    "wider": r.joint.wider,
+                    **public_shape(r.joint).model_dump(),
                     "note": "each server draws uniform bits; the count carries sum_j w_j "
                             "(a_j xor b_j) - span/2, exactly this shape given either "
                             "server's bits"}

@@ -15,13 +15,13 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from common import wire
-from dp.joint_noise_accounting import JointNoiseShape
 from params.layout import MarginalLayout
 from params.parameter_sets import ParameterSet
 from params.privacy_record import privacy_record
 from params.release_spec import ReleaseSpec
 from params.schema import Schema
 from params.selection_plan import SelectionPlan
+from params.shape_record import public_shape, shape_of
 
 if TYPE_CHECKING:
     from params.session_plan import SessionPlan
@@ -47,8 +47,7 @@ def public_record(plan: SessionPlan, session_id: str, clients: list[str],
             name=r.name, marginals=list(r.marginal_keys), rho=str(r.rho),
             sigma2=str(r.sigma2), noise=r.noise_kind, allocation=r.allocation,
             per_count_variance=str(r.per_count_variance),
-            joint=None if r.joint is None else wire.JointNoisePublic(
-                uniforms=r.joint.uniforms, bits=r.joint.bits, wider=r.joint.wider))
+            joint=None if r.joint is None else public_shape(r.joint))
             for r in plan.releases],
         joint_delta=plan.joint_failure(),
         epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
@@ -66,9 +65,7 @@ def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:
                  else SelectionPlan.from_public(public.selection, len(layout.two_way)))
     releases = tuple(ReleaseSpec(r.name, tuple(r.marginals), Fraction(r.rho),
                                  Fraction(r.sigma2),
-                                 None if r.joint is None
-                                 else JointNoiseShape(r.joint.uniforms, r.joint.bits,
-                                                      r.joint.wider),
+                                 None if r.joint is None else shape_of(r.joint),
                                  r.allocation)
                      for r in public.releases)
     return dict(schema=schema, layout=layout, parameters=ParameterSet(**public.parameter_set),

@@ -72,6 +72,7 @@ from crypto.tfhe_permute_and_flip import (SelectionShape, SelectionStep, choose_
                                           thresholds)
 from params.layout import MarginalLayout
 from params.modes import NoiseMode, SelectionMode
+from params.shape_record import public_shape, shape_of
 from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
 
 __all__ = ["SelectionPlan", "EmSelection", "NoisyGreedySelection", "NoSelection",
@@ -466,8 +467,7 @@ class NoisyGreedySelection(SelectionPlan):
                   widths: _Widths) -> NoisyGreedySelection:
         """noisy-greedy's plan as its public record states it
         (:meth:`SelectionPlan.from_public`)."""
-        joint = (None if public.joint is None
-                 else JointNoiseShape(public.joint.uniforms, public.joint.bits, public.joint.wider))
+        joint = None if public.joint is None else shape_of(public.joint)
         return cls(rho=Fraction(public.rho), noise_sigma2=Fraction(public.noise_sigma2),
                    pairs=pairs, noise_bits=public.noise_bits, score_joint=joint,
                    joint_failure=public.joint_failure or 0.0, **widths)
@@ -477,9 +477,7 @@ class NoisyGreedySelection(SelectionPlan):
                     noise_bits=self.noise_bits,
                     noise_tail_probability=self.noise_tail_probability(),
                     score_noise=self.score_noise,
-                    joint=None if self.score_joint is None else wire.JointNoisePublic(
-                        uniforms=self.score_joint.uniforms, bits=self.score_joint.bits,
-                        wider=self.score_joint.wider),
+                    joint=None if self.score_joint is None else public_shape(self.score_joint),
                     joint_failure=self.joint_failure)
 
     @property
