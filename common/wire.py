@@ -632,6 +632,12 @@ class SessionStatus(StrictModel):
                                   "server)")
     progress: WorkProgress | None = Field(
         default=None, description="the compute server's long step under way, if any")
+    offline: WorkProgress | None = Field(
+        default=None, description="the key server's offline job for this session: the "
+                                  "joint noise's chunks (and joint score noise's pairs) "
+                                  "encrypted, of those its plan needs; a release waits for "
+                                  "the chunks it reaches (absent without a joint noise, and "
+                                  "at the compute server)")
 
 
 class LedgerEntry(DocumentModel):

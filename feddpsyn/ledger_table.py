@@ -102,12 +102,15 @@ def format_ledger(ledger: wire.LedgerView, public: wire.SessionPublic,
     delta = public.conversion_delta()
     reserved = (f" (delta {public.delta:g} requested, {public.delta - delta:.3g} of it "
                 "reserved for the selection's failure events)" if delta != public.delta else "")
+    offline = getattr(status, "offline", None)
     lines = [f"session {status.session_id}: {status.state}; owners uploaded "
              f"{len(status.clients_uploaded)} of "
              f"{len(status.clients_uploaded) + len(status.clients_missing)}"
              + (f" (missing: {', '.join(status.clients_missing)})"
                 if status.clients_missing else "")
-             + (f"; {status.detail}" if status.detail else ""),
+             + (f"; {status.detail}" if status.detail else "")
+             + (f"; key server's offline job: {offline.text()}" if offline is not None
+                else ""),
              f"budget: rho {float(budget):.6g} (zCDP) = eps {_budget_epsilon(public):.4g}"
              f" at delta {delta:.6g}{reserved}",
              f"spent: rho {float(Fraction(ledger.rho_spent)):.6g} = eps "

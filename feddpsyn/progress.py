@@ -369,18 +369,23 @@ def session_steps(status: wire.SessionStatus, compute: wire.SessionStatus | None
     """The key server's ``status`` of a session (and the compute server's, ``compute``) as
     steps: the preparation's phase while preparing, the owners uploaded while collecting;
     then the releases done of those planned (the key server's detail as their note) and the
-    compute server's current task, from its own status or as the key server relays it."""
+    compute server's current task, from its own status or as the key server relays it; and
+    the key server's offline job while it has sets left to encrypt."""
     state = str(status.state)
     if state == "preparing":
         preparation = getattr(status, "preparation", None)
         if preparation is not None:
             return [Step(preparation.phase)]
         return [Step("preparing the session", note=status.detail)]
+    # The key server's offline job while it still has sets to encrypt (a release waits for
+    # the chunks it reaches).
+    offline = getattr(status, "offline", None)
+    pending = [] if offline is None or offline.done >= offline.total else [_work_step(offline)]
     if state == "collecting":
         owners = len(status.clients_uploaded) + len(status.clients_missing)
         missing = ", ".join(status.clients_missing)
         return [Step("owners uploaded", len(status.clients_uploaded), owners,
-                     f"waiting for {missing}" if missing else "", estimate=False)]
+                     f"waiting for {missing}" if missing else "", estimate=False)] + pending
     if state not in ("computing", "released"):
         return [Step(state, note=status.detail)]
     done = ", ".join(status.releases_done)
@@ -392,4 +397,4 @@ def session_steps(status: wire.SessionStatus, compute: wire.SessionStatus | None
     relayed = getattr(status, "progress", None) or getattr(compute, "progress", None)
     if not work and relayed is not None:
         work = [_work_step(relayed)]
-    return steps + [s for s in work if s.phase != "releases"]
+    return steps + [s for s in work if s.phase != "releases"] + pending

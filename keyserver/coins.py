@@ -28,6 +28,7 @@ Design concerns:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -115,6 +116,10 @@ class JointCoins:
         self.db: Database = sessions.db
         self._sets = StoredOnce(self.db)
         self._pool = pool
+        # Held from "which chunks are missing" to "stored": a compute server's request for a
+        # chunk the offline pass is encrypting waits for that pass and then finds the chunk,
+        # instead of encrypting it a second time (the pool runs one map at a time anyway).
+        self._making = threading.Lock()
 
     def coins(self, session_id: str, name: str, chunk: int) -> bytes:
         """The ciphertext of this server's bits for one chunk of a release (stored once)."""
@@ -134,6 +139,17 @@ class JointCoins:
         return stored if stored is not None else self._make(session_id, plan,
                                                             [(name, chunk)])[0]
 
+    def readiness(self, session_id: str) -> tuple[int, int]:
+        """(chunks encrypted, chunks the plan's joint releases may touch) for one session:
+        what the offline job has done, from the public plan and the store alone."""
+        plan = self._sessions.plan(session_id)
+        if plan.joint_columns == 0:
+            return 0, 0
+        have = self._sets.held(session_id)
+        needed = [(spec.name, chunk) for spec in plan.releases if spec.joint is not None
+                  for chunk in release_chunks(plan, spec.name)]
+        return sum(1 for c in needed if c in have), len(needed)
+
     def prepare_one(self) -> bool:
         """Encrypt missing chunks of one session's joint releases, at most one per worker of
         the offline pool; False if none is missing (bounded: that many chunks a call)."""
@@ -152,15 +168,23 @@ class JointCoins:
 
     def _make(self, session_id: str, plan: SessionPlan,
               chunks: list[tuple[str, int]]) -> list[bytes]:
-        """Draw, encrypt and store the bits of these (release, chunk)s, one task each; the
-        stored sets, in order."""
-        started = time.time()
-        task = DrawAndEncryptCoins(plan.parameters.chunk_cells, plan.joint_columns)
-        encrypted = self._pool.map(self._sessions.key_files(session_id), [task] * len(chunks),
-                                   f"session {session_id}: encrypting the joint noise's bits")
-        stored = [self._sets.put(session_id, name, chunk, ciphertexts[0])
-                  for (name, chunk), ciphertexts in zip(chunks, encrypted, strict=True)]
-        log.info("session %s: encrypted the joint noise's bits of %s (%.1f s)", session_id,
-                 ", ".join(f"{name} chunk {chunk}" for name, chunk in chunks),
-                 time.time() - started)
-        return stored
+        """Draw, encrypt and store the bits of these (release, chunk)s that no one has stored
+        yet, one task each; the stored sets of all of them, in order."""
+        with self._making:
+            have = self._sets.held(session_id)
+            missing = [c for c in chunks if c not in have]
+            if missing:
+                started = time.time()
+                task = DrawAndEncryptCoins(plan.parameters.chunk_cells, plan.joint_columns)
+                encrypted = self._pool.map(
+                    self._sessions.key_files(session_id), [task] * len(missing),
+                    f"session {session_id}: encrypting the joint noise's bits")
+                for (name, chunk), ciphertexts in zip(missing, encrypted, strict=True):
+                    self._sets.put(session_id, name, chunk, ciphertexts[0])
+                log.info("session %s: encrypted the joint noise's bits of %s (%.1f s)",
+                         session_id, ", ".join(f"{name} chunk {chunk}" for name, chunk in missing),
+                         time.time() - started)
+        stored = [self._sets.get(session_id, name, chunk) for name, chunk in chunks]
+        if any(s is None for s in stored):  # not expected: put stores or keeps the first
+            raise ServiceError(503, "a joint-noise chunk was not stored; retry")
+        return [s for s in stored if s is not None]

@@ -56,6 +56,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -179,6 +180,7 @@ class NoisyGreedyRole:
         self._sets = StoredOnce(store.db)  # the joint releases' once-only store, per pair
         self._pool = pool
         self._key_files = key_files
+        self._making = threading.Lock()
 
     def score_bits(self, session_id: str) -> bytes:
         """This server's encrypted bits of every pair's joint score noise, packed in pair
@@ -210,17 +212,34 @@ class NoisyGreedyRole:
                 return True
         return False
 
+    def readiness(self, session_id: str) -> tuple[int, int]:
+        """(pairs whose joint score bits are encrypted, pairs) for one session; (0, 0)
+        without joint scores."""
+        greedy = self._store.plan(session_id).noisy_greedy
+        if greedy is None or greedy.score_joint is None:
+            return 0, 0
+        have = self._sets.held(session_id)
+        return sum(1 for p in range(greedy.pairs) if (SCORE_NOISE, p) in have), greedy.pairs
+
     def _stored_bits(self, session_id: str, pair: int) -> bytes | None:
         return self._sets.get(session_id, SCORE_NOISE, pair)
 
     def _make_bits(self, session_id: str, plan: SessionPlan, pairs: list[int]) -> None:
-        """Draw, encrypt and store these pairs' bits, one task each (stored once)."""
-        task = DrawAndEncryptScoreBits(plan.selection.score_joint)
-        encrypted = self._pool.map(self._key_files(session_id), [task] * len(pairs),
-                                   f"session {session_id}: encrypting the joint score "
-                                   "noise's bits")
-        for pair, ciphertexts in zip(pairs, encrypted, strict=True):
-            self._sets.put(session_id, SCORE_NOISE, pair, ciphertexts[0])
+        """Draw, encrypt and store these pairs' bits that no one has stored yet, one task
+        each (stored once). The lock spans the check and the store, so a request for the
+        pairs an offline pass is encrypting waits for them instead of encrypting them again
+        (``keyserver.coins.JointCoins`` does the same for the releases' chunks)."""
+        with self._making:
+            have = self._sets.held(session_id)
+            missing = [pair for pair in pairs if (SCORE_NOISE, pair) not in have]
+            if not missing:
+                return
+            task = DrawAndEncryptScoreBits(plan.selection.score_joint)
+            encrypted = self._pool.map(self._key_files(session_id), [task] * len(missing),
+                                       f"session {session_id}: encrypting the joint score "
+                                       "noise's bits")
+            for pair, ciphertexts in zip(missing, encrypted, strict=True):
+                self._sets.put(session_id, SCORE_NOISE, pair, ciphertexts[0])
 
     def _row(self, session_id: str):
         with self._store.db.connect() as conn:

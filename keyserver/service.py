@@ -212,7 +212,19 @@ class KeyServer:
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
                                   clients_missing=[c for c in public.clients if c not in uploaded],
                                   releases_done=done, detail=detail, preparation=preparation,
-                                  progress=progress)
+                                  progress=progress,
+                                  offline=None if state == "released"
+                                  else self._offline_progress(session_id))
+
+    def _offline_progress(self, session_id: str) -> wire.WorkProgress | None:
+        """The offline job's sets for this session (``SessionStatus.offline``): the joint
+        releases' chunks and noisy-greedy's joint score pairs, one count of sets."""
+        chunks, chunks_needed = self.coins.readiness(session_id)
+        pairs, pairs_needed = self.selection.noisy_greedy.readiness(session_id)
+        if chunks_needed + pairs_needed == 0:
+            return None
+        return wire.WorkProgress(phase="joint noise encrypted", done=chunks + pairs,
+                                 total=chunks_needed + pairs_needed, unit="sets")
 
     def _preparation_status(self, session_id: str,
                             preparation: wire.Preparation) -> wire.SessionStatus:

@@ -66,6 +66,8 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_every_stored_ciphertext_decrypts_to_the_uploads_and_to_bits",
             "test_a_worker_that_dies_fails_the_pass_and_the_next_pass_recovers",
             "test_only_the_key_files_place_crosses_to_a_worker",
+            "test_a_request_for_a_chunk_being_encrypted_waits_for_it_instead_of_redoing_it",
+            "test_the_status_counts_the_offline_jobs_sets",
         ],
         "test_peer_answers_during_jobs": ALL,
         "test_private_selection": ALL,

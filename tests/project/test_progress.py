@@ -159,6 +159,20 @@ def test_session_steps_from_both_servers_status():
         Step("blocked", note="seeds do not match")]
 
 
+def test_session_steps_show_the_offline_job_until_its_sets_are_done():
+    offline = wire.WorkProgress(phase="joint noise encrypted", done=12, total=48, unit="sets")
+    collecting = _status("collecting", ["a"], ["b"], []).model_copy(update={"offline": offline})
+    assert session_steps(collecting) == [
+        Step("owners uploaded", 1, 2, "waiting for b", estimate=False),
+        Step("joint noise encrypted", 12, 48, unit="sets")]
+    computing = _status("computing", ["a", "b"], [], []).model_copy(update={"offline": offline})
+    assert session_steps(computing, None, 2)[-1] == Step("joint noise encrypted", 12, 48,
+                                                         unit="sets")
+    done = offline.model_copy(update={"done": 48})
+    assert session_steps(computing.model_copy(update={"offline": done}), None, 2) == [
+        Step("releases", 0, 2, estimate=False)]
+
+
 def test_session_steps_take_the_relayed_progress_and_the_preparation():
     # A key server that relays the compute server's progress (structured, and quoted in its
     # detail) and states its preparation: the quote is not repeated in the releases' note.

@@ -345,3 +345,45 @@ def test_only_the_key_files_place_crosses_to_a_worker(prepared, tmp_path):
         assert (service.session_dir(SID) / "keys.bin").stat().st_mode & 0o077 == 0
     finally:
         service.close()
+
+
+def test_a_request_for_a_chunk_being_encrypted_waits_for_it_instead_of_redoing_it(
+        prepared, tmp_path):
+    """The compute server asks for a chunk while the offline pass encrypts that very chunk:
+    the request gets the pass's set, and the chunk is encrypted once."""
+    service = key_server(tmp_path / "ks", prepared, 1)
+    pool = service.offline_pool
+    mapped: list[int] = []
+    started = threading.Event()
+
+    def recorded_map(files, tasks, what, map_=pool.map):
+        mapped.append(len(tasks))
+        started.set()
+        return map_(files, tasks, what)
+
+    pool.map = recorded_map
+    try:
+        offline = threading.Thread(target=service.coins.prepare_one)
+        offline.start()  # its first missing chunk is the 1-ways' chunk 0
+        assert started.wait(60)
+        served = service.coins.coins(SID, "one_way", 0)
+        offline.join(120)
+        assert not offline.is_alive()
+        assert mapped == [1]  # one encryption of one chunk, the pass's
+        assert served == StoredOnce(service.db).get(SID, "one_way", 0)
+    finally:
+        service.close()
+
+
+def test_the_status_counts_the_offline_jobs_sets(prepared, tmp_path):
+    """``SessionStatus.offline``: none of the three sets before the job, all after it."""
+    plan, _ = prepared
+    service = key_server(tmp_path / "ks", prepared, 1)
+    try:
+        before = service.status(SID).offline
+        assert before is not None and (before.done, before.total) == (0, 3)
+        run_offline_job(service, masked_vectors(plan))
+        after = service.status(SID).offline
+        assert after is not None and (after.done, after.total, after.unit) == (3, 3, "sets")
+    finally:
+        service.close()
