@@ -40,8 +40,9 @@ def demo(dataset: Optional[str] = typer.Option(
              None, help="tfhe path: em (private selection under encryption, FedDPSyn's P2 "
                         "and P3; the default on fed_heart_disease: about 13 min on 2 "
                         "cores) | noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost "
-                        "only) | none (every pair; about 15 s; the default on adult and on "
-                        "your own table). An estimate is printed first."),
+                        "only) | none (every pair, no encrypted selection: the default on "
+                        "adult and on your own table; about 5 min on adult on 2 cores, "
+                        "mostly the joint noise). An estimate is printed first."),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
                         "half the pairs otherwise)"),
@@ -51,7 +52,13 @@ def demo(dataset: Optional[str] = typer.Option(
          noise: str = typer.Option(
              "auto", help="tfhe path: auto (one joint noise neither server knows on every "
                           "release that fits, the default) | joint | two-server (each "
-                          "server its own Gaussian)")) -> None:
+                          "server its own Gaussian)"),
+         offline_first: bool = typer.Option(
+             False, "--offline-first",
+             help="tfhe path: wait for the key server's offline job (the joint noise's "
+                  "encrypted bits, made before any data) before the owners upload, as a "
+                  "session created ahead of its uploads would; the report then times the "
+                  "uploads to the release on their own")) -> None:
     """Run the whole protocol on a bundled data set or your own table, all on loopback."""
     from feddpsyn.demo import user_table
     from params.modes import NoiseMode, SelectionMode
@@ -98,7 +105,7 @@ def demo(dataset: Optional[str] = typer.Option(
         try:
             report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
                               seed, selection=selection, rounds=rounds, workers=workers,
-                              noise=noise)
+                              noise=noise, offline_first=offline_first)
         except ValueError as exc:
             fail(str(exc))
     else:

@@ -28,6 +28,7 @@ from common.credentials import new_token
 from common.serving import write_private
 from params.shape_record import shape_of
 from feddpsyn.operator_api import SessionError, create_session
+from feddpsyn.peak_memory import PeakMemory
 from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
 from params.layout import MarginalLayout
 from params.modes import SelectionMode
@@ -231,12 +232,36 @@ SECONDS_PER_BOOTSTRAP = {"p2": 0.0090, "p3": 0.0074, "noise": 0.0074}
 DEADLINE_FACTOR = 4
 
 
+# How long the demo waits for the key server's offline job (--offline-first): Adult's
+# every-pair session has 48 chunks of about 7 s each on one worker.
+OFFLINE_TIMEOUT = 3600.0
+
+
+def wait_offline(url: str, operator: str, session_id: str, say=print,
+                 live: bool | None = None) -> None:
+    """Wait until the key server has encrypted every set of the session's joint noise
+    (``SessionStatus.offline``); at once if the session has none."""
+    def poll() -> list[Step] | None:
+        response = httpx.get(f"{url}/sessions/{session_id}/status",
+                             headers={"Authorization": f"Bearer {operator}"}, timeout=30)
+        response.raise_for_status()
+        offline = wire.SessionStatus.model_validate(response.json()).offline
+        if offline is None or offline.done >= offline.total:
+            return None
+        return [Step(offline.phase, offline.done, offline.total, unit=offline.unit)]
+
+    with ProgressDisplay(prefix="[demo] offline: ", say=say, live=live) as display:
+        wait_for(poll, timeout=OFFLINE_TIMEOUT, every=1.0, display=display)
+
+
 def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: float,
              delta: float, method: str, rows: int | None, seed: int, say=print,
              timeout: float | None = None, selection: str = "none",
              rounds: int | None = None, workers: int | None = None,
-             noise: str = "auto") -> dict:
-    """The demo on a bundled data set (by name) or on a user's table (``user_table``)."""
+             noise: str = "auto", offline_first: bool = False) -> dict:
+    """The demo on a bundled data set (by name) or on a user's table (``user_table``).
+    ``offline_first``: wait for the key server's offline job before the uploads (its time
+    is the report's ``offline_wait`` phase)."""
     phases: dict[str, float] = {}
     ds = dataset_name if isinstance(dataset_name, DemoDataset) else dataset(dataset_name)
     schema = Schema.load(ds.schema)
@@ -249,6 +274,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     t = time.time()
     ks, cs = start_servers(out / "state", workers)
     phases["start_servers"] = time.time() - t
+    memory = PeakMemory({"keyserver": ks.proc.pid, "computeserver": cs.proc.pid}).start()
     try:
         say(f"[demo] key server {ks.url}, compute server {cs.url}")
         operator = (out / "state" / "keyserver" / "operator.token").read_text().strip()
@@ -295,6 +321,10 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         phases["session_keygen"] = time.time() - t
         say(f"[demo] session {session_id}: circuits compiled, keys generated "
             f"({created.session.total_cells} cells per client)")
+        if offline_first:
+            t = time.time()
+            wait_offline(ks.url, operator, session_id, say, live)
+            phases["offline_wait"] = time.time() - t
         t = time.time()
         upload_bytes = []
         for cid, path in zip(client_ids, csvs):
@@ -332,6 +362,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         phases["encrypt_aggregate_release"] = time.time() - t
         (out / "release.json").write_text(document.model_dump_json(by_alias=True, indent=1))
     finally:
+        memory.stop()  # its last look needs the servers running
         # The compute server first: its job loop polls the key server, and would log a
         # refused connection for every poll after the key server is gone.
         cs.stop()
@@ -374,6 +405,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         "noise": document.noise,
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "upload_bytes_per_client": upload_bytes,
+        "peak_memory_mb": memory.report(),
         "workload_error": error,
         "central_workload_error": central_error,
         "session_id": session_id,

@@ -2,8 +2,9 @@
 
 Runs the demo (its defaults unless arguments follow ``--``) in a fresh output folder, times the
 whole process, and keeps the phases the demo's ``report.json`` records (server start, session
-preparation, uploads, the encrypted aggregation, selection and releases, synthesis) with the
-machine's load average before and after: a run on a loaded machine says so in its file.
+preparation, uploads, the encrypted aggregation, selection and releases, synthesis), each
+server's peak resident memory (``feddpsyn.peak_memory``) and the machine's load average
+before and after: a run on a loaded machine says so in its file.
 
     .venv/bin/python bench/scale/bench_demo_time.py --json bench/results/demo_time/FILE.json
     .venv/bin/python bench/scale/bench_demo_time.py --json OUT.json -- --selection none
@@ -62,6 +63,7 @@ def main() -> None:
         "selection": report["selection"].get("mode") if report.get("selection") else "none",
         "epsilon": report["epsilon_budget"], "delta": report["delta"],
         "phases": report["phases"],
+        "peak_memory_mb": report.get("peak_memory_mb"),
         "two_way_error": report["workload_error"].get("two_way"),
         "central_two_way_error": report["central_workload_error"].get("two_way")},
         indent=1) + "\n")

@@ -62,6 +62,9 @@ def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
         assert 0 <= report["workload_error"][key] <= 2
         assert 0 <= report["central_workload_error"][key] <= 2
     assert {"client_uploads", "encrypt_aggregate_release", "synthesis"} <= set(report["phases"])
+    # Each server's peak: a Python process with concrete loaded is past 100 MB.
+    for server in ("keyserver", "computeserver"):
+        assert report["peak_memory_mb"][server]["process_mb"] > 100
     with (demo_out / "synthetic.csv").open() as fh:
         rows = list(csv.reader(fh))
     with (data_dir / "fed_heart_disease" / "fed_heart_disease.csv").open() as fh:
