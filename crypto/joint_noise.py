@@ -50,6 +50,22 @@ and uniforms side by side), against 120 bits for 24 XOR-shared 5-bit uniforms at
 sigma^2. Compile and keys are free (no evaluation keys; the circuit's shape is fixed per
 session).
 
+**Where a bit's time goes** (``bench/primitives/bench_encryption_cost.py``, and ``perf
+record`` on each side): not in the arithmetic, which is about 1% of the compute server's
+run. Each bit is one LWE ciphertext of 1,537 64-bit words (k = 20, p_error 2^-40), sent
+compressed as a seed and a body. The key server expands the seed into the mask to encrypt,
+the compute server expands it again to compute, and concrete-python's wheel does both with
+its software AES generator: about 60% of either side's time (94 and 98 us a bit at 256
+cells x 128 bits). So every construction with one ciphertext a bit costs the same per bit;
+it gets cheaper only with fewer bits a count, or with a concrete built with its AES-NI
+generator. Per released cell the joint release handles K + n ciphertexts where plain P1
+handles the n clients' (4 clients, K = 120-256 bits): 31-65x P1's work, whatever is
+computed on them. Full ciphertexts (the mask sent) would save the compute server's
+expansion at ~500x the bytes. The key server's compressed encryption also draws every seed
+from the CPU's RDSEED, which the cores share: two encrypting processes ran no faster than
+one (x1.00; full ciphertexts x1.79 in the same run), so its offline job does not speed up
+with ``--workers`` on this project's machines.
+
 **When it fits.** The servers' rule is ``params.noise_rules.joint_shape_for``:
 each release takes the shape of :func:`choose_shape` (the fewest bits among the smallest
 matching coins and the matching uniforms within 10% of the coins' variance; its M-fold
@@ -116,7 +132,7 @@ def _release_function(n_clients: int) -> Callable[..., Any]:
 
 def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
                           shapes: JointNoiseShape | Sequence[JointNoiseShape],
-                          p_error: float) -> fhe.Circuit:
+                          p_error: float, compress_inputs: bool = True) -> fhe.Circuit:
     """P1 over ``chunk_cells`` cells plus a joint noise of any of ``shapes`` on every cell.
 
     Inputs: m0..m{n-1} (encrypted masked vectors), ``coins`` (encrypted KS bits,
@@ -124,7 +140,9 @@ def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
     :func:`signed_weights`, zero past a shape's own K and on a two-server release),
     ``select`` and ``offset`` (clear, :func:`joint_offset` or ``release_offset``). One circuit
     serves every release of a session: a shape narrower than the widest leaves its extra
-    columns at weight 0."""
+    columns at weight 0. ``compress_inputs`` False only to measure what the compression
+    costs (``bench/primitives/bench_encryption_cost.py``): the servers always compress, since
+    a full ciphertext is ~500x the seeded one."""
     shapes = [shapes] if isinstance(shapes, JointNoiseShape) else list(shapes)
     if n_clients < 1:
         raise ValueError("need at least one client")
@@ -160,7 +178,7 @@ def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
         tuple([cells] * n_clients + [zero_bits, heavy, one, full]),
         tuple([cells] * n_clients + [zero_bits, -heavy, one, full]),
     ]
-    configuration = fhe.Configuration(compress_input_ciphertexts=True,
+    configuration = fhe.Configuration(compress_input_ciphertexts=compress_inputs,
                                       compress_evaluation_keys=True, show_progress=False,
                                       p_error=p_error, global_p_error=None)
     circuit = compiler.compile(inputset, configuration)
