@@ -219,8 +219,13 @@ class KeyServer:
     def _offline_progress(self, session_id: str) -> wire.WorkProgress | None:
         """The offline job's sets for this session (``SessionStatus.offline``): the joint
         releases' chunks and noisy-greedy's joint score pairs, one count of sets."""
-        chunks, chunks_needed = self.coins.readiness(session_id)
-        pairs, pairs_needed = self.selection.noisy_greedy.readiness(session_id)
+        try:
+            chunks, chunks_needed = self.coins.readiness(session_id)
+            pairs, pairs_needed = self.selection.noisy_greedy.readiness(session_id)
+        except ServiceError:
+            # A session this server no longer plans (its rules changed) prepares nothing
+            # more; its status stays readable.
+            return None
         if chunks_needed + pairs_needed == 0:
             return None
         return wire.WorkProgress(phase="joint noise encrypted", done=chunks + pairs,
