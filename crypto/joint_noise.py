@@ -40,9 +40,10 @@ signed width the input set gave it (it is drawn from the same +-w_j range).
 **Cost** (``bench/primitives/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
 ``bench/results/joint_noise.json``): K encrypted bits per released cell, 24 bytes each
 compressed; KS draw + encryption ~0.1 ms and CS run ~0.17 ms per bit (leveled; concrete
-expands the inputs at run time, so a call holds at most ``JOINT_MAX_BITS_PER_CALL`` = 65,536
-bits, the plan's cap: 256 cells x 148 bits ran in 1.6 GB). Per released cell against the
-two-noise release of the same cells: online x44-58, offline x90-445 (x2.2-2.6 for
+expands the inputs at run time, about 36 KB a bit, so a call holds at most
+``JOINT_MAX_BITS_PER_CALL`` = 32,768 bits, the plan's cap: 256 cells x 252 bits peaked at
+2.8 GB in one call, two concurrent calls of 128 cells x 256 bits at 2.5 GB). Per released
+cell against the two-noise release of the same cells: online x44-58, offline x90-445 (x2.2-2.6 for
 noisy-greedy's split release, whose fallback's Gaussians are drawn too), per-count variance
 x0.50-0.62 (Fed-Heart-Disease's 1-way: 2046 against 2 sigma^2 = 3944). Coins would need
 K = n ~ 4 sigma^2: 7,892 bits per 1-way count, x2574 of P1's run (measured with coins

@@ -45,8 +45,10 @@ __all__ = ["GAUSSIAN_BOUND_SHARE", "bound_marginals", "smallest_pair_budget",
 # this mass are excluded and charged to delta (``dp.binomial_accounting``).
 JOINT_TAIL = 1e-12
 # One P1 call holds chunk_cells x K encrypted bits of the key server's; concrete expands them
-# at run time (~40 KB each: 148 x 256 bits took 1.6 GB, measured), so a call is capped here.
-JOINT_MAX_BITS_PER_CALL = 1 << 16
+# at run time (~36 KB each: 256 cells x 252 bits peaked at 2.8 GB in one call), so a call is
+# capped here: about 1.2 GB, so that the compute server's concurrent chunks (one a core) stay
+# well inside a few GB. At the default set's 128 cells this is 256 bits a count.
+JOINT_MAX_BITS_PER_CALL = 1 << 15
 # Where no coin count fits the caps, uniforms are searched up to this multiple of sigma2 (the
 # matching coins' variance is 1.03-1.12 sigma2, DESIGN.md; the uniforms' slack over them 1.1).
 JOINT_VARIANCE_CAP = Fraction(5, 4)
@@ -61,7 +63,7 @@ JOINT_DELTA_SHARE = 0.01
 GAUSSIAN_BOUND_SHARE = 0.1
 # The bits per count a split release's envelope is widened to (:func:`_widened`): the
 # least-variance dominated shape at each group budget of the served tables fits in 222-256
-# (measured at eps 0.3, 1 and 4 on six tables); one P1 call of 256 cells holds that under
+# (measured at eps 0.3, 1 and 4 on six tables); one P1 call of 128 cells holds that under
 # JOINT_MAX_BITS_PER_CALL. Smaller chunks allow more; the circuit's cost grows with it.
 ENVELOPE_MAX_BITS = 256
 # noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input

@@ -6,8 +6,8 @@ multiply and one add on a ciphertext. What a bit costs is mostly making and re-m
 mask. Each input ciphertext is compressed (a 16-byte seed and its body, 24 bytes on the
 wire): the key server draws each seed and expands it into the mask to encrypt; the compute
 server expands the same seed again to compute. This bench separates those parts at the
-``default`` parameter set's joint circuit (k = 20, 256 cells, ``--columns`` bits a cell,
-4 clients), in one run, the variants alternating across ``--repeats``:
+``default`` parameter set's joint circuit (k = 20, its chunk of cells, ``--columns`` bits a
+cell, 4 clients), in one run, the variants alternating across ``--repeats``:
 
 * **Key server, one process**: encrypting one chunk of bits compressed (as the servers do) and
   full (the mask kept: no seed drawn per ciphertext, ~12 KB each).
@@ -47,7 +47,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-CLIENTS, COUNT_BITS, CELLS = 4, 20, 256
+CLIENTS = 4
+
+
+def _default_set() -> tuple[int, int]:
+    from params.parameter_sets import get_parameter_set
+
+    p = get_parameter_set("default")
+    return p.count_bits, p.chunk_cells
+
+
+COUNT_BITS, CELLS = _default_set()
 
 
 def _commit() -> str:

@@ -505,7 +505,7 @@ def add_levels(sizes: list[int]) -> list[int]:
 
 # The key server's offline job: the default parameter set's chunk, and a joint noise of 128
 # encrypted bits a cell (Adult's plans carry 126-130 on their releases: docs/scale.md).
-KS_K, KS_CELLS, KS_COLUMNS = 20, 256, 128
+KS_K, KS_CELLS, KS_COLUMNS = 20, 128, 128
 
 
 class KeyServerOffline:

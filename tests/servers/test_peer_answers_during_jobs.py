@@ -1,7 +1,7 @@
 """A key server answers its peer within a second while its offline job runs.
 
 A real ``feddpsyn keyserver`` process on a joint session (one joint noise a release, the
-``default`` parameter set: each release's coin bits are one 256-cell chunk, seconds of
+``default`` parameter set: each release's coin bits are one chunk, seconds of
 encryption each) is asked ``GET /peer/sessions`` every 0.1 s from the moment the session is
 ready until its log says every chunk's coins are encrypted; every answer must come within
 ``ANSWER_WITHIN_S``. With the default ``--workers 1`` as with ``--workers 2`` the chunks
