@@ -51,9 +51,12 @@ overhead o (``TASK_OVERHEAD_S``, the dearest bench_scaleout.py measured: a Dask 
 loopback), P2's adds in ``map_summed``'s levels, each level in ceil(adds / n) waves; serial
 parts stay serial. Perfect parallelism of independent tasks up to the task count; no
 contention, one core a worker, one OpenMP thread. Two cases: ``model`` puts every step's
-tasks on the n cores (the issue's target: the releases, the scores and the key server's
-offline job on executors), ``today`` keeps on one core the steps this code does not yet run
-on an executor (only P2 does); ``calibrated`` is the model with every bootstrap at the rate
+tasks on the n cores; ``today`` keeps on one core the steps that are on an executor but
+measured not to speed up: the key server's encryptions (its coins, the uploads, P2's
+inputs). concrete seeds every compressed input ciphertext from the CPU's RDSEED, which the
+cores share: on this project's 2-core machines two offline worker processes encrypted no
+faster than one (``bench_scaleout.py``: x1.01; ``bench/primitives/bench_encryption_cost.py``
+shows the seeding's share). ``calibrated`` is the model with every bootstrap at the rate
 Adult's served session measured (``bench/results/adult_online.json``: wall seconds x 2 cores
 over its bootstraps, an upper bound on a shared machine), :func:`calibration_factor`. The
 noisy-greedy 2-way release is costed at its worst case, every pair kept.
@@ -618,7 +621,7 @@ class Step:
     tasks: list[float]    # independent tasks, seconds each on one core
     serial_s: float = 0.0
     levels: list[tuple[int, float]] = field(default_factory=list)  # (adds, seconds) a level
-    executor_today: bool = False
+    scales_today: bool = False
 
     @property
     def work_s(self) -> float:
@@ -639,13 +642,15 @@ def longest_first(costs: list[float], workers: int) -> float:
 
 def step_seconds(step: Step, cores: int, today: bool = False,
                  overhead: float = TASK_OVERHEAD_S) -> float:
-    """The step on ``cores`` cores (module docstring); ``today``: on one core unless this
-    code already runs it on an executor."""
-    if cores == 1 or (today and not step.executor_today):
+    """The step on ``cores`` cores (module docstring); ``today``: on one core unless it was
+    measured to speed up on this code's executors."""
+    if cores == 1 or (today and not step.scales_today):
         return step.work_s
     tasks = longest_first([c + overhead for c in step.tasks], cores)
     adds = sum(math.ceil(n / cores) * (c + overhead) for n, c in step.levels)
-    return tasks + adds + step.serial_s
+    # A step whose tasks gain nothing from the cores (one release chunk) runs as on one
+    # core: the executor's overhead would only add to it.
+    return min(step.work_s, tasks + adds + step.serial_s)
 
 
 def session_steps(figures: dict, circuits: dict | None, units: Units) -> list[Step]:
@@ -678,12 +683,15 @@ def session_steps(figures: dict, circuits: dict | None, units: Units) -> list[St
         [units.p1_chunk("ks_coins_s", k, selection["score_shape"][0]
                         * selection["score_shape"][1], "bits")] * figures["pairs"]
         if selection["score_shape"] else [])
-    steps.append(Step("key server coins", "offline", "ks", [coins] * coin_chunks + score_coins))
+    # The key server's encryptions run on its offline pool but do not speed up today (module
+    # docstring: every compressed ciphertext's seed comes from RDSEED, shared by the cores).
+    steps.append(Step("key server coins", "offline", "ks", [coins] * coin_chunks + score_coins,
+                      scales_today=False))
     steps.append(Step("key server encrypts uploads", "uploads", "ks",
-                      [encrypt] * (clients * figures["chunks"])))
+                      [encrypt] * (clients * figures["chunks"]), scales_today=False))
     one = releases["one_way"]
     steps.append(Step("1-way release", "online", "cs", [cs_chunk] * one["chunks"],
-                      ks_decrypt * one["chunks"]))
+                      ks_decrypt * one["chunks"], scales_today=True))
     if selection is not None:
         s = units.bootstrap_s(module["complexity_per_bootstrap"] if module else None)
         digit = units.module["ks_encrypt_p2_chunk_8_s"] / (
@@ -692,7 +700,8 @@ def session_steps(figures: dict, circuits: dict | None, units: Units) -> list[St
         sizes = [int(size) for size, n in selection["p2_chunks_by_size"].items()
                  for _ in range(n)]
         steps.append(Step("key server encrypts P2 inputs", "online", "ks",
-                          [digit * digits_per_cell * size for size in sizes]))
+                          [digit * digits_per_cell * size for size in sizes],
+                          scales_today=False))
         add_s = (2 * selection["score_bits"] - 1) * s * units.add_factor
         steps.append(Step("P2 (dependency scores)", "online", "cs",
                           [chunk_bootstraps(size, selection["indif_bits"]) * s
@@ -701,14 +710,15 @@ def session_steps(figures: dict, circuits: dict | None, units: Units) -> list[St
                               [int(chunks) for chunks, pairs in
                                selection["p2_pairs_by_chunks"].items() for _ in range(pairs)])]
                           if figures["pairs"] else [],
-                          executor_today=True))
+                          scales_today=True))
         call = selection["score_bootstraps_per_call"] * s * units.score_factor
-        steps.append(Step("score noise", "online", "cs", [call] * figures["pairs"]))
+        steps.append(Step("score noise", "online", "cs", [call] * figures["pairs"],
+                          scales_today=True))
         steps.append(Step("key server decrypts scores, greedy rule", "online", "ks", [],
                           units.module["ks_decrypt_score_s"] * figures["pairs"]))
     two = releases["two_way"]
     steps.append(Step("2-way release", "online", "cs", [cs_chunk] * two["chunks"],
-                      ks_decrypt * two["chunks"]))
+                      ks_decrypt * two["chunks"], scales_today=True))
     return steps
 
 
@@ -975,6 +985,14 @@ def plot(points: list[dict], path: Path, rows_shown: tuple[int, ...]) -> None:
     figure.savefig(path, dpi=110)
 
 
+def _shown(path: Path) -> str:
+    """A path as the results file records it: relative to the checkout when inside it (a
+    run writing elsewhere, to compare before copying, keeps its absolute path)."""
+    resolved = path.resolve()
+    return (resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT)
+            else resolved.as_posix())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--columns", type=int, nargs="+", default=list(COLUMNS))
@@ -1081,8 +1099,9 @@ def main(argv: list[str] | None = None) -> None:
         "model": ("tasks list-scheduled longest first on n cores, each plus the per-task "
                   "overhead; P2's adds by levels in waves; serial parts serial; P2 and score "
                   "bootstraps at the sample's seconds scaled by the module's complexity per "
-                  "bootstrap; P1 per encrypted bit; 'today': steps not on an executor stay "
-                  "on one core; noisy-greedy's 2-way release at its worst case (every pair)"),
+                  "bootstrap; P1 per encrypted bit; 'today': the key server's encryptions "
+                  "(measured not to speed up with workers) stay on one core; noisy-greedy's "
+                  "2-way release at its worst case (every pair)"),
         "sample": sample, "sample_from": sample_from, "units": {
             "s_per_bootstrap_p2_sample": units.module["s_per_bootstrap_p2"],
             "score_factor": units.score_factor, "add_factor": units.add_factor,
@@ -1098,7 +1117,7 @@ def main(argv: list[str] | None = None) -> None:
         "search_resolution_columns": SEARCH_RESOLUTION,
         "search_points": sorted(search, key=lambda p: (p["rows"], p["columns"])),
         "adult_check": {"model": check, "measured": adult},
-        "plot": None if args.plot is None else args.plot.resolve().relative_to(ROOT).as_posix(),
+        "plot": None if args.plot is None else _shown(args.plot),
         "points": points}
     print_summary(document)
     if args.out:
