@@ -63,6 +63,13 @@ def release_chunks(plan: SessionPlan, name: str) -> list[int]:
     return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
 
 
+def _joint_chunks(plan: SessionPlan) -> list[tuple[str, int]]:
+    """Every (release, chunk) whose bits the offline job prepares: each joint release's
+    chunks (:func:`release_chunks`), in release order."""
+    return [(spec.name, chunk) for spec in plan.releases if spec.joint is not None
+            for chunk in release_chunks(plan, spec.name)]
+
+
 class StoredOnce:
     """This server's encrypted bit sets, one per (session, name, index) in ``joint_coins``:
     the first set stored is the only one ever served (module docstring). Joint releases
@@ -146,8 +153,7 @@ class JointCoins:
         if plan.joint_columns == 0:
             return 0, 0
         have = self._sets.held(session_id)
-        needed = [(spec.name, chunk) for spec in plan.releases if spec.joint is not None
-                  for chunk in release_chunks(plan, spec.name)]
+        needed = _joint_chunks(plan)
         return sum(1 for c in needed if c in have), len(needed)
 
     def prepare_one(self) -> bool:
@@ -158,9 +164,7 @@ class JointCoins:
             if plan.joint_columns == 0:
                 continue
             have = self._sets.held(session_id)
-            missing = [(spec.name, chunk) for spec in plan.releases if spec.joint is not None
-                       for chunk in release_chunks(plan, spec.name)
-                       if (spec.name, chunk) not in have]
+            missing = [c for c in _joint_chunks(plan) if c not in have]
             if missing:
                 self._make(session_id, plan, missing[:self._pool.workers])
                 return True

@@ -18,7 +18,6 @@ import datetime
 import json
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from fedbench.methods.feddpsyn_served import (  # noqa: E402
     default_at_envelope_bits,
     default_at_first_share,
 )
+from fedbench.provenance import commit as _commit  # noqa: E402
 from fedbench.runner import Setting, run_utility  # noqa: E402
 from feddpsyn.demo import data_dir  # noqa: E402
 from feddpsyn.demo import dataset as bundled  # noqa: E402
@@ -56,15 +56,6 @@ def _table(name: str) -> tuple[Path, Schema, str]:
                                                 "fed_heart_disease": "target"}[name]
     csv, schema, target = TABLES[name]
     return data_dir() / csv, Schema.load(data_dir() / schema), target
-
-
-def _commit() -> str:
-    """HEAD, marked ``-dirty`` when the tree has uncommitted changes to tracked files."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return head + ("-dirty" if dirty else "")
 
 
 def summarise(rows: list[dict], table: str) -> list[dict]:

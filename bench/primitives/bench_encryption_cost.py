@@ -35,7 +35,6 @@ import json
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from fedbench.provenance import commit  # noqa: E402
 
 CLIENTS = 4
 
@@ -60,24 +61,14 @@ def _default_set() -> tuple[int, int]:
 COUNT_BITS, CELLS = _default_set()
 
 
-def _commit() -> str:
-    # Here rather than imported: a spawned worker re-imports this module, and the accuracy
-    # bench that has the shared helper imports the synthesis stack.
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return head + ("-dirty" if dirty else "")
-
-
 def _circuit(columns: int, compress: bool) -> Any:
     from crypto.joint_noise import JointNoiseShape, compile_joint_release
     from params.parameter_sets import get_parameter_set
 
-    p = get_parameter_set("default")
     # A shape of 2-bit uniforms as wide as the columns: its weights are the circuit's types.
     shape = JointNoiseShape(columns // 2, 2)
-    circuit = compile_joint_release(CLIENTS, p.chunk_cells, p.count_bits, shape, p.p_error,
+    circuit = compile_joint_release(CLIENTS, CELLS, COUNT_BITS, shape,
+                                    get_parameter_set("default").p_error,
                                     compress_inputs=compress)
     circuit.keygen()
     return circuit
@@ -197,7 +188,7 @@ def main() -> None:
                     "processes) and compute server run, compressed and full inputs",
             "command": "python bench/primitives/bench_encryption_cost.py "
                        + " ".join(sys.argv[1:]),
-            "commit": _commit(), "date": datetime.date.today().isoformat(),
+            "commit": commit(), "date": datetime.date.today().isoformat(),
             "machine": platform.node(),
             "cores": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],
