@@ -27,7 +27,9 @@ from crypto.tfhe_permute_and_flip import (
 )
 from dp.permute_and_flip import pf_probabilities_exact
 
-BATCH = 40
+# 20 selections a call: two calls give 40 draws (expected counts 23 / 6 / 11 for the first
+# test's scores, enough for its chi-square); the circuit's cost grows with the batch.
+BATCH = 20
 SHAPE = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 4),
                        batch=BATCH)
 EPS = Fraction(1)
