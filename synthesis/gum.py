@@ -30,15 +30,26 @@ def _l1(records, m: NoisyMarginal, sizes, rows) -> float:
 
 def fit_gum(marginals: list[NoisyMarginal], domain_sizes: tuple[int, ...], rows: int,
             rng: np.random.Generator, rounds: int = 30, alpha0: float = 1.0,
-            decay: float = 0.9, duplicate_share: float = 0.5) -> np.ndarray:
+            decay: float = 0.9, duplicate_share: float = 0.5,
+            start: np.ndarray | None = None) -> np.ndarray:
+    """GUM's records for ``marginals`` (module docstring). ``start``: records to update instead
+    of independent draws from the 1-ways (another estimator's sample, say; resampled to
+    ``rows``); it is not modified."""
     sizes = tuple(domain_sizes)
-    one_way = {m.attrs[0]: m for m in marginals if len(m.attrs) == 1}
-    records = np.zeros((rows, len(sizes)), dtype=np.int64)
-    for a, size in enumerate(sizes):
-        p = one_way[a].counts.ravel() if a in one_way else np.ones(size)
-        p = np.maximum(p, 0)
-        p = p / p.sum() if p.sum() > 0 else np.full(size, 1 / size)
-        records[:, a] = rng.choice(size, size=rows, p=p)
+    if start is not None:
+        start = np.asarray(start, dtype=np.int64)
+        if start.ndim != 2 or start.shape[1] != len(sizes) or len(start) == 0:
+            raise ValueError(f"start must be a non-empty (rows, {len(sizes)}) array of records")
+        records = (start.copy() if len(start) == rows else
+                   start[rng.choice(len(start), size=rows, replace=len(start) < rows)])
+    else:
+        one_way = {m.attrs[0]: m for m in marginals if len(m.attrs) == 1}
+        records = np.zeros((rows, len(sizes)), dtype=np.int64)
+        for a, size in enumerate(sizes):
+            p = one_way[a].counts.ravel() if a in one_way else np.ones(size)
+            p = np.maximum(p, 0)
+            p = p / p.sum() if p.sum() > 0 else np.full(size, 1 / size)
+            records[:, a] = rng.choice(size, size=rows, p=p)
     two_way = [m for m in marginals if len(m.attrs) >= 2]
     for r in range(rounds):
         alpha = alpha0 * decay ** r

@@ -37,7 +37,7 @@ conditioning mass), which are spent as delta, not rho.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -56,11 +56,10 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal, combine_repeated
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["default_at_first_share", "feddpsyn_default", "feddpsyn_served_all",
-           "feddpsyn_served_all_pgm",
-           "feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_noisy_greedy",
-           "feddpsyn_served_noisy_greedy_pgm", "feddpsyn_served_no_topup", "served_plan",
-           "served_rounds",
+__all__ = ["ServedRelease", "default_at_first_share", "default_release", "feddpsyn_default",
+           "feddpsyn_served_all", "feddpsyn_served_all_pgm", "feddpsyn_served_em",
+           "feddpsyn_served_em_pgm", "feddpsyn_served_no_topup", "feddpsyn_served_noisy_greedy",
+           "feddpsyn_served_noisy_greedy_pgm", "served_plan", "served_release", "served_rounds",
            "served_selection", "served_session"]
 
 
@@ -103,12 +102,24 @@ def served_selection(plan: SessionPlan, union_counts: np.ndarray,
     return plan.select_pairs(noisy), how
 
 
-def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
-                   delta: float, seed: int, selection: str, rounds: int | None,
-                   synthesis: str = "gum", one_way_topup: bool | None = None,
-                   split: dict[str, float] | None = None) -> MethodResult:
-    """One session as the servers plan and run it (module docstring), its release
-    synthesized with ``synthesis`` (``synthesis.synthesize``'s methods)."""
+@dataclass(frozen=True)
+class ServedRelease:
+    """What a served session publishes before synthesis: the noisy marginals (each topped-up
+    1-way's two measurements combined), the rho spent and the budget's, the bytes a client
+    uploads, and the notes a ``MethodResult`` carries."""
+
+    marginals: list[NoisyMarginal]
+    rho_spent: Fraction
+    rho_budget: Fraction
+    bytes_per_client: int
+    notes: dict
+
+
+def served_release(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
+                   delta: float, selection: str, rounds: int | None,
+                   one_way_topup: bool | None = None,
+                   split: dict[str, float] | None = None) -> ServedRelease:
+    """One session's releases as the servers plan and run them (module docstring)."""
     plan = served_plan(schema, len(records), epsilon, delta, selection, rounds, one_way_topup,
                        split)
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
@@ -145,17 +156,30 @@ def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsil
         if plan.one_way_topup:
             notes["one_way_topped_up"] = sum(len(p.marginal_keys) for p in specs
                                              if p.name.startswith("two_way/one_way/"))
-    notes["synthesis"] = synthesis
-    synth = synthesize_records(schema, combine_repeated(noisy), synthesis, None,
+    notes["accounting"] = plan.accounting
+    return ServedRelease(combine_repeated(noisy), Fraction(spent),
+                         Fraction(plan_budget(plan, epsilon, delta)), upload, notes)
+
+
+def served_session(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
+                   delta: float, seed: int, selection: str, rounds: int | None,
+                   synthesis: str = "gum", one_way_topup: bool | None = None,
+                   split: dict[str, float] | None = None) -> MethodResult:
+    """One session as the servers plan and run it (:func:`served_release`), its release
+    synthesized with ``synthesis`` (``synthesis.synthesize``'s methods)."""
+    release = served_release(records, owner, schema, epsilon, delta, selection, rounds,
+                             one_way_topup, split)
+    notes = {**release.notes, "synthesis": synthesis}
+    synth = synthesize_records(schema, release.marginals, synthesis, None,
                                np.random.default_rng(seed))
     unspent = (f"the plan reserves delta {notes['delta_reserved']:.3g} of {delta:g} for its "
                "failure terms, so its rho is converted at the smaller delta"
                if notes["delta_reserved"] > 0 else "")
-    if not chosen:
+    if not notes["selected_pairs"]:
         unspent += "; the greedy rule kept no pair, so the 2-way share is not released"
-    notes["accounting"] = plan.accounting
-    return MethodResult(synth, Fraction(spent), plan_budget(plan, epsilon, delta),
-                        bytes_per_client=upload, notes=notes, unspent_reason=unspent)
+    return MethodResult(synth, release.rho_spent, release.rho_budget,
+                        bytes_per_client=release.bytes_per_client, notes=notes,
+                        unspent_reason=unspent)
 
 
 def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> int:
@@ -182,17 +206,28 @@ def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> in
     return low
 
 
+def _default_selection(schema: Schema, epsilon: float, delta: float):
+    """The selection a session request gets by default (``wire.SessionCreate``)."""
+    from common import wire
+
+    return wire.SessionCreate(schema=schema.to_dict(), clients=["a"],
+                              budget=wire.BudgetSpec(epsilon=epsilon, delta=delta)).selection
+
+
 def feddpsyn_default(records, owner, schema, epsilon, delta, seed) -> MethodResult:
     """Exactly what the servers do by default: the plan ``SessionPlan.build`` makes for the
     request's defaults (``wire.SessionCreate``: selection noisy-greedy, noise auto), its
     noises and selection, and ``feddpsyn synthesize``'s default synthesis (auto)."""
-    from common import wire
+    selection = _default_selection(schema, epsilon, delta)
+    return served_session(records, owner, schema, epsilon, delta, seed, selection.mode,
+                          selection.rounds, "auto", selection.one_way_topup)
 
-    request = wire.SessionCreate(schema=schema.to_dict(), clients=["a"],
-                                 budget=wire.BudgetSpec(epsilon=epsilon, delta=delta))
-    return served_session(records, owner, schema, epsilon, delta, seed,
-                          request.selection.mode, request.selection.rounds, "auto",
-                          request.selection.one_way_topup)
+
+def default_release(records, owner, schema, epsilon, delta) -> ServedRelease:
+    """The release :func:`feddpsyn_default` synthesizes, before its synthesis."""
+    selection = _default_selection(schema, epsilon, delta)
+    return served_release(records, owner, schema, epsilon, delta, selection.mode,
+                          selection.rounds, selection.one_way_topup)
 
 
 def default_at_first_share(share: float):

@@ -138,3 +138,23 @@ def test_auto_synthesis_is_gum_for_every_pair_and_pgm_after_a_selection():
     assert resolve_method("gum", some, SIZES) == "gum"
     with pytest.raises(ValueError, match="unknown synthesis method 'mst'"):
         resolve_method("mst", some, SIZES)
+
+
+def test_gum_from_records_that_already_fit_leaves_them_and_refuses_a_bad_start():
+    """Started from records whose exact marginals it is given, GUM has nothing to move: the
+    records come back as they were (and the start is not modified); a start of the wrong
+    width is refused."""
+    from synthesis.gum import fit_gum
+
+    rng = np.random.default_rng(4)
+    sizes = (3, 2, 4)
+    start = np.column_stack([rng.integers(0, s, 200) for s in sizes])
+    kept = start.copy()
+    exact = [NoisyMarginal(c, marginal(start, c, sizes).reshape([sizes[a] for a in c]), 1.0)
+             for c in [(0,), (1,), (2,), *itertools.combinations(range(3), 2)]]
+    out = fit_gum(exact, sizes, len(start), np.random.default_rng(0), start=start)
+    assert (out == kept).all() and (start == kept).all()
+    resampled = fit_gum(exact, sizes, 50, np.random.default_rng(0), start=start)
+    assert resampled.shape == (50, 3)
+    with pytest.raises(ValueError, match="start must be"):
+        fit_gum(exact, sizes, 10, np.random.default_rng(0), start=start[:, :2])

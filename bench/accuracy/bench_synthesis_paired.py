@@ -1,0 +1,183 @@
+"""Estimators compared on the same release: the served default's noisy marginals, synthesized
+by each estimator in turn.
+
+A comparison of two synthesis methods across separate sessions mixes their difference with
+the release noise (two runs of 5 repeats differ by 2-3%). Here each repeat draws one release
+exactly as ``feddpsyn-default`` does (``fedbench.methods.feddpsyn_served.default_release``: the
+servers' plan, noises and selection, on ``fedbench.runner``'s split and owners for that
+repeat), then hands the same marginals to every estimator with the same sampling seed, so the
+paired differences carry only the estimators' own variation. Estimators:
+
+* ``auto``: what ``feddpsyn synthesize`` does by default (``synthesis.synthesize``);
+* ``pgm``, ``pgm@<MB>``: Private-PGM on a junction tree of at most that many MB
+  (``synthesis.pgm``; default ``DEFAULT_MAX_MODEL_MB``);
+* ``gum``: PrivSyn's GUM from independent 1-way draws (``synthesis.gum``);
+* ``pgm+gum``, ``pgm+gum@<alpha0>``: GUM started from Private-PGM's sample instead of
+  independent draws (its first step size ``alpha0``, default 1), which keeps PGM's
+  completion of the pairs not released and fits every released pair.
+
+Synthesis is post-processing: nothing here spends budget beyond the release's.
+
+    .venv/bin/python bench/accuracy/bench_synthesis_paired.py --tables wages,adult --eps 1,4 \\
+        --repeats 3 --estimators pgm,gum,pgm+gum --json FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
+
+from bench_served_vs_central import TABLES, _table  # noqa: E402
+
+from fedbench.methods.feddpsyn_served import default_release  # noqa: E402
+from fedbench.provenance import commit  # noqa: E402
+from fedbench.runner import Setting, partition_owner  # noqa: E402
+from params.schema import Schema  # noqa: E402
+from params.table_codec import encode_csv  # noqa: E402
+from synthesis.consistency import make_consistent  # noqa: E402
+from synthesis.evaluate import workload_error  # noqa: E402
+from synthesis.gum import fit_gum  # noqa: E402
+from synthesis.marginals import NoisyMarginal  # noqa: E402
+from synthesis.pgm import DEFAULT_MAX_MODEL_MB, fit_pgm  # noqa: E402
+from synthesis.synthesize import synthesize_records  # noqa: E402
+
+
+def _parameter(name: str, default: float) -> float:
+    return float(name.split("@", 1)[1]) if "@" in name else default
+
+
+def check_estimator(name: str) -> None:
+    """Refuse an estimator name this bench does not know, before any release is drawn."""
+    base = name.split("@", 1)[0]
+    if base not in ("auto", "pgm", "gum", "pgm+gum") or (base in ("auto", "gum") and "@" in name):
+        raise ValueError(f"unknown estimator {name!r} (auto, pgm[@MB], gum, pgm+gum[@alpha0])")
+    if "@" in name and not _parameter(name, 1.0) > 0:
+        raise ValueError(f"{name!r}: the parameter after @ must be positive")
+
+
+def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: int) -> np.ndarray:
+    """The synthetic records ``name`` (module docstring) makes from ``marginals``."""
+    sizes = tuple(schema.domain_sizes)
+    rng = np.random.default_rng(seed)
+    if name == "auto":
+        return synthesize_records(schema, marginals, "auto", None, rng)
+    consistent, total = make_consistent(marginals, sizes)
+    rows = max(1, int(round(total)))
+    base = name.split("@", 1)[0]
+    if base == "pgm":
+        return fit_pgm(marginals, consistent, total, sizes, rows, rng,
+                       max_model_mb=_parameter(name, DEFAULT_MAX_MODEL_MB))
+    if base == "gum":
+        return fit_gum(consistent, sizes, rows, rng)
+    start = fit_pgm(marginals, consistent, total, sizes, rows, rng)
+    return fit_gum(consistent, sizes, rows, rng, alpha0=_parameter(name, 1.0), start=start)
+
+
+def run_table(table: str, eps_list: list[float], repeats: int, estimators: list[str],
+              delta: float, say=print) -> list[dict]:
+    """One row per (repeat, eps): each estimator's 2-way L1 and seconds on one release."""
+    path, schema, target = _table(table)
+    schema = dataclasses.replace(schema, target=target)
+    records = encode_csv(path, schema).records
+    target_index = schema.names.index(target)
+    rows = []
+    for repeat in range(repeats):
+        # fedbench.runner's split and owners for this repeat (seed 0, 4 uniform owners).
+        test = np.random.default_rng([0, repeat]).random(len(records)) < 0.2
+        train = records[~test]
+        setting = Setting(4, "uniform", None)
+        owner = partition_owner(setting, train, schema, target_index, None,
+                                np.random.default_rng([0, repeat, setting.clients]))
+        for eps in eps_list:
+            release = default_release(train, owner, schema, eps, delta)
+            row: dict = {"table": table, "eps": eps, "repeat": repeat,
+                         "pairs": len(release.notes["selected_pairs"])}
+            for name in estimators:
+                started = time.perf_counter()
+                synth = estimate(name, schema, release.marginals, 1000 + repeat)
+                row[name] = workload_error(train, synth, schema.domain_sizes)["two_way"]
+                row[f"{name} seconds"] = time.perf_counter() - started
+            say(f"{table} eps {eps:g} repeat {repeat} ({row['pairs']} pairs): " + ", ".join(
+                f"{n} {row[n]:.4f}" for n in estimators))
+            rows.append(row)
+    return rows
+
+
+def summarise(rows: list[dict], estimators: list[str]) -> list[dict]:
+    """Per (table, eps, estimator): mean and sd of the 2-way L1 over repeats, and the mean
+    paired difference from the first estimator, relative to its mean, with its standard
+    error."""
+    out = []
+    for table, eps in sorted({(r["table"], r["eps"]) for r in rows}):
+        cell = [r for r in rows if r["table"] == table and r["eps"] == eps]
+        ref = statistics.fmean(r[estimators[0]] for r in cell)
+        for name in estimators:
+            values = [r[name] for r in cell]
+            diffs = [(r[name] - r[estimators[0]]) / ref for r in cell]
+            out.append({"table": table, "eps": eps, "method": name,
+                        "mean": statistics.fmean(values),
+                        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                        "repeats": len(values),
+                        "paired_vs_first": statistics.fmean(diffs),
+                        "paired_se": (statistics.stdev(diffs) / math.sqrt(len(diffs))
+                                      if len(diffs) > 1 else 0.0),
+                        "seconds_mean": statistics.fmean(r[f"{name} seconds"] for r in cell)})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", default=",".join(TABLES))
+    parser.add_argument("--eps", default="0.3,1,4")
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--estimators", default="pgm,gum,pgm+gum",
+                        help="comma-separated; the first is the paired reference")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+    tables = [t for t in args.tables.split(",") if t]
+    unknown = [t for t in tables if t not in TABLES]
+    if unknown:
+        parser.error(f"unknown tables {unknown}; known: {', '.join(TABLES)}")
+    estimators = [e for e in args.estimators.split(",") if e]
+    try:
+        for name in estimators:
+            check_estimator(name)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    eps_list = [float(e) for e in args.eps.split(",") if e]
+    started = datetime.datetime.now(datetime.UTC)
+    rows = []
+    for table in tables:
+        rows += run_table(table, eps_list, args.repeats, estimators, args.delta)
+        # Written after every table, so a stopped run keeps what it finished.
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "what": ("2-way L1 of estimators on the same served default release per repeat "
+                     "(4 uniform owners); paired_vs_first: mean relative difference from "
+                     f"{estimators[0]} on the same releases"),
+            "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+            "commit": commit(), "machine": platform.node(), "delta": args.delta,
+            "date": started.date().isoformat(), "tables_done": sorted({r["table"] for r in rows}),
+            "results": summarise(rows, estimators), "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
