@@ -619,6 +619,56 @@ def render_other(files: list[tuple[Path, dict]]) -> list[str]:
     return out
 
 
+def is_synthesis_paired(d: dict) -> bool:
+    return "bench_synthesis_paired.py" in str(d.get("command", ""))
+
+
+def render_synthesis_paired(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## Estimators on the same release", "",
+           "Each repeat draws one `feddpsyn-default` release and every estimator synthesizes "
+           "it with the same seed: mean +- sd of the 2-way L1 over the repeats, and the mean "
+           "paired difference from the first estimator (relative to its mean) with its "
+           "standard error.", ""]
+    for path, d in files:
+        out += [f"### `{rel(path)}`", ""]
+        if d.get("covers"):
+            out += [f"Covers: {d['covers']}", ""]
+        rows = [[r["table"], num(r["eps"]), f"`{r['method']}`", pm(r["mean"], r["sd"]),
+                 f"{r['paired_vs_first']:+.1%} (se {r['paired_se']:.1%})", f"{r['repeats']}",
+                 fixed(r["seconds_mean"])]
+                for r in d["results"]]
+        out += table(["table", "eps", "estimator", "2-way L1", "paired vs first", "repeats",
+                      "seconds"], rows)
+        out += ["", *provenance(command=d.get("command"), commit=d.get("commit"),
+                                started=d.get("date")), ""]
+    return out
+
+
+def is_joint_chunk_memory(d: dict) -> bool:
+    return "bench_joint_chunk_memory.py" in str(d.get("command", ""))
+
+
+def render_joint_chunk_memory(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## A joint-release call's memory", "",
+           "Peak resident memory (`VmHWM`) of a process running the `default` set's "
+           "joint-release calls, one at a time and two at once on threads (as the compute "
+           "server's in-process executor on 2 cores): before the calls (keys and inputs) "
+           "and after.", ""]
+    for path, d in files:
+        out += [f"`{rel(path)}`", ""]
+        if d.get("covers"):
+            out += [f"Covers: {d['covers']}", ""]
+        rows = [[f"{c['columns']}", f"{c['cells']}", f"{c['bits_per_call']:,}",
+                 f"{c['concurrent']}", f"{c['hwm_before_calls_mb']:.0f}",
+                 f"{c['hwm_after_calls_mb']:.0f}", f"{c['per_call_mb']:.0f}"]
+                for c in d["cases"]]
+        out += table(["bits a cell", "cells a call", "bits a call", "calls at once",
+                      "MB before the calls", "peak MB", "MB a call"], rows)
+        out += ["", *provenance(command=d.get("command"), commit=d.get("commit"),
+                                started=f"{d.get('date')} on {d.get('machine')}"), ""]
+    return out
+
+
 KINDS = [  # (test, renderer), in the page's order; the first test that matches wins
     (is_served_vs_central, render_served_vs_central),
     (is_online, render_online),
@@ -630,6 +680,8 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_scale, render_scale),
     (is_plan_acceptance, render_plan_acceptance),
     (is_demo_time, render_demo_time),
+    (is_joint_chunk_memory, render_joint_chunk_memory),
+    (is_synthesis_paired, render_synthesis_paired),
 ]
 
 
