@@ -626,19 +626,21 @@ def is_synthesis_paired(d: dict) -> bool:
 def render_synthesis_paired(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## Estimators on the same release", "",
            "Each repeat draws one `feddpsyn-default` release and every estimator synthesizes "
-           "it with the same seed: mean +- sd of the 2-way L1 over the repeats, and the mean "
+           "it with the same seed: mean +- sd of the 2-way L1 over the repeats, the mean "
            "paired difference from the first estimator (relative to its mean) with its "
-           "standard error.", ""]
+           "standard error, and for Private-PGM the 2-way L1 of its fitted model's own "
+           "marginals before any record is sampled.", ""]
     for path, d in files:
         out += [f"### `{rel(path)}`", ""]
         if d.get("covers"):
             out += [f"Covers: {d['covers']}", ""]
         rows = [[r["table"], num(r["eps"]), f"`{r['method']}`", pm(r["mean"], r["sd"]),
-                 f"{r['paired_vs_first']:+.1%} (se {r['paired_se']:.1%})", f"{r['repeats']}",
+                 f"{r['paired_vs_first']:+.1%} (se {r['paired_se']:.1%})",
+                 num(r.get("model_mean"), 3) if "model_mean" in r else "-", f"{r['repeats']}",
                  fixed(r["seconds_mean"])]
                 for r in d["results"]]
-        out += table(["table", "eps", "estimator", "2-way L1", "paired vs first", "repeats",
-                      "seconds"], rows)
+        out += table(["table", "eps", "estimator", "2-way L1", "paired vs first",
+                      "model before sampling", "repeats", "seconds"], rows)
         out += ["", *provenance(command=d.get("command"), commit=d.get("commit"),
                                 started=d.get("date")), ""]
     return out

@@ -36,7 +36,8 @@ import numpy as np
 from synthesis.graphical_model import GraphicalModel, model_size_mb
 from synthesis.marginals import NoisyMarginal
 
-__all__ = ["DEFAULT_ITERS", "DEFAULT_MAX_MODEL_MB", "dependence", "fit_pgm", "kept_pairs"]
+__all__ = ["DEFAULT_ITERS", "DEFAULT_MAX_MODEL_MB", "dependence", "fit_model", "fit_pgm",
+           "kept_pairs"]
 
 # Adult (15 attributes, 4 clients, eps 1): 1 MB keeps 32-33 pairs in 9 s a fit, 4 MB 39-40
 # pairs in 32 s, with 2-way error 0.0490 and 0.0474 (3 repeats, 300 steps).
@@ -73,15 +74,15 @@ def kept_pairs(consistent: list[NoisyMarginal], domain_sizes: tuple[int, ...],
     return kept
 
 
-def fit_pgm(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], total: float,
-            domain_sizes: tuple[int, ...], rows: int, rng: np.random.Generator,
-            max_model_mb: float = DEFAULT_MAX_MODEL_MB,
-            iters: int = DEFAULT_ITERS) -> np.ndarray:
-    """Fit the graphical model to the released marginals that fit in ``max_model_mb`` and
-    sample ``rows`` records (module docstring). ``consistent`` and ``total``: the marginals'
-    consistent copies and common total (``synthesis.consistency.make_consistent``), which
-    rank the pairs and fix the model's total; the model fits the released values themselves.
-    Marginals of more than two attributes are kept too when they fit."""
+def fit_model(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], total: float,
+              domain_sizes: tuple[int, ...], max_model_mb: float = DEFAULT_MAX_MODEL_MB,
+              iters: int = DEFAULT_ITERS) -> GraphicalModel:
+    """The graphical model fitted to the released marginals that fit in ``max_model_mb``
+    (steps 1 and 2 of the module docstring); :func:`fit_pgm` samples it. ``consistent`` and
+    ``total``: the marginals' consistent copies and common total
+    (``synthesis.consistency.make_consistent``), which rank the pairs and fix the model's
+    total; the model fits the released values themselves. Marginals of more than two
+    attributes are kept too when they fit."""
     if max_model_mb <= 0:
         raise ValueError("max_model_mb must be positive")
     keep = set(kept_pairs(consistent, domain_sizes, max_model_mb))
@@ -92,4 +93,14 @@ def fit_pgm(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], tot
     measurements = [m for m in marginals if len(m.attrs) == 1 or tuple(m.attrs) in keep]
     model = GraphicalModel(domain_sizes)
     model.fit(measurements, iters=iters, total=total)
-    return model.sample(rows, rng)
+    return model
+
+
+def fit_pgm(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], total: float,
+            domain_sizes: tuple[int, ...], rows: int, rng: np.random.Generator,
+            max_model_mb: float = DEFAULT_MAX_MODEL_MB,
+            iters: int = DEFAULT_ITERS) -> np.ndarray:
+    """``rows`` records sampled from :func:`fit_model`'s model (step 3 of the module
+    docstring)."""
+    return fit_model(marginals, consistent, total, domain_sizes, max_model_mb,
+                     iters).sample(rows, rng)

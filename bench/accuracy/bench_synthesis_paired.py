@@ -10,11 +10,19 @@ paired differences carry only the estimators' own variation. Estimators:
 
 * ``auto``: what ``feddpsyn synthesize`` does by default (``synthesis.synthesize``);
 * ``pgm``, ``pgm@<MB>``: Private-PGM on a junction tree of at most that many MB
-  (``synthesis.pgm``; default ``DEFAULT_MAX_MODEL_MB``);
+  (``synthesis.pgm``; default ``DEFAULT_MAX_MODEL_MB``); each row also records the 2-way
+  L1 of the fitted model's own pair marginals before sampling (``<name> model``), so the
+  sampler's share of the error is the difference;
 * ``gum``: PrivSyn's GUM from independent 1-way draws (``synthesis.gum``);
 * ``pgm+gum``, ``pgm+gum@<alpha0>``: GUM started from Private-PGM's sample instead of
   independent draws (its first step size ``alpha0``, default 1), which keeps PGM's
-  completion of the pairs not released and fits every released pair.
+  completion of the pairs not released and fits every released pair;
+* ``pgm+gum?``, ``pgm+gum?@<ratio>``: ``pgm+gum`` only where Private-PGM's sample misses
+  the released pairs its junction tree left out by more than their noise explains: the
+  mean L1 of its marginals from those pairs' released (consistent) values over the mean L1
+  their noise alone would give (sd x sqrt(2/pi) a cell) above ``ratio`` (default 1.5), else
+  ``pgm``. The ratio of each release is recorded (``<name> held-out ratio``); a release
+  whose tree holds every released pair has none and stays ``pgm``.
 
 Synthesis is post-processing: nothing here spends budget beyond the release's.
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import math
 import platform
@@ -49,10 +58,10 @@ from fedbench.runner import Setting, partition_owner  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.table_codec import encode_csv  # noqa: E402
 from synthesis.consistency import make_consistent  # noqa: E402
-from synthesis.evaluate import workload_error  # noqa: E402
+from synthesis.evaluate import marginal, workload_error  # noqa: E402
 from synthesis.gum import fit_gum  # noqa: E402
 from synthesis.marginals import NoisyMarginal  # noqa: E402
-from synthesis.pgm import DEFAULT_MAX_MODEL_MB, fit_pgm  # noqa: E402
+from synthesis.pgm import DEFAULT_MAX_MODEL_MB, fit_model, fit_pgm, kept_pairs  # noqa: E402
 from synthesis.synthesize import synthesize_records  # noqa: E402
 
 
@@ -63,14 +72,46 @@ def _parameter(name: str, default: float) -> float:
 def check_estimator(name: str) -> None:
     """Refuse an estimator name this bench does not know, before any release is drawn."""
     base = name.split("@", 1)[0]
-    if base not in ("auto", "pgm", "gum", "pgm+gum") or (base in ("auto", "gum") and "@" in name):
-        raise ValueError(f"unknown estimator {name!r} (auto, pgm[@MB], gum, pgm+gum[@alpha0])")
+    if base not in ("auto", "pgm", "gum", "pgm+gum", "pgm+gum?") or (
+            base in ("auto", "gum") and "@" in name):
+        raise ValueError(f"unknown estimator {name!r} "
+                         "(auto, pgm[@MB], gum, pgm+gum[@alpha0], pgm+gum?[@ratio])")
     if "@" in name and not _parameter(name, 1.0) > 0:
         raise ValueError(f"{name!r}: the parameter after @ must be positive")
 
 
-def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: int) -> np.ndarray:
-    """The synthetic records ``name`` (module docstring) makes from ``marginals``."""
+def held_out_ratio(sample: np.ndarray, consistent: list[NoisyMarginal],
+                   sizes: tuple[int, ...], total: float) -> float | None:
+    """How far a Private-PGM sample's marginals are from the released pairs its junction tree
+    left out, over what their noise alone gives (module docstring); None when it kept all."""
+    kept = set(kept_pairs(consistent, sizes, DEFAULT_MAX_MODEL_MB))
+    left = [m for m in consistent if len(m.attrs) == 2 and tuple(m.attrs) not in kept]
+    if not left:
+        return None
+    seen = [float(np.abs(marginal(sample, tuple(m.attrs), sizes)
+                         - np.maximum(m.counts.ravel(), 0) / max(total, 1.0)).sum())
+            for m in left]
+    noise = [m.counts.size * math.sqrt(m.variance) * math.sqrt(2 / math.pi) / max(total, 1.0)
+             for m in left]
+    return statistics.fmean(seen) / statistics.fmean(noise)
+
+
+def model_error(model, truth: np.ndarray, sizes: tuple[int, ...]) -> float:
+    """The 2-way L1 of the model's own pair marginals (exact, before sampling) against
+    ``truth``'s, averaged over every pair as ``workload_error``'s 2-way is."""
+    errors = []
+    for pair in itertools.combinations(range(len(sizes)), 2):
+        answer = model.answer(pair)
+        errors.append(float(np.abs(answer / max(answer.sum(), 1e-300)
+                                   - marginal(truth, pair, sizes)).sum()))
+    return statistics.fmean(errors)
+
+
+def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: int,
+             notes: dict | None = None, truth: np.ndarray | None = None) -> np.ndarray:
+    """The synthetic records ``name`` (module docstring) makes from ``marginals``; ``notes``
+    receives the held-out ratio of ``pgm+gum?`` and, given the ``truth`` records, the 2-way
+    L1 of ``pgm``'s model before sampling (``model``)."""
     sizes = tuple(schema.domain_sizes)
     rng = np.random.default_rng(seed)
     if name == "auto":
@@ -79,11 +120,21 @@ def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: in
     rows = max(1, int(round(total)))
     base = name.split("@", 1)[0]
     if base == "pgm":
-        return fit_pgm(marginals, consistent, total, sizes, rows, rng,
-                       max_model_mb=_parameter(name, DEFAULT_MAX_MODEL_MB))
+        model = fit_model(marginals, consistent, total, sizes,
+                          max_model_mb=_parameter(name, DEFAULT_MAX_MODEL_MB))
+        if notes is not None and truth is not None:
+            notes["model"] = model_error(model, truth, sizes)
+        return model.sample(rows, rng)
     if base == "gum":
         return fit_gum(consistent, sizes, rows, rng)
     start = fit_pgm(marginals, consistent, total, sizes, rows, rng)
+    if base == "pgm+gum?":
+        ratio = held_out_ratio(start, consistent, sizes, total)
+        if notes is not None:
+            notes["held-out ratio"] = ratio
+        if ratio is None or ratio <= _parameter(name, 1.5):
+            return start
+        return fit_gum(consistent, sizes, rows, rng, start=start)
     return fit_gum(consistent, sizes, rows, rng, alpha0=_parameter(name, 1.0), start=start)
 
 
@@ -108,9 +159,12 @@ def run_table(table: str, eps_list: list[float], repeats: int, estimators: list[
                          "pairs": len(release.notes["selected_pairs"])}
             for name in estimators:
                 started = time.perf_counter()
-                synth = estimate(name, schema, release.marginals, 1000 + repeat)
+                notes: dict = {}
+                synth = estimate(name, schema, release.marginals, 1000 + repeat, notes, train)
                 row[name] = workload_error(train, synth, schema.domain_sizes)["two_way"]
                 row[f"{name} seconds"] = time.perf_counter() - started
+                for key, value in notes.items():
+                    row[f"{name} {key}"] = value
             say(f"{table} eps {eps:g} repeat {repeat} ({row['pairs']} pairs): " + ", ".join(
                 f"{n} {row[n]:.4f}" for n in estimators))
             rows.append(row)
@@ -118,9 +172,9 @@ def run_table(table: str, eps_list: list[float], repeats: int, estimators: list[
 
 
 def summarise(rows: list[dict], estimators: list[str]) -> list[dict]:
-    """Per (table, eps, estimator): mean and sd of the 2-way L1 over repeats, and the mean
+    """Per (table, eps, estimator): mean and sd of the 2-way L1 over repeats, the mean
     paired difference from the first estimator, relative to its mean, with its standard
-    error."""
+    error, and for ``pgm`` the mean 2-way L1 of its model before sampling."""
     out = []
     for table, eps in sorted({(r["table"], r["eps"]) for r in rows}):
         cell = [r for r in rows if r["table"] == table and r["eps"] == eps]
@@ -136,6 +190,8 @@ def summarise(rows: list[dict], estimators: list[str]) -> list[dict]:
                         "paired_se": (statistics.stdev(diffs) / math.sqrt(len(diffs))
                                       if len(diffs) > 1 else 0.0),
                         "seconds_mean": statistics.fmean(r[f"{name} seconds"] for r in cell)})
+            if all(f"{name} model" in r for r in cell):
+                out[-1]["model_mean"] = statistics.fmean(r[f"{name} model"] for r in cell)
     return out
 
 
