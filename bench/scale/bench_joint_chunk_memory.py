@@ -39,16 +39,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fedbench.provenance import commit  # noqa: E402
+from feddpsyn.peak_memory import status_kb  # noqa: E402
 
 CLIENTS = 4
 
 
 def _hwm_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    kb = status_kb(os.getpid(), "VmHWM")
+    if kb is None:
+        raise RuntimeError("no VmHWM in /proc/self/status")
+    return kb / 1024
 
 
 def _case(columns: int, concurrent: int, out: Any) -> None:
@@ -119,8 +119,10 @@ def main() -> None:
         concurrent = [int(c) for c in args.concurrent.split(",") if c]
     except ValueError:
         parser.error("--columns and --concurrent take comma-separated integers")
-    if not columns or any(c < 2 or c % 2 for c in columns):
-        parser.error("--columns: even numbers of bits, at least 2")
+    # The circuit's stand-in shape has columns / 2 uniforms of 2 bits, and a joint shape
+    # needs an even number of uniforms (its centring).
+    if not columns or any(c < 4 or c % 4 for c in columns):
+        parser.error("--columns: multiples of 4 bits, at least 4")
     if not concurrent or any(c < 1 or c > 8 for c in concurrent):
         parser.error("--concurrent: 1 to 8 calls")
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
