@@ -16,12 +16,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-__all__ = ["PeakMemory"]
+__all__ = ["PeakMemory", "status_kb"]
 
 PROC = Path("/proc")
 
 
-def _status_kb(pid: int, field: str) -> int | None:
+def status_kb(pid: int, field: str) -> int | None:
+    """A kB field of ``/proc/PID/status`` (``VmHWM``, ``VmRSS``), or None when the process
+    has exited or the field is absent."""
     try:
         text = (PROC / str(pid) / "status").read_text()
     except OSError:  # the process has exited
@@ -82,11 +84,11 @@ class PeakMemory:
 
     def _look(self) -> None:
         for name, pid in self._roots.items():
-            hwm = _status_kb(pid, "VmHWM")
+            hwm = status_kb(pid, "VmHWM")
             if hwm is not None:
                 self._hwm[name] = max(self._hwm[name], hwm)
             for child in _descendants(pid):
-                rss = _status_kb(child, "VmRSS")
+                rss = status_kb(child, "VmRSS")
                 if rss is not None:
                     self._workers[name] = max(self._workers[name], rss)
 

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from clients.counting import count_csv  # noqa: E402
+from feddpsyn.peak_memory import status_kb  # noqa: E402
 from params.layout import MarginalLayout  # noqa: E402
 from params.schema import Schema  # noqa: E402
 from params.table_codec import encode_csv, encode_rows, read_csv  # noqa: E402
@@ -168,15 +169,6 @@ def expected_counts(source: Path, schema: Schema, layout: MarginalLayout,
     return out
 
 
-def _vm_hwm_kb() -> int | None:
-    try:
-        text = Path("/proc/self/status").read_text()
-    except OSError:
-        return None
-    found = re.search(r"^VmHWM:\s+(\d+) kB", text, re.MULTILINE)
-    return int(found.group(1)) if found else None
-
-
 def measure(kind: str, csv_path: Path, schema_path: Path) -> dict:
     """In this (fresh) process: count the file and report its own peak memory."""
     schema = Schema.load(schema_path)
@@ -190,9 +182,10 @@ def measure(kind: str, csv_path: Path, schema_path: Path) -> dict:
         records = encode_csv(csv_path, schema).records
         counts, rows = layout.counts(records), len(records)
     seconds = time.perf_counter() - started
+    hwm = status_kb(os.getpid(), "VmHWM")
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "vm_hwm_mb": None if _vm_hwm_kb() is None else round(_vm_hwm_kb() / 1024, 1),
+            "vm_hwm_mb": None if hwm is None else round(hwm / 1024, 1),
             "rss_before_counting_mb": round(rss_before / 1024, 1),
             "counts_sha256": hashlib.sha256(counts.astype(np.int64).tobytes()).hexdigest()}
 
