@@ -619,6 +619,18 @@ def render_other(files: list[tuple[Path, dict]]) -> list[str]:
     return out
 
 
+def file_table(heading: str, d: dict, header: list[str], rows: list[list[str]],
+               started: str | None) -> list[str]:
+    """One file's block: its heading, what it covers (if it says), its table and its
+    provenance."""
+    out = [heading, ""]
+    if d.get("covers"):
+        out += [f"Covers: {d['covers']}", ""]
+    out += table(header, rows)
+    return out + ["", *provenance(command=d.get("command"), commit=d.get("commit"),
+                                  started=started), ""]
+
+
 def is_synthesis_paired(d: dict) -> bool:
     return "bench_synthesis_paired.py" in str(d.get("command", ""))
 
@@ -631,18 +643,14 @@ def render_synthesis_paired(files: list[tuple[Path, dict]]) -> list[str]:
            "standard error, and for Private-PGM the 2-way L1 of its fitted model's own "
            "marginals before any record is sampled.", ""]
     for path, d in files:
-        out += [f"### `{rel(path)}`", ""]
-        if d.get("covers"):
-            out += [f"Covers: {d['covers']}", ""]
         rows = [[r["table"], num(r["eps"]), f"`{r['method']}`", pm(r["mean"], r["sd"]),
                  f"{r['paired_vs_first']:+.1%} (se {r['paired_se']:.1%})",
                  num(r.get("model_mean"), 3) if "model_mean" in r else "-", f"{r['repeats']}",
                  fixed(r["seconds_mean"])]
                 for r in d["results"]]
-        out += table(["table", "eps", "estimator", "2-way L1", "paired vs first",
-                      "model before sampling", "repeats", "seconds"], rows)
-        out += ["", *provenance(command=d.get("command"), commit=d.get("commit"),
-                                started=d.get("date")), ""]
+        out += file_table(f"### `{rel(path)}`", d,
+                          ["table", "eps", "estimator", "2-way L1", "paired vs first",
+                           "model before sampling", "repeats", "seconds"], rows, d.get("date"))
     return out
 
 
@@ -657,17 +665,14 @@ def render_joint_chunk_memory(files: list[tuple[Path, dict]]) -> list[str]:
            "server's in-process executor on 2 cores): before the calls (keys and inputs) "
            "and after.", ""]
     for path, d in files:
-        out += [f"`{rel(path)}`", ""]
-        if d.get("covers"):
-            out += [f"Covers: {d['covers']}", ""]
         rows = [[f"{c['columns']}", f"{c['cells']}", f"{c['bits_per_call']:,}",
                  f"{c['concurrent']}", f"{c['hwm_before_calls_mb']:.0f}",
                  f"{c['hwm_after_calls_mb']:.0f}", f"{c['per_call_mb']:.0f}"]
                 for c in d["cases"]]
-        out += table(["bits a cell", "cells a call", "bits a call", "calls at once",
-                      "MB before the calls", "peak MB", "MB a call"], rows)
-        out += ["", *provenance(command=d.get("command"), commit=d.get("commit"),
-                                started=f"{d.get('date')} on {d.get('machine')}"), ""]
+        out += file_table(f"`{rel(path)}`", d,
+                          ["bits a cell", "cells a call", "bits a call", "calls at once",
+                           "MB before the calls", "peak MB", "MB a call"], rows,
+                          f"{d.get('date')} on {d.get('machine')}")
     return out
 
 
