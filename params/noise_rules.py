@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from params.release_spec import ReleaseSpec
 
 __all__ = ["GAUSSIAN_BOUND_SHARE", "bound_marginals", "smallest_pair_budget",
-           "ENVELOPE_MAX_BITS", "bound_eta", "dominated_shape",
+           "bound_eta", "dominated_shape",
            "dominated_envelope", "JOINT_TAIL", "JOINT_MAX_BITS_PER_CALL", "JOINT_VARIANCE_CAP",
            "JOINT_DELTA_SHARE",
            "SCORE_LOOKUP_BITS", "SCORE_MAX_UNIFORMS", "fewest_matching", "joint_shape_for",
@@ -47,7 +47,8 @@ JOINT_TAIL = 1e-12
 # One P1 call holds chunk_cells x K encrypted bits of the key server's; concrete expands them
 # at run time (~36 KB each: 256 cells x 252 bits peaked at 2.8 GB in one call), so a call is
 # capped here: about 1.2 GB, so that the compute server's concurrent chunks (one a core) stay
-# well inside a few GB. At the default set's 128 cells this is 256 bits a count.
+# well inside a few GB. At the default set's 64 cells this is 512 bits a count (its split
+# release's envelope takes at most 384: ``ParameterSet.envelope_bits``).
 JOINT_MAX_BITS_PER_CALL = 1 << 15
 # Where no coin count fits the caps, uniforms are searched up to this multiple of sigma2 (the
 # matching coins' variance is 1.03-1.12 sigma2, DESIGN.md; the uniforms' slack over them 1.1).
@@ -61,11 +62,6 @@ JOINT_DELTA_SHARE = 0.01
 # bits by 0.919 (measured with ``dp.gaussian_domination.dominated``); a tenth of delta costs
 # the session about 2% of eps at delta 1e-5.
 GAUSSIAN_BOUND_SHARE = 0.1
-# The bits per count a split release's envelope is widened to (:func:`_widened`): the
-# least-variance dominated shape at each group budget of the served tables fits in 222-256
-# (measured at eps 0.3, 1 and 4 on six tables); one P1 call of 128 cells holds that under
-# JOINT_MAX_BITS_PER_CALL. Smaller chunks allow more; the circuit's cost grows with it.
-ENVELOPE_MAX_BITS = 256
 # noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
 # is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
 # caps the uniforms at 30). Measured at the servers' plans
@@ -434,10 +430,10 @@ def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: 
     """The envelope of a split 2-way release accounted by its Gaussian bound, or None with the
     reason (the release is then two-server). It is the dominated shape (:func:`dominated_shape`)
     at the smallest per-marginal budget any selection gives (every pair kept, the smallest
-    pair's share), the cheapest within a tenth of the least variance, widened to
-    ENVELOPE_MAX_BITS bits per count (:func:`_widened`) so that a group of any budget finds a
-    shape near its Gaussian within the circuit. Still dominated at the smallest budget
-    (checked again here)."""
+    pair's share), the cheapest within a tenth of the least variance, widened to the
+    parameter set's ``envelope_bits`` per count (:func:`_widened`) so that a group of any
+    budget finds a shape near its Gaussian within the circuit. Still dominated at the
+    smallest budget (checked again here)."""
     # The 1-ways topped up (``one_way_rho``: their first release's rho): the smallest pair
     # budget is the water-fill's, and eta is shared with the 1-ways.
     smallest = smallest_pair_budget(layout, rho, one_way_rho)
@@ -460,7 +456,7 @@ def dominated_envelope(layout: MarginalLayout, rho: Fraction, delta_conversion: 
         if shape is None or shape.variance > least.variance * Fraction(11, 10):
             break
         cheapest = shape
-    envelope = _widened(cheapest, min(max_bits, ENVELOPE_MAX_BITS), max_span)
+    envelope = _widened(cheapest, min(max_bits, parameters.envelope_bits), max_span)
     if not shape_dominated(envelope.uniforms, envelope.bits, mu_at_most(smallest), eta,
                            envelope.wider):
         envelope = cheapest  # not expected (module argument); the unwidened one is

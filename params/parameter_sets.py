@@ -15,6 +15,16 @@ has the value it has.
   encrypted bit of a call at run time (about 36 KB each at k = 20), so at the envelope's 256
   bits a count a 256-cell call held 2.4 GB and the compute server's two concurrent calls
   4.9 GB (measured); 128 cells hold half (two calls 2.5 GB). Version 2 halved it for that.
+* ``envelope_bits``: the most encrypted bits a count that noisy-greedy's split 2-way release
+  may carry (``params.noise_rules.dominated_envelope``). Its groups' shapes are sums of
+  uniforms dominated by the Gaussian they are accounted as; more uniforms bring a group's
+  variance closer to that Gaussian's (the central limit), so the width buys accuracy with
+  bits. Version 3 widened it from 256 to 384 and halved ``chunk_cells`` to 64 so that one
+  call still holds at most ``JOINT_MAX_BITS_PER_CALL`` bits (64 x 384 = 24,576). At 384 the
+  groups' cell-weighted variance over their Gaussians' falls from 1.07-1.17 to 1.04-1.10
+  (half the pairs kept, six tables at eps 0.3, 1 and 4, ``bench/accuracy/bench_group_shapes.py``
+  ``--envelope-bits``), for 1.1-1.6x the release's encrypted bits; the default's 2-way error
+  falls by up to 4% at eps 0.3 and 1 (``docs/results.md``).
 * ``p_error``: concrete's per-operation error probability. P1 is leveled (no bootstrapping),
   so this only steers the parameter optimiser's noise margin; results here are decrypted and
   published, so we ask for 2^-40 instead of concrete's default 1e-5.
@@ -33,6 +43,7 @@ class ParameterSet:
     count_bits: int
     chunk_cells: int
     p_error: float
+    envelope_bits: int = 256
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -41,11 +52,11 @@ class ParameterSet:
 PARAMETER_SETS: dict[str, ParameterSet] = {
     p.name: p
     for p in [
-        ParameterSet(name="default", version=2, count_bits=20, chunk_cells=128,
-                     p_error=2.0 ** -40),
+        ParameterSet(name="default", version=3, count_bits=20, chunk_cells=64,
+                     p_error=2.0 ** -40, envelope_bits=384),
         # For tests: narrower chunks keep the circuits and their keys tiny.
         ParameterSet(name="test-small", version=1, count_bits=16, chunk_cells=32,
-                     p_error=2.0 ** -40),
+                     p_error=2.0 ** -40, envelope_bits=256),
     ]
 }
 

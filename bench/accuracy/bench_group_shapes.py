@@ -5,8 +5,10 @@ it), keeps ``--pairs`` pairs drawn with ``--seed`` (a selection stands in for th
 resolves the split release as both servers do (``params.run_time.resolve``) and prints each
 group's shape and its variance over the Gaussian variance its budget stands for, then the
 ratio weighted by cells. ``--one-width`` resolves each group's shape among one-width shapes
-only (the search before two widths, same caps), for the comparison. Each group's search is
-timed (cached once found).
+only (the search before two widths, same caps), for the comparison. ``--envelope-bits B``
+builds the plan at a default set whose envelope is B bits a count (its calls cut to hold at
+most ``JOINT_MAX_BITS_PER_CALL`` bits), for the width's what-if. Each group's search is timed
+(cached once found); the encrypted bits the kept groups carry are summed over their cells.
 
     .venv/bin/python bench/accuracy/bench_group_shapes.py --table adult --eps 0.3 --pairs 26
 """
@@ -40,7 +42,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--one-width", action="store_true",
                         help="groups searched among one-width shapes only")
+    parser.add_argument("--envelope-bits", type=int, default=0,
+                        help="the default set's envelope at this width (a what-if)")
     args = parser.parse_args()
+    if args.envelope_bits:
+        import dataclasses
+
+        from params.parameter_sets import PARAMETER_SETS
+        base = PARAMETER_SETS["default"]
+        cells = 1 << max(0, (rules.JOINT_MAX_BITS_PER_CALL // args.envelope_bits).bit_length() - 1)
+        PARAMETER_SETS["default"] = dataclasses.replace(
+            base, envelope_bits=args.envelope_bits, chunk_cells=min(base.chunk_cells, cells))
     path, schema, _ = _table(args.table)
     with open(path, newline="") as fh:
         rows = sum(1 for _ in csv.reader(fh)) - 1
@@ -62,15 +74,17 @@ def main() -> None:
     print(f"{args.table} eps {args.eps:g}: {rows} rows, envelope {release.joint.label}, "
           f"{len(chosen)} pairs kept (seed {args.seed})")
     weighted = gaussian = 0.0
+    encrypted = 0
     for part in resolved.parts:
         cells = sum(slot.size for slot in plan.slots_of(part))
         ratio = float(part.joint.variance / part.sigma2)
         weighted += float(part.joint.variance) * cells
         gaussian += float(part.sigma2) * cells
+        encrypted += part.joint.ciphertexts * cells
         print(f"  {part.name:<22} cells {cells:>5}  Gaussian variance "
               f"{float(part.sigma2):>9.0f}  shape {part.joint.label:<12} x{ratio:.3f}")
     print(f"cell-weighted variance / Gaussian's: {weighted / gaussian:.3f}; "
-          f"{len(resolved.parts)} groups resolved in {seconds:.1f} s")
+          f"{encrypted} encrypted bits; {len(resolved.parts)} groups resolved in {seconds:.1f} s")
 
 
 if __name__ == "__main__":

@@ -174,7 +174,8 @@ def what_if_set(count_bits: int) -> str:
     if name not in PARAMETER_SETS:
         PARAMETER_SETS[name] = ParameterSet(name=name, version=0, count_bits=count_bits,
                                             chunk_cells=base.chunk_cells,
-                                            p_error=base.p_error)
+                                            p_error=base.p_error,
+                                            envelope_bits=base.envelope_bits)
     return name
 
 

@@ -246,24 +246,24 @@ def default_at_first_share(share: float):
 
 def default_at_envelope_bits(bits: int):
     """A what-if: :func:`feddpsyn_default` with noisy-greedy's split 2-way release allowed
-    ``bits`` encrypted bits a count (``params.noise_rules.ENVELOPE_MAX_BITS``) and one call's
-    cap raised with it, so that its groups' shapes may be closer to their Gaussians. Only the
-    plaintext simulation can run it: a served plan holds at most
-    ``JOINT_MAX_BITS_PER_CALL`` bits a call at its chunk size. The constants are set for the
-    session and restored after it (``--jobs 1``: one session at a time)."""
-    import params.noise_rules as rules
-    import params.run_time as run_time
+    ``bits`` encrypted bits a count (the default parameter set's ``envelope_bits``) and its
+    calls cut small enough that one holds at most ``JOINT_MAX_BITS_PER_CALL`` bits, as a
+    served set of that width would be. The set is replaced for the session and restored after
+    it (``--jobs 1``: one session at a time)."""
+    import dataclasses
+
+    from params.noise_rules import JOINT_MAX_BITS_PER_CALL
+    from params.parameter_sets import PARAMETER_SETS
 
     def method(records, owner, schema, epsilon, delta, seed) -> MethodResult:
-        saved = rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL
-        per_call = bits * (rules.JOINT_MAX_BITS_PER_CALL // rules.ENVELOPE_MAX_BITS)
-        rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL = bits, per_call
-        run_time.JOINT_MAX_BITS_PER_CALL = per_call
+        saved = PARAMETER_SETS["default"]
+        cells = 1 << max(0, (JOINT_MAX_BITS_PER_CALL // bits).bit_length() - 1)
+        PARAMETER_SETS["default"] = dataclasses.replace(saved, envelope_bits=bits,
+                                                        chunk_cells=min(saved.chunk_cells, cells))
         try:
             return feddpsyn_default(records, owner, schema, epsilon, delta, seed)
         finally:
-            rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL = saved
-            run_time.JOINT_MAX_BITS_PER_CALL = saved[1]
+            PARAMETER_SETS["default"] = saved
     return method
 
 

@@ -277,30 +277,30 @@ def test_privsyn_allocation_shares_the_two_way_rho_exactly_by_pair_size():
                                                                  * allocation_weight(cells[p]))
 
 
-def test_the_envelope_what_if_widens_the_split_release_and_restores_the_caps(monkeypatch):
-    """feddpsyn-default@envelope=<bits>: the session's plan is built with the wider cap (its
-    2-way envelope may carry more encrypted bits a count), and the servers' caps are the same
-    after it as before."""
-    import params.noise_rules as rules
-    import params.run_time as run_time
+def test_the_envelope_what_if_widens_the_split_release_and_restores_the_set(monkeypatch):
+    """feddpsyn-default@envelope=<bits>: the session's plan is built with the wider envelope
+    (its 2-way envelope may carry more encrypted bits a count, its calls at most the cap's
+    bits), and the default parameter set is the same after it as before."""
     from fedbench.methods import feddpsyn_served
+    from params.noise_rules import JOINT_MAX_BITS_PER_CALL
+    from params.parameter_sets import PARAMETER_SETS
 
     built = []
     real = feddpsyn_served.served_plan
 
     def spy(*args, **kwargs):
         plan = real(*args, **kwargs)
-        built.append((plan, rules.ENVELOPE_MAX_BITS))
+        built.append(plan)
         return plan
     monkeypatch.setattr(feddpsyn_served, "served_plan", spy)
-    before = rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL
+    before = PARAMETER_SETS["default"]
     rng = np.random.default_rng(8)
     records = np.stack([rng.integers(0, 3, 900), rng.integers(0, 3, 900),
                         rng.integers(0, 2, 900)], axis=1)
     owner = rng.integers(0, 3, 900)
     result = feddpsyn_served.default_at_envelope_bits(512)(records, owner, SCHEMA, 1.0, 1e-5,
                                                            seed=1)
-    assert before == (rules.ENVELOPE_MAX_BITS, rules.JOINT_MAX_BITS_PER_CALL)
-    assert before[1] == run_time.JOINT_MAX_BITS_PER_CALL
-    assert built and all(bits == 512 for _, bits in built)
+    assert PARAMETER_SETS["default"] is before
+    assert built and all(p.parameters.envelope_bits == 512 for p in built)
+    assert all(p.parameters.chunk_cells * 512 <= JOINT_MAX_BITS_PER_CALL for p in built)
     assert result.rho_spent <= result.rho_budget
