@@ -13,6 +13,7 @@ measure.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -204,12 +205,26 @@ class GraphicalModel:
                            self.total / cells(clique, self.domain_sizes))
         return (eliminate(self._potentials, clique, self.domain_sizes) * self.total).ravel()
 
-    def sample(self, rows: int | None = None,
-               rng: np.random.Generator | None = None) -> np.ndarray:
-        """Synthetic records (non-private randomness: the model is already private)."""
+    def sample(self, rows: int | None = None, rng: np.random.Generator | None = None,
+               polish: bool = True) -> np.ndarray:
+        """Synthetic records (non-private randomness: the model is already private): drawn by
+        the backend's sampler, then, with ``polish``, moved toward the model's own 2-way
+        marginals (``synthesis.polish``), which the draw answers only up to its own noise."""
         rows = int(rows or round(self.total))
+        rng = rng if rng is not None else np.random.default_rng()
         if self.backend == "numpy":
-            return self.pgm.sample(rows, rng if rng is not None else np.random.default_rng())
-        data = self.mbi_model.synthetic_data(rows)
-        columns = data.to_dict()
-        return np.stack([np.asarray(columns[n]) for n in self.names], axis=1).astype(np.int64)
+            records = self.pgm.sample(rows, rng)
+        else:
+            data = self.mbi_model.synthetic_data(rows)
+            columns = data.to_dict()
+            records = np.stack([np.asarray(columns[n]) for n in self.names],
+                               axis=1).astype(np.int64)
+        if not polish or len(self.domain_sizes) < 2:
+            return records
+        from synthesis.polish import polish as move_toward
+
+        targets = {}
+        for a, b in itertools.combinations(range(len(self.domain_sizes)), 2):
+            table = self.answer((a, b)).reshape(self.domain_sizes[a], self.domain_sizes[b])
+            targets[a, b] = table / max(table.sum(), 1e-300) * rows
+        return move_toward(records, targets, self.domain_sizes, rng)[0]

@@ -14,7 +14,9 @@ post-processing of the released values (no privacy cost):
 2. **The model.** ``synthesis.mirror_descent`` (Private-PGM's Algorithm 1, numpy) fits the
    kept marginals, each weighted by its own noise variance, with the consistent total, for at
    most ``iters`` steps (``DEFAULT_ITERS``) or until converged.
-3. **The records.** The model's randomized-rounding sampler draws ``rows`` records.
+3. **The records.** The model's randomized-rounding sampler draws ``rows`` records, and a
+   local search moves them toward the model's own 2-way marginals (``synthesis.polish``):
+   the draw's own noise was most of the sample's error at high budgets.
 
 Why a bounded tree rather than MST's spanning tree (what this module did before): the
 spanning tree keeps 14 of Adult's released pairs, and the model is then independent given

@@ -81,22 +81,41 @@ def summarise(rows: list[dict], table: str) -> list[dict]:
     return out
 
 
-def against(summary: dict, references: dict, reference_path: str) -> dict:
-    """``summary`` with each entry's ratios to the central methods of ``references`` (a
-    summary of the same bench on the same tables, splits and seeds: the runner draws a
-    repeat's split from its seed alone), for a run of served methods only."""
+def against(summary: dict, references: list[tuple[str, dict]]) -> dict:
+    """``summary`` with each entry's ratios to the central methods of ``references`` (pairs
+    of path and summary of the same bench on the same tables, splits and seeds: the runner
+    draws a repeat's split from its seed alone), for a run of served methods only. The
+    references' central entries are carried into the result with the command and file they
+    came from, so the one file holds every figure its ratios use. A central cell found in two
+    references is refused: which one a ratio used would not be clear."""
     central: dict = {}
-    for e in references["results"]:
-        if e["method"].startswith("central-"):
-            central.setdefault((e["table"], float(e["eps"])), {})[e["method"]] = e["mean"]
+    carried: list[dict] = []
+    for path, reference in references:
+        for e in reference["results"]:
+            if not e["method"].startswith("central-"):
+                continue
+            key = (e["table"], float(e["eps"]), e["method"])
+            if key in central:
+                raise SystemExit(f"{key} is in two references (the second: {path})")
+            central[key] = e["mean"]
+            carried.append({**e, "command": e.get("command", reference.get("command")),
+                            "source": path})
     out = []
     for e in summary["results"]:
-        refs = central.get((e["table"], float(e["eps"])), {})
-        e = {**e, "ratio_to_best_central": e["mean"] / min(refs.values()) if refs else None}
+        refs = {m: v for (t, eps, m), v in central.items()
+                if t == e["table"] and eps == float(e["eps"])}
+        e = {**e, "ratio_to_best_central": e["mean"] / min(refs.values()) if refs else None,
+             "command": e.get("command", summary.get("command"))}
         if "central-privsyn-pgm" in refs:
             e["ratio_to_central_privsyn_pgm"] = e["mean"] / refs["central-privsyn-pgm"]
         out.append(e)
-    return {**summary, "results": out, "references": reference_path}
+    tables = {e["table"] for e in out}
+    for e in carried:
+        if e["table"] in tables:
+            best = min(v for (t, eps, _), v in central.items()
+                       if t == e["table"] and eps == float(e["eps"]))
+            out.append({**e, "ratio_to_best_central": e["mean"] / best})
+    return {**summary, "results": out, "references": [path for path, _ in references]}
 
 
 def main() -> None:
@@ -109,9 +128,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="per-run rows, per table")
     parser.add_argument("--json", type=Path, required=True, help="the summary to write")
-    parser.add_argument("--against", nargs=2, type=Path, metavar=("SUMMARY", "REFERENCES"),
-                        help="instead of running: SUMMARY's entries with their ratios to "
-                             "REFERENCES' central methods, written to --json")
+    parser.add_argument("--against", nargs="+", type=Path, metavar="SUMMARY REFERENCES",
+                        help="instead of running: SUMMARY's entries with their ratios to the "
+                             "central methods of one or more REFERENCES files, and those "
+                             "central entries, written to --json")
     parser.add_argument("--first-shares", default="",
                         help="what-ifs: also run feddpsyn-default with noisy-greedy's first "
                              "1-way release at each of these fixed shares (methods "
@@ -137,13 +157,15 @@ def main() -> None:
         raise SystemExit("--first-shares and --envelope-bits run in one process (--jobs 1): "
                          "their methods are registered here, not in the workers")
     if args.against:
-        summary, references = args.against
+        if len(args.against) < 2:
+            raise SystemExit("--against takes a SUMMARY and at least one REFERENCES file")
+        summary, *references = args.against
         if args.json.exists():
             raise SystemExit(f"{args.json} exists: results are never overwritten")
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(against(json.loads(summary.read_text()),
-                                                json.loads(references.read_text()),
-                                                str(references)), indent=1) + "\n")
+        args.json.write_text(json.dumps(against(
+            json.loads(summary.read_text()),
+            [(str(r), json.loads(r.read_text())) for r in references]), indent=1) + "\n")
         return
     entries = []
     for name in args.tables.split(","):

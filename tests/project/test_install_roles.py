@@ -172,7 +172,7 @@ def test_extras_module_agrees_with_pyproject_and_requirements_nodeps():
     assert sorted(nodeps) == sorted(NO_DEPS.values())
     # The bare install: nothing an extra brings.
     base = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
-    assert base == {"numpy", "pydantic", "httpx", "typer", "rich"}
+    assert base == {"numpy", "pydantic", "httpx", "typer", "rich", "numba"}
     assert not base & {d for modules in PROVIDES.values() for d in modules.values()}
 
 
