@@ -596,6 +596,8 @@ def render_plan_acceptance(files: list[tuple[Path, dict]]) -> list[str]:
            "PLD of every noise it adds: the share of the eps asked it spends.", ""]
     for path, d in files:
         out += [f"`{rel(path)}`", ""]
+        if d.get("covers"):
+            out += [f"Covers: {d['covers']}", ""]
         rows = [[p["table"], p["selection"], num(p["eps"]),
                  ("yes" if p["accepted"] else "refused: " + p.get("refusal", "")),
                  num(p.get("spent")), num(p.get("encrypted_bits_per_count"))]
