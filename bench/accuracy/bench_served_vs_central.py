@@ -86,7 +86,8 @@ def against(summary: dict, references: list[tuple[str, dict]]) -> dict:
     of path and summary of the same bench on the same tables, splits and seeds: the runner
     draws a repeat's split from its seed alone), for a run of served methods only. The
     references' central entries are carried into the result with the command and file they
-    came from, so the one file holds every figure its ratios use. A central cell found in two
+    came from (an entry's own ``source`` where a gathered references file names one), so the
+    one file holds every figure its ratios use. A central cell found in two
     references is refused: which one a ratio used would not be clear."""
     central: dict = {}
     carried: list[dict] = []
@@ -99,7 +100,7 @@ def against(summary: dict, references: list[tuple[str, dict]]) -> dict:
                 raise SystemExit(f"{key} is in two references (the second: {path})")
             central[key] = e["mean"]
             carried.append({**e, "command": e.get("command", reference.get("command")),
-                            "source": path})
+                            "source": e.get("source", path)})
     out = []
     for e in summary["results"]:
         refs = {m: v for (t, eps, m), v in central.items()

@@ -13,6 +13,9 @@ paired differences carry only the estimators' own variation. Estimators:
   (``synthesis.pgm``; default ``DEFAULT_MAX_MODEL_MB``); each row also records the 2-way
   L1 of the fitted model's own pair marginals before sampling (``<name> model``), so the
   sampler's share of the error is the difference;
+* ``pgm-draw``, ``pgm-draw@<MB>``: ``pgm``'s records as its sampler draws them, without
+  the local search toward the model's pair marginals (``synthesis.polish``), for the search's
+  share of the error;
 * ``gum``: PrivSyn's GUM from independent 1-way draws (``synthesis.gum``);
 * ``pgm+gum``, ``pgm+gum@<alpha0>``: GUM started from Private-PGM's sample instead of
   independent draws (its first step size ``alpha0``, default 1), which keeps PGM's
@@ -72,10 +75,11 @@ def _parameter(name: str, default: float) -> float:
 def check_estimator(name: str) -> None:
     """Refuse an estimator name this bench does not know, before any release is drawn."""
     base = name.split("@", 1)[0]
-    if base not in ("auto", "pgm", "gum", "pgm+gum", "pgm+gum?") or (
+    if base not in ("auto", "pgm", "pgm-draw", "gum", "pgm+gum", "pgm+gum?") or (
             base in ("auto", "gum") and "@" in name):
         raise ValueError(f"unknown estimator {name!r} "
-                         "(auto, pgm[@MB], gum, pgm+gum[@alpha0], pgm+gum?[@ratio])")
+                         "(auto, pgm[@MB], pgm-draw[@MB], gum, pgm+gum[@alpha0], "
+                         "pgm+gum?[@ratio])")
     if "@" in name and not _parameter(name, 1.0) > 0:
         raise ValueError(f"{name!r}: the parameter after @ must be positive")
 
@@ -119,12 +123,12 @@ def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: in
     consistent, total = make_consistent(marginals, sizes)
     rows = max(1, int(round(total)))
     base = name.split("@", 1)[0]
-    if base == "pgm":
+    if base in ("pgm", "pgm-draw"):
         model = fit_model(marginals, consistent, total, sizes,
                           max_model_mb=_parameter(name, DEFAULT_MAX_MODEL_MB))
         if notes is not None and truth is not None:
             notes["model"] = model_error(model, truth, sizes)
-        return model.sample(rows, rng)
+        return model.sample(rows, rng, polish=base == "pgm")
     if base == "gum":
         return fit_gum(consistent, sizes, rows, rng)
     start = fit_pgm(marginals, consistent, total, sizes, rows, rng)

@@ -23,7 +23,8 @@ def test_ratios_use_each_tables_own_references_and_carry_them():
     refs_a = {"command": "run a", "results": [_entry("a", "central-privsyn-pgm", 1.0, 0.10),
                                               _entry("a", "central-aim", 1.0, 0.12),
                                               _entry("c", "central-aim", 1.0, 9.0)]}
-    refs_b = {"command": "run b", "results": [_entry("b", "central-aim", 1.0, 0.25),
+    refs_b = {"command": "run b", "results": [{**_entry("b", "central-aim", 1.0, 0.25),
+                                               "source": "first.json"},
                                               _entry("b", "feddpsyn-other", 1.0, 0.01)]}
     out = against(summary, [("ra.json", refs_a), ("rb.json", refs_b)])
     by = {(e["table"], e["method"]): e for e in out["results"]}
@@ -37,6 +38,7 @@ def test_ratios_use_each_tables_own_references_and_carry_them():
     assert by["a", "central-aim"]["source"] == "ra.json"
     assert by["a", "central-aim"]["command"] == "run a"
     assert by["a", "central-aim"]["ratio_to_best_central"] == pytest.approx(1.2)
+    assert by["b", "central-aim"]["source"] == "first.json"
     assert ("b", "feddpsyn-other") not in by and ("c", "central-aim") not in by
     assert out["references"] == ["ra.json", "rb.json"]
 
