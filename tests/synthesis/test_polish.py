@@ -37,11 +37,11 @@ def test_the_search_lowers_the_distance_and_keeps_rows_and_domains():
     before = distance(start, targets, SIZES)
     out, moves, sweeps = polish(start, targets, SIZES, np.random.default_rng(2))
     after = distance(out, targets, SIZES)
-    assert moves > 0 and 1 <= sweeps
+    assert moves > 0 and sweeps >= 1
     # Independent columns are far from the table's pairs; the search closes most of it.
     assert after < 0.1 * before
     assert out.shape == start.shape
-    assert all(0 <= out[:, j].min() and out[:, j].max() < s for j, s in enumerate(SIZES))
+    assert all(out[:, j].min() >= 0 and out[:, j].max() < s for j, s in enumerate(SIZES))
     assert not np.shares_memory(out, start)
 
 
