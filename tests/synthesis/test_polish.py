@@ -96,3 +96,15 @@ def test_the_models_sample_is_no_further_from_the_model_with_the_search():
     drawn = model.sample(rows, np.random.default_rng(12), polish=False)
     searched = model.sample(rows, np.random.default_rng(12))
     assert distance(searched, targets, SIZES) < distance(drawn, targets, SIZES)
+
+
+def test_a_table_too_large_for_one_sweep_keeps_its_draw(monkeypatch):
+    import synthesis.polish as module
+
+    truth = table(1000, 12)
+    start = table(1000, 13)
+    monkeypatch.setattr(module, "MAX_READS", 1000 * 3 * sum(SIZES) - 1)
+    out, moves, sweeps = polish(start, pair_targets(truth), SIZES, np.random.default_rng(1))
+    assert (moves, sweeps) == (0, 0) and np.array_equal(out, start)
+    monkeypatch.setattr(module, "MAX_READS", 2 * 1000 * 3 * sum(SIZES))
+    assert polish(start, pair_targets(truth), SIZES, np.random.default_rng(1))[2] <= 2
