@@ -158,7 +158,8 @@ class GraphicalModel:
                 self.pgm = MirrorDescentPGM(self.domain_sizes)
             self.pgm.fit(merged, iters or MAX_ITERS, total=total)
             self.total = max(self.pgm.total, 1.0)
-            self._potentials = self.pgm.potentials()
+            # The sampler's conditionals, not exp(theta): see MirrorDescentPGM.potentials.
+            self._potentials = self.pgm.conditionals()
             self._marginals = list(zip(self.pgm.tree.nodes, self.pgm.beliefs))
             return
         from synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)

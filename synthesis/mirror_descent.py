@@ -321,8 +321,32 @@ class MirrorDescentPGM:
         return np.transpose(table, [kept.index(a) for a in clique])
 
     def potentials(self) -> list[tuple[Clique, np.ndarray]]:
-        """(clique, exp(theta - max theta)) factors of the unnormalised distribution."""
+        """(clique, exp(theta - max theta)) factors of the unnormalised distribution. Each
+        is scaled alone, so where two overlapping cliques' parameters drift apart on their
+        shared attributes (the parameterisation is not unique) a factor's small values
+        underflow to 0 and a product of them is wrong: answer queries from
+        :meth:`conditionals` instead."""
         return [(c, np.exp(t - t.max())) for c, t in self.theta.items()]
+
+    def conditionals(self) -> list[tuple[Clique, np.ndarray]]:
+        """The model as factors that multiply to its distribution: each tree node's belief
+        divided by its separator's (the sampler's conditionals; 0 where the separator has
+        no mass), the roots' beliefs whole. Probabilities in [0, 1], so a product neither
+        overflows nor loses the cells that carry the mass, and answers agree with the
+        calibrated beliefs and with :meth:`sample`."""
+        tree = self.tree
+        out: list[tuple[Clique, np.ndarray]] = []
+        for node in tree.order:
+            attrs = tree.nodes[node]
+            table = self.beliefs[node]
+            par = tree.parent[node]
+            sep = tuple(a for a in attrs if par >= 0 and a in tree.nodes[par])
+            if sep:
+                axes = _axes_not_in(attrs, sep)
+                below = table.sum(axis=axes, keepdims=True)
+                table = np.divide(table, below, out=np.zeros_like(table), where=below > 0)
+            out.append((tuple(attrs), table))
+        return out
 
     def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         sizes, tree = self.sizes, self.tree
