@@ -209,8 +209,9 @@ class GraphicalModel:
     def sample(self, rows: int | None = None, rng: np.random.Generator | None = None,
                polish: bool = True) -> np.ndarray:
         """Synthetic records (non-private randomness: the model is already private): drawn by
-        the backend's sampler, then, with ``polish``, moved toward the model's own 2-way
-        marginals (``synthesis.polish``), which the draw answers only up to its own noise."""
+        the backend's sampler, then, with ``polish`` (numpy backend), moved toward the model's
+        own 2-way marginals (``synthesis.polish``), which the draw answers only up to its own
+        noise."""
         rows = int(rows or round(self.total))
         rng = rng if rng is not None else np.random.default_rng()
         if self.backend == "numpy":
@@ -220,7 +221,9 @@ class GraphicalModel:
             columns = data.to_dict()
             records = np.stack([np.asarray(columns[n]) for n in self.names],
                                axis=1).astype(np.int64)
-        if not polish or len(self.domain_sizes) < 2:
+        # mbi's answers come from its per-clique potentials, which can drift apart as
+        # MirrorDescentPGM.potentials says: its draw is kept as mbi makes it.
+        if not polish or self.backend != "numpy" or len(self.domain_sizes) < 2:
             return records
         from synthesis.polish import polish as move_toward
 
