@@ -128,7 +128,7 @@ def test_pgm_refuses_a_non_positive_model_size():
                 max_model_mb=0)
 
 
-def test_auto_synthesis_is_gum_for_every_pair_and_pgm_after_a_selection():
+def test_auto_synthesis_is_gum_for_every_pair_at_one_scale_and_pgm_otherwise():
     from synthesis.synthesize import resolve_method
 
     every = noisy_marginals(correlated_records(200), 4.0)
@@ -136,6 +136,10 @@ def test_auto_synthesis_is_gum_for_every_pair_and_pgm_after_a_selection():
     some = [m for m in every if len(m.attrs) == 1 or m.attrs in {(0, 1), (2, 3)}]
     assert resolve_method("auto", some, SIZES) == "pgm"
     assert resolve_method("gum", some, SIZES) == "gum"
+    # Every pair kept by a selection, at budgets that differ by pair: Private-PGM weighs them.
+    uneven = [NoisyMarginal(m.attrs, m.counts, m.variance * (2 if m.attrs == (0, 1) else 1))
+              for m in every]
+    assert resolve_method("auto", uneven, SIZES) == "pgm"
     with pytest.raises(ValueError, match="unknown synthesis method 'mst'"):
         resolve_method("mst", some, SIZES)
 
