@@ -472,8 +472,9 @@ def _widened(base: JointNoiseShape, max_bits: int, max_span: int) -> JointNoiseS
     count and ``max_span`` allow. The envelope only caps the groups' search (bits per count,
     span, top weight); sized at the smallest budget alone it leaves the groups of larger
     budgets, which need narrower uniforms and more of them, 1.4-2x their Gaussian's variance,
-    where with up to 256 bits they get 1.05-1.6x with one width and 1.13-1.25x with two
-    (``docs/privacy-plan.md``, "Two widths in one shape"). Extra
+    where with up to 256 bits they get 1.05-1.6x with one width and 1.13-1.25x with two,
+    and 1.04-1.10x cell-weighted at the default set's 384 (``docs/privacy-plan.md``, "Two
+    widths in one shape"). Extra
     uniforms are independent noise added to a dominated shape, so it stays dominated at the
     smallest budget."""
     wide_bits = base.wider * (base.bits + 1)
