@@ -46,13 +46,10 @@ def main() -> None:
                         help="the default set's envelope at this width (a what-if)")
     args = parser.parse_args()
     if args.envelope_bits:
-        import dataclasses
-
+        from fedbench.methods.feddpsyn_served import at_envelope_bits
         from params.parameter_sets import PARAMETER_SETS
-        base = PARAMETER_SETS["default"]
-        cells = 1 << max(0, (rules.JOINT_MAX_BITS_PER_CALL // args.envelope_bits).bit_length() - 1)
-        PARAMETER_SETS["default"] = dataclasses.replace(
-            base, envelope_bits=args.envelope_bits, chunk_cells=min(base.chunk_cells, cells))
+        PARAMETER_SETS["default"] = at_envelope_bits(PARAMETER_SETS["default"],
+                                                     args.envelope_bits)
     path, schema, _ = _table(args.table)
     with open(path, newline="") as fh:
         rows = sum(1 for _ in csv.reader(fh)) - 1

@@ -56,11 +56,11 @@ from params.session_plan import SessionPlan
 from synthesis.marginals import NoisyMarginal, combine_repeated
 from synthesis.synthesize import synthesize_records
 
-__all__ = ["ServedRelease", "default_at_first_share", "default_release", "feddpsyn_default",
-           "feddpsyn_served_all", "feddpsyn_served_all_pgm", "feddpsyn_served_em",
-           "feddpsyn_served_em_pgm", "feddpsyn_served_no_topup", "feddpsyn_served_noisy_greedy",
-           "feddpsyn_served_noisy_greedy_pgm", "served_plan", "served_release", "served_rounds",
-           "served_selection", "served_session"]
+__all__ = ["ServedRelease", "at_envelope_bits", "default_at_first_share", "default_release",
+           "feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
+           "feddpsyn_served_em", "feddpsyn_served_em_pgm", "feddpsyn_served_no_topup",
+           "feddpsyn_served_noisy_greedy", "feddpsyn_served_noisy_greedy_pgm", "served_plan",
+           "served_release", "served_rounds", "served_selection", "served_session"]
 
 
 def served_plan(schema: Schema, rows: int, epsilon: float, delta: float, selection: str,
@@ -244,22 +244,28 @@ def default_at_first_share(share: float):
     return method
 
 
-def default_at_envelope_bits(bits: int):
-    """A what-if: :func:`feddpsyn_default` with noisy-greedy's split 2-way release allowed
-    ``bits`` encrypted bits a count (the default parameter set's ``envelope_bits``) and its
-    calls cut small enough that one holds at most ``JOINT_MAX_BITS_PER_CALL`` bits, as a
-    served set of that width would be. The set is replaced for the session and restored after
-    it (``--jobs 1``: one session at a time)."""
+def at_envelope_bits(parameters, bits: int):
+    """``parameters`` with noisy-greedy's split 2-way release allowed ``bits`` encrypted bits a
+    count and its calls cut (to a power of two) small enough that one holds at most
+    ``JOINT_MAX_BITS_PER_CALL`` bits, as a served set of that width would be (a what-if)."""
     import dataclasses
 
     from params.noise_rules import JOINT_MAX_BITS_PER_CALL
+
+    cells = 1 << max(0, (JOINT_MAX_BITS_PER_CALL // bits).bit_length() - 1)
+    return dataclasses.replace(parameters, envelope_bits=bits,
+                               chunk_cells=min(parameters.chunk_cells, cells))
+
+
+def default_at_envelope_bits(bits: int):
+    """A what-if: :func:`feddpsyn_default` at the default parameter set widened by
+    :func:`at_envelope_bits`. The set is replaced for the session and restored after it
+    (``--jobs 1``: one session at a time)."""
     from params.parameter_sets import PARAMETER_SETS
 
     def method(records, owner, schema, epsilon, delta, seed) -> MethodResult:
         saved = PARAMETER_SETS["default"]
-        cells = 1 << max(0, (JOINT_MAX_BITS_PER_CALL // bits).bit_length() - 1)
-        PARAMETER_SETS["default"] = dataclasses.replace(saved, envelope_bits=bits,
-                                                        chunk_cells=min(saved.chunk_cells, cells))
+        PARAMETER_SETS["default"] = at_envelope_bits(saved, bits)
         try:
             return feddpsyn_default(records, owner, schema, epsilon, delta, seed)
         finally:
