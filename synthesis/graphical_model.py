@@ -207,11 +207,15 @@ class GraphicalModel:
         return (eliminate(self._potentials, clique, self.domain_sizes) * self.total).ravel()
 
     def sample(self, rows: int | None = None, rng: np.random.Generator | None = None,
-               polish: bool = True) -> np.ndarray:
+               polish: bool = True,
+               targets: dict[tuple[int, int], np.ndarray] | None = None) -> np.ndarray:
         """Synthetic records (non-private randomness: the model is already private): drawn by
         the backend's sampler, then, with ``polish`` (numpy backend), moved toward the model's
         own 2-way marginals (``synthesis.polish``), which the draw answers only up to its own
-        noise."""
+        noise. ``targets`` replaces the model's marginal of a pair (a, b), a < b, with another
+        table of shape (sizes[a], sizes[b]) (any scale; non-negative): the search then moves
+        the records toward that one instead (``synthesis.pgm``: released pairs the model
+        left out and misses)."""
         rows = int(rows or round(self.total))
         rng = rng if rng is not None else np.random.default_rng()
         if self.backend == "numpy":
@@ -227,8 +231,14 @@ class GraphicalModel:
             return records
         from synthesis.polish import polish as move_toward
 
-        targets = {}
+        wanted = {}
         for a, b in itertools.combinations(range(len(self.domain_sizes)), 2):
-            table = self.answer((a, b)).reshape(self.domain_sizes[a], self.domain_sizes[b])
-            targets[a, b] = table / max(table.sum(), 1e-300) * rows
-        return move_toward(records, targets, self.domain_sizes, rng)[0]
+            if targets is not None and (a, b) in targets:
+                table = np.maximum(np.asarray(targets[a, b], dtype=float), 0.0)
+                if table.shape != (self.domain_sizes[a], self.domain_sizes[b]):
+                    raise ValueError(f"targets[{a}, {b}] has shape {table.shape}, not "
+                                     f"{(self.domain_sizes[a], self.domain_sizes[b])}")
+            else:
+                table = self.answer((a, b)).reshape(self.domain_sizes[a], self.domain_sizes[b])
+            wanted[a, b] = table / max(table.sum(), 1e-300) * rows
+        return move_toward(records, wanted, self.domain_sizes, rng)[0]

@@ -16,6 +16,10 @@ paired differences carry only the estimators' own variation. Estimators:
 * ``pgm-draw``, ``pgm-draw@<MB>``: ``pgm``'s records as its sampler draws them, without
   the local search toward the model's pair marginals (``synthesis.polish``), for the search's
   share of the error;
+* ``pgm-model``, ``pgm-model@<MB>``: ``pgm`` with the search aimed at the model's answer on
+  every pair, the released pairs the tree left out included (``synthesis.pgm``'s step 4
+  off), for that step's share; ``pgm`` rows record how many pairs it aimed at their
+  released values (``pgm held-out targets``);
 * ``gum``: PrivSyn's GUM from independent 1-way draws (``synthesis.gum``);
 * ``pgm+gum``, ``pgm+gum@<alpha0>``: GUM started from Private-PGM's sample instead of
   independent draws (its first step size ``alpha0``, default 1), which keeps PGM's
@@ -64,7 +68,13 @@ from synthesis.consistency import make_consistent  # noqa: E402
 from synthesis.evaluate import marginal, workload_error  # noqa: E402
 from synthesis.gum import fit_gum  # noqa: E402
 from synthesis.marginals import NoisyMarginal  # noqa: E402
-from synthesis.pgm import DEFAULT_MAX_MODEL_MB, fit_model, fit_pgm, kept_pairs  # noqa: E402
+from synthesis.pgm import (  # noqa: E402
+    DEFAULT_MAX_MODEL_MB,
+    fit_model,
+    fit_pgm,
+    held_out_targets,
+    kept_pairs,
+)
 from synthesis.synthesize import synthesize_records  # noqa: E402
 
 
@@ -75,10 +85,10 @@ def _parameter(name: str, default: float) -> float:
 def check_estimator(name: str) -> None:
     """Refuse an estimator name this bench does not know, before any release is drawn."""
     base = name.split("@", 1)[0]
-    if base not in ("auto", "pgm", "pgm-draw", "gum", "pgm+gum", "pgm+gum?") or (
+    if base not in ("auto", "pgm", "pgm-draw", "pgm-model", "gum", "pgm+gum", "pgm+gum?") or (
             base in ("auto", "gum") and "@" in name):
         raise ValueError(f"unknown estimator {name!r} "
-                         "(auto, pgm[@MB], pgm-draw[@MB], gum, pgm+gum[@alpha0], "
+                         "(auto, pgm[@MB], pgm-draw[@MB], pgm-model[@MB], gum, pgm+gum[@alpha0], "
                          "pgm+gum?[@ratio])")
     if "@" in name and not _parameter(name, 1.0) > 0:
         raise ValueError(f"{name!r}: the parameter after @ must be positive")
@@ -123,12 +133,15 @@ def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: in
     consistent, total = make_consistent(marginals, sizes)
     rows = max(1, int(round(total)))
     base = name.split("@", 1)[0]
-    if base in ("pgm", "pgm-draw"):
-        model = fit_model(marginals, consistent, total, sizes,
-                          max_model_mb=_parameter(name, DEFAULT_MAX_MODEL_MB))
+    if base in ("pgm", "pgm-draw", "pgm-model"):
+        mb = _parameter(name, DEFAULT_MAX_MODEL_MB)
+        model = fit_model(marginals, consistent, total, sizes, max_model_mb=mb)
         if notes is not None and truth is not None:
             notes["model"] = model_error(model, truth, sizes)
-        return model.sample(rows, rng, polish=base == "pgm")
+        targets = (held_out_targets(model, consistent, sizes, mb) if base == "pgm" else None)
+        if notes is not None and targets is not None:
+            notes["held-out targets"] = len(targets)
+        return model.sample(rows, rng, polish=base != "pgm-draw", targets=targets)
     if base == "gum":
         return fit_gum(consistent, sizes, rows, rng)
     start = fit_pgm(marginals, consistent, total, sizes, rows, rng)

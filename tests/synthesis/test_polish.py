@@ -108,3 +108,51 @@ def test_a_table_too_large_for_one_sweep_keeps_its_draw(monkeypatch):
     assert (moves, sweeps) == (0, 0) and np.array_equal(out, start)
     monkeypatch.setattr(module, "MAX_READS", 2 * 1000 * 3 * sum(SIZES))
     assert polish(start, pair_targets(truth), SIZES, np.random.default_rng(1))[2] <= 2
+
+
+def _released(truth: np.ndarray, pairs, sd: float, seed: int) -> list[NoisyMarginal]:
+    rng = np.random.default_rng(seed)
+    out = [NoisyMarginal((a,), marginal_counts(truth, (a,), SIZES) + rng.normal(0, sd, SIZES[a]),
+                         sd ** 2) for a in range(len(SIZES))]
+    out += [NoisyMarginal(p, (marginal_counts(truth, p, SIZES)
+                              + rng.normal(0, sd, SIZES[p[0]] * SIZES[p[1]]))
+                          .reshape(SIZES[p[0]], SIZES[p[1]]), sd ** 2) for p in pairs]
+    return out
+
+
+def test_left_out_pairs_the_model_misses_become_the_searchs_targets():
+    from synthesis.consistency import make_consistent
+    from synthesis.pgm import fit_model, fit_pgm, held_out_targets
+
+    rng = np.random.default_rng(20)
+    truth = table(4000, 21)
+    truth[:, 2] = rng.integers(0, 2, len(truth))  # column 2 independent of the others
+    released = _released(truth, [(0, 1), (1, 2)], 40.0, 22)
+    consistent, total = make_consistent(released, SIZES)
+    # A cap no pair fits: the model is the product of the 1-ways, every pair left out.
+    tiny = 1e-12
+    model = fit_model(released, consistent, total, SIZES, max_model_mb=tiny)
+    named = held_out_targets(model, consistent, SIZES, tiny)
+    # (0, 1) is far from independent: the model misses it by much more than its noise;
+    # (1, 2) is independent: the model's product answers it within its noise (the
+    # sample's own departure from independence is below it at this sd).
+    assert set(named) == {(0, 1)}
+    expected = next(m for m in consistent if m.attrs == (0, 1)).counts
+    assert np.array_equal(named[0, 1], np.maximum(expected, 0).reshape(3, 4))
+    # The sample follows the released (0, 1), not the model's product.
+    rows = len(truth)
+    records = fit_pgm(released, consistent, total, SIZES, rows, np.random.default_rng(23),
+                      max_model_mb=tiny)
+    plain = model.sample(rows, np.random.default_rng(23))
+    want = marginal_counts(truth, (0, 1), SIZES)
+    got = np.abs(marginal_counts(records, (0, 1), SIZES) - want).sum()
+    before = np.abs(marginal_counts(plain, (0, 1), SIZES) - want).sum()
+    assert got < 0.25 * before
+
+
+def test_a_target_of_the_wrong_shape_is_refused():
+    truth = table(500, 30)
+    model = GraphicalModel(SIZES)
+    model.fit(_released(truth, [(0, 1)], 2.0, 31), iters=50)
+    with pytest.raises(ValueError, match="shape"):
+        model.sample(100, np.random.default_rng(1), targets={(0, 1): np.ones((4, 3))})
