@@ -37,12 +37,13 @@ def demo(dataset: Optional[str] = typer.Option(
          path: str = typer.Option("tfhe", help="tfhe (two servers) | distaim (three MPyC "
                                                "servers)"),
          selection: Optional[str] = typer.Option(
-             None, help="tfhe path: em (private selection under encryption, FedDPSyn's P2 "
-                        "and P3; the default on fed_heart_disease: about 13 min on 2 "
-                        "cores) | noisy-greedy (PrivSyn's noisy scores + greedy; P2's cost "
-                        "only) | none (every pair, no encrypted selection: the default on "
-                        "adult and on your own table; about 5 min on adult on 2 cores, "
-                        "mostly the joint noise). An estimate is printed first."),
+             None, help="tfhe path: noisy-greedy (PrivSyn's noisy scores + greedy, P2's "
+                        "cost only; the default on fed_heart_disease: 5.5-8 min on 2 cores) "
+                        "| em (private selection under encryption, FedDPSyn's P2 and P3; "
+                        "about 13 min on fed_heart_disease) | none (every pair, no encrypted "
+                        "selection: the default on adult and on your own table; about 5 min "
+                        "on adult on 2 cores, mostly the joint noise). An estimate is "
+                        "printed first."),
          rounds: Optional[int] = typer.Option(
              None, help="tfhe path, em: pairs to select (default: 4 on fed_heart_disease, "
                         "half the pairs otherwise)"),
