@@ -168,6 +168,9 @@ def main() -> None:
             json.loads(summary.read_text()),
             [(str(r), json.loads(r.read_text())) for r in references]), indent=1) + "\n")
         return
+    # The code the runs use is the tree at the start: a commit made while a long run goes
+    # on must not be recorded as its code.
+    code = _commit()
     entries = []
     for name in args.tables.split(","):
         csv, schema, target = _table(name)
@@ -180,7 +183,7 @@ def main() -> None:
             "what": "2-way L1 of the servers' plans and the central references, 4 uniform "
                     "owners, mean and sd over repeats",
             "command": "python bench/accuracy/bench_served_vs_central.py " + " ".join(sys.argv[1:]),
-            "commit": _commit(), "machine": platform.node(),
+            "commit": code, "machine": platform.node(),
             "date": datetime.date.today().isoformat(), "delta": args.delta,
             "results": entries}, indent=1) + "\n")
 
