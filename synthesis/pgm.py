@@ -113,16 +113,16 @@ def fit_model(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], t
 
 
 def held_out_targets(model: GraphicalModel, consistent: list[NoisyMarginal],
-                     domain_sizes: tuple[int, ...], max_model_mb: float,
+                     domain_sizes: tuple[int, ...],
                      ratio: float = HELD_OUT_RATIO) -> dict[tuple[int, int], np.ndarray]:
-    """The released pairs the model left out (:func:`kept_pairs`) whose released values it
-    misses by more than their noise explains (step 4 of the module docstring): each pair's
-    consistent released counts (clipped at 0), keyed (a, b) with a < b, for the sample's
-    search to aim at instead of the model's answer."""
-    kept = set(kept_pairs(consistent, domain_sizes, max_model_mb))
+    """The released pairs the fitted ``model`` left out (in none of its cliques) whose
+    released values it misses by more than their noise explains (step 4 of the module
+    docstring): each pair's consistent released counts (clipped at 0), keyed (a, b) with
+    a < b, for the sample's search to aim at instead of the model's answer."""
+    cliques = [set(c) for c in model.cliques]
     out: dict[tuple[int, int], np.ndarray] = {}
     for m in consistent:
-        if len(m.attrs) != 2 or tuple(m.attrs) in kept:
+        if len(m.attrs) != 2 or any(set(m.attrs) <= c for c in cliques):
             continue
         a, b = m.attrs
         released = np.maximum(np.asarray(m.counts, dtype=float), 0.0).reshape(
@@ -145,5 +145,4 @@ def fit_pgm(marginals: list[NoisyMarginal], consistent: list[NoisyMarginal], tot
     marginals, or toward the released values of the pairs :func:`held_out_targets` names
     (steps 3 and 4 of the module docstring)."""
     model = fit_model(marginals, consistent, total, domain_sizes, max_model_mb, iters)
-    return model.sample(rows, rng, targets=held_out_targets(model, consistent, domain_sizes,
-                                                            max_model_mb))
+    return model.sample(rows, rng, targets=held_out_targets(model, consistent, domain_sizes))

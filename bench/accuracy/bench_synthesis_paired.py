@@ -138,7 +138,7 @@ def estimate(name: str, schema: Schema, marginals: list[NoisyMarginal], seed: in
         model = fit_model(marginals, consistent, total, sizes, max_model_mb=mb)
         if notes is not None and truth is not None:
             notes["model"] = model_error(model, truth, sizes)
-        targets = (held_out_targets(model, consistent, sizes, mb) if base == "pgm" else None)
+        targets = held_out_targets(model, consistent, sizes) if base == "pgm" else None
         if notes is not None and targets is not None:
             notes["held-out targets"] = len(targets)
         return model.sample(rows, rng, polish=base != "pgm-draw", targets=targets)

@@ -132,7 +132,7 @@ def test_left_out_pairs_the_model_misses_become_the_searchs_targets():
     # A cap no pair fits: the model is the product of the 1-ways, every pair left out.
     tiny = 1e-12
     model = fit_model(released, consistent, total, SIZES, max_model_mb=tiny)
-    named = held_out_targets(model, consistent, SIZES, tiny)
+    named = held_out_targets(model, consistent, SIZES)
     # (0, 1) is far from independent: the model misses it by much more than its noise;
     # (1, 2) is independent: the model's product answers it within its noise (the
     # sample's own departure from independence is below it at this sd).
