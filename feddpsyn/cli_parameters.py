@@ -17,7 +17,9 @@ def params_command(schema: Optional[Path] = typer.Option(
                        None, help="schema file (default: the bundled Fed-Heart-Disease)"),
                    max_rows: int = typer.Option(740, help="public bound on union rows"),
                    epsilon: float = 1.0, delta: float = 1e-5,
-                   selection: str = typer.Option("em", help="em | noisy-greedy"),
+                   selection: str = typer.Option(
+                       "noisy-greedy",
+                       help="noisy-greedy (the default, as a session's) | em | none"),
                    rounds: Optional[int] = typer.Option(
                        None, help="em rounds (default: half the pairs)"),
                    noise: str = typer.Option("auto", help="auto | joint | two-server"),
@@ -36,6 +38,9 @@ def params_command(schema: Optional[Path] = typer.Option(
                         / "fed_heart_disease.schema.json")
     except SchemaError as exc:
         fail(str(exc))
+    if selection not in {m.value for m in SelectionMode}:
+        fail(f"selection {selection!r}: choose one of "
+             f"{', '.join(m.value for m in SelectionMode)}")
     rows = []
     for name in SELECTION_SETS:
         try:

@@ -19,3 +19,13 @@ def test_params_reports_the_plans_pld_figure_for_em_and_noisy_greedy():
     # Its split release enters as its Gaussian bound: the plan is calibrated like em's.
     assert "by the exact PLD of every noise" in greedy.output
     assert "split at run time over the kept pairs" in greedy.output
+
+
+def test_params_defaults_to_the_sessions_selection_and_names_a_wrong_one():
+    runner = CliRunner()
+    default = runner.invoke(app, ["params", "--json"])
+    assert default.exit_code == 0, default.output
+    assert {row["mode"] for row in json.loads(default.output)} == {"noisy-greedy"}
+    wrong = runner.invoke(app, ["params", "--selection", "greedy"])
+    assert wrong.exit_code != 0
+    assert "noisy-greedy" in wrong.output and "greedy'" in wrong.output
