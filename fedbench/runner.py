@@ -122,10 +122,14 @@ def _single_threaded() -> None:
 def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[str],
                 eps_list: list[float], settings: list[Setting], repeats: int, out: Path,
                 delta: float = 1e-5, seed: int = 0, natural_column: str | None = None,
-                queries: int = 200, say=print, jobs: int = 1) -> list[dict]:
+                queries: int = 200, say=print, jobs: int = 1,
+                resume: Path | None = None) -> list[dict]:
     """Every (repeat, setting, eps, method) once; ``jobs`` > 1 runs them in that many worker
     processes. Rows come back in the same order either way, and every finished row is in
-    ``results.partial.csv`` at once, so an interrupted run loses nothing it finished."""
+    ``results.partial.csv`` at once, so an interrupted run loses nothing it finished:
+    ``resume`` (that file, or a ``results.csv``, of an earlier run of the same command) gives
+    the rows of the tasks it holds, which are not run again. The splits and partitions come
+    from (seed, repeat, clients) alone, so a resumed row is the task this run would make."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {sorted(METHODS)}")
@@ -153,6 +157,7 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
             for eps, method in itertools.product(eps_list, methods):
                 work.append((Task(method, eps, setting, repeat),
                              (train, owner, test, schema, target, range_queries, delta, seed)))
+    finished = _finished_rows(resume) if resume is not None else {}
     partial = out / "results.partial.csv"
     partial.unlink(missing_ok=True)
     rows: list[dict | None] = [None] * len(work)
@@ -166,8 +171,14 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
             f"F1 {row['f1_gbt']:.3f}, {row['seconds']:.1f} s "
             f"({sum(r is not None for r in rows)}/{len(rows)})")
 
+    reused = [i for i, (task, _) in enumerate(work) if _task_key(task) in finished]
+    for index in reused:
+        done(index, finished[_task_key(work[index][0])])
+    if reused:
+        say(f"[bench] {len(reused)} of {len(work)} tasks taken from {resume}")
+    work_left = [(i, w) for i, w in enumerate(work) if rows[i] is None]
     if jobs == 1:
-        for index, (task, arguments) in enumerate(work):
+        for index, (task, arguments) in work_left:
             done(index, _evaluate(task, *arguments))
     else:
         import multiprocessing
@@ -177,12 +188,32 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_single_threaded) as pool:
             futures = {pool.submit(_evaluate, task, *arguments): index
-                       for index, (task, arguments) in enumerate(work)}
+                       for index, (task, arguments) in work_left}
             for future in as_completed(futures):
                 done(futures[future], future.result())
     write_results(rows, out)
     partial.unlink(missing_ok=True)
     return rows
+
+
+def _task_key(task: Task) -> tuple:
+    beta = task.setting.beta
+    return (task.method, float(task.eps), task.setting.clients, task.setting.partition,
+            "" if beta is None else float(beta), task.repeat)
+
+
+def _finished_rows(path: Path) -> dict[tuple, dict]:
+    """An earlier run's rows by task (:func:`_task_key`); a file that is not one is refused."""
+    if not path.is_file():
+        raise ValueError(f"resume: no file {path}")
+    with path.open(newline="") as fh:
+        header = next(csv.reader(fh), [])
+    needed = {"method", "eps", "clients", "partition", "beta", "repeat", "two_way"}
+    if not needed <= set(header):
+        raise ValueError(f"resume: {path} is not a benchmark's results file (it needs the "
+                         f"columns {', '.join(sorted(needed))})")
+    return {(row["method"], row["eps"], row["clients"], row["partition"], row["beta"],
+             row["repeat"]): row for row in read_results(path)}
 
 
 def _append_row(path: Path, row: dict) -> None:

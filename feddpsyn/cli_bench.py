@@ -32,7 +32,10 @@ def bench_utility(dataset: Optional[str] = typer.Option(
                   beta: str = typer.Option("0.1", help="Dirichlet beta(s), for dirichlet"),
                   repeats: int = 3, out: Path = typer.Option(...), delta: float = 1e-5,
                   seed: int = 0,
-                  jobs: int = typer.Option(1, help="worker processes (one core each)")) -> None:
+                  jobs: int = typer.Option(1, help="worker processes (one core each)"),
+                  resume: Optional[Path] = typer.Option(
+                      None, help="an earlier run's results.partial.csv (or results.csv) of "
+                                 "the same command: its tasks are not run again")) -> None:
     """Utility of every method against the real union, on the same partitions and seeds, on
     a bundled data set or your own table."""
     from fedbench.methods import METHODS
@@ -70,7 +73,8 @@ def bench_utility(dataset: Optional[str] = typer.Option(
             settings += [Setting(int(k), name, b) for k in clients.split(",") for b in betas]
         chosen = sorted(METHODS) if methods == "all" else methods.split(",")
         run_utility(table, s, target, chosen, [float(e) for e in eps.split(",")], settings,
-                    repeats, out, delta, seed, natural_column=natural, jobs=jobs)
+                    repeats, out, delta, seed, natural_column=natural, jobs=jobs,
+                    resume=resume)
     except (ValueError, KeyError) as exc:  # SchemaError, InvalidValueError name the place
         fail(str(exc))
     typer.echo(f"wrote {out / 'results.csv'}, {out / 'summary.md'} and plots")

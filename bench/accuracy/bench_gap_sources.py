@@ -233,8 +233,21 @@ TOPUP_PRICING = [
     ("plan:topup,greedy=floors", replace(SERVED, split="privsyn", greedy="floors")),
     ("plan:topup,greedy=served", replace(SERVED, split="privsyn")),
 ]
-GROUPS = {"ladder": LADDER, "alone": ALONE, "candidates": CANDIDATES, "every_pair": EVERY_PAIR,
-          "wide": WIDE, "topup": TOPUP,
+# The servers' default (the top-up with its greedy rule) and each factor alone from it: what
+# is left of the gap once the plan changes above were adopted.
+DEFAULT = replace(SERVED, split="privsyn", greedy="privsyn-shape")
+FROM_DEFAULT = [
+    ("default", DEFAULT),
+    ("default,max_rows=rows", replace(DEFAULT, max_rows="rows")),
+    ("default,reserves=none", replace(DEFAULT, reserves="none")),
+    ("default,noise=gaussian-1way", replace(DEFAULT, noise="gaussian-1way")),
+    ("default,noise=gaussian-2way", replace(DEFAULT, noise="gaussian-2way")),
+    ("default,noise=gaussian", replace(DEFAULT, noise="gaussian")),
+    ("default,greedy=privsyn", replace(DEFAULT, greedy="privsyn")),
+    ("default,score=central", replace(DEFAULT, score="central")),
+]
+GROUPS = {"ladder": LADDER, "from_default": FROM_DEFAULT, "alone": ALONE,
+          "candidates": CANDIDATES, "every_pair": EVERY_PAIR, "wide": WIDE, "topup": TOPUP,
           "topup_pricing": TOPUP_PRICING}
 ANCHORS = ["feddpsyn-default", "central-privsyn-pgm"]
 

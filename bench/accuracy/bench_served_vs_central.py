@@ -119,6 +119,18 @@ def against(summary: dict, references: list[tuple[str, dict]]) -> dict:
     return {**summary, "results": out, "references": [path for path, _ in references]}
 
 
+def _earlier_rows(resume: Path | None, table: str) -> Path | None:
+    """The file of an earlier run's rows for ``table`` under its --out, if it has one."""
+    if resume is None:
+        return None
+    if not resume.is_dir():
+        raise SystemExit(f"--resume: {resume} is not an earlier run's --out folder")
+    for name in ("results.partial.csv", "results.csv"):
+        if (resume / table / name).is_file():
+            return resume / table / name
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", default=",".join(TABLES))
@@ -127,6 +139,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--resume", type=Path, default=None,
+                        help="an earlier run's --out: the tasks it finished (its tables' "
+                             "results.partial.csv or results.csv) are not run again")
     parser.add_argument("--out", type=Path, required=True, help="per-run rows, per table")
     parser.add_argument("--json", type=Path, required=True, help="the summary to write")
     parser.add_argument("--against", nargs="+", type=Path, metavar="SUMMARY REFERENCES",
@@ -176,7 +191,8 @@ def main() -> None:
         csv, schema, target = _table(name)
         rows = run_utility(csv, schema, target, [m for m in methods if m],
                            [float(e) for e in args.eps.split(",")], [Setting(4, "uniform", None)],
-                           args.repeats, args.out / name, args.delta, jobs=args.jobs)
+                           args.repeats, args.out / name, args.delta, jobs=args.jobs,
+                           resume=_earlier_rows(args.resume, name))
         entries += summarise(rows, name)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({

@@ -304,3 +304,33 @@ def test_the_envelope_what_if_widens_the_split_release_and_restores_the_set(monk
     assert built and all(p.parameters.envelope_bits == 512 for p in built)
     assert all(p.parameters.chunk_cells * 512 <= JOINT_MAX_BITS_PER_CALL for p in built)
     assert result.rho_spent <= result.rho_budget
+
+
+def test_runner_resumes_from_an_interrupted_runs_rows(tmp_path):
+    path = tmp_path / "t.csv"
+    rng = np.random.default_rng(5)
+    rows = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
+                            f"{['no', 'yes'][rng.integers(2)]}" for _ in range(300)]
+    path.write_text("\n".join(rows) + "\n")
+    settings = [Setting(2, "uniform", None), Setting(2, "dirichlet", 0.5)]
+    first = run_utility(path, SCHEMA, "label", ["central-privsyn"], [1.0], settings, 2,
+                        tmp_path / "first", delta=1e-6, say=lambda _: None)
+    # An interrupted run: its partial file holds the first three tasks only.
+    partial = tmp_path / "partial.csv"
+    lines = (tmp_path / "first" / "results.csv").read_text().splitlines()
+    partial.write_text("\n".join(lines[:4]) + "\n")
+    said: list[str] = []
+    again = run_utility(path, SCHEMA, "label", ["central-privsyn", "concat"], [1.0], settings,
+                        2, tmp_path / "again", delta=1e-6, say=said.append, resume=partial)
+    assert any("3 of 8 tasks taken from" in s for s in said)
+    assert sum(s.startswith("[bench] central-privsyn") for s in said) == 4  # 3 kept, 1 run
+    # The kept rows are the earlier run's, in the new run's order and types.
+    kept = [r for r in again if r["method"] == "central-privsyn"][:3]
+    assert [(r["repeat"], r["partition"], r["two_way"]) for r in kept] == [
+        (r["repeat"], r["partition"], r["two_way"]) for r in first[:3]]
+    assert len(again) == 8 and all(isinstance(r["clients"], int) for r in again)
+    with pytest.raises(ValueError, match="not a benchmark's results file"):
+        bad = tmp_path / "bad.csv"
+        bad.write_text("x,y\n1,2\n")
+        run_utility(path, SCHEMA, "label", ["concat"], [1.0], settings, 1, tmp_path / "bad",
+                    say=lambda _: None, resume=bad)
