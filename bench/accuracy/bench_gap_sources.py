@@ -246,7 +246,17 @@ FROM_DEFAULT = [
     ("default,greedy=privsyn", replace(DEFAULT, greedy="privsyn")),
     ("default,score=central", replace(DEFAULT, score="central")),
 ]
-GROUPS = {"ladder": LADDER, "from_default": FROM_DEFAULT, "alone": ALONE,
+# What the factors above leave: the budget, then everything but the split, then the curator.
+FROM_DEFAULT_REST = [
+    ("default", DEFAULT),
+    ("default,budget=central", replace(DEFAULT, budget="central")),
+    ("default,noise=gaussian,budget=central", replace(DEFAULT, noise="gaussian",
+                                                      budget="central")),
+    ("default,all but split", replace(CENTRAL, split="privsyn")),
+    ("central", CENTRAL),
+]
+GROUPS = {"ladder": LADDER, "from_default": FROM_DEFAULT,
+          "from_default_rest": FROM_DEFAULT_REST, "alone": ALONE,
           "candidates": CANDIDATES, "every_pair": EVERY_PAIR, "wide": WIDE, "topup": TOPUP,
           "topup_pricing": TOPUP_PRICING}
 ANCHORS = ["feddpsyn-default", "central-privsyn-pgm"]
