@@ -19,9 +19,11 @@ The factors, each read from the code that makes the choice:
   (``params.noise_rules.GAUSSIAN_BOUND_SHARE``): "served", or "none" (the plan built at a
   delta raised so that its conversion delta less eta is the requested delta).
 * ``budget``: rho_total: "served" (the plan's, calibrated on the composed PLD of its
-  noises), "central" (``fedbench.methods.base.budget_rho``: the zCDP conversion the curator
-  uses), or "gaussian-pld" (the rho at which one Gaussian mechanism is exactly (eps,
-  delta)-DP: what a curator with exact accounting would spend).
+  noises), "central" (``fedbench.methods.central_accounting.privsyn_budget``: the curator's
+  own, its scores and publication calibrated on their composed PLD; before this it was the
+  zCDP conversion ``budget_rho``, 15% below it at eps 0.3: the committed
+  ``gap_sources*.json`` files used that), or "gaussian-pld" (the rho at which one Gaussian
+  mechanism is exactly (eps, delta)-DP).
 * ``noise``: "served" (each release's joint shape, the 2-way groups' dominated shapes of
   ``params.run_time``, or two servers' Gaussians where the plan falls back), "gaussian" (one
   exact discrete Gaussian per count at each part's own rho), or only part of it:
@@ -102,7 +104,8 @@ from dp.privsyn_allocation import (  # noqa: E402
     greedy_select_with_one_ways,
 )
 from fedbench.methods import METHODS  # noqa: E402
-from fedbench.methods.base import MethodResult, budget_rho  # noqa: E402
+from fedbench.methods.base import MethodResult  # noqa: E402
+from fedbench.methods.central_accounting import privsyn_budget  # noqa: E402
 from fedbench.methods.central_privsyn import (  # noqa: E402
     INDIF_SENSITIVITY,
     SCORE_GRID_BITS,
@@ -112,6 +115,7 @@ from fedbench.methods.central_privsyn import (  # noqa: E402
 from fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
 from fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
 from fedbench.runner import Setting, run_utility  # noqa: E402
+from params.layout import MarginalLayout  # noqa: E402
 from params.modes import NoiseMode, SelectionMode  # noqa: E402
 from params.noise_rules import (  # noqa: E402
     GAUSSIAN_BOUND_SHARE,
@@ -326,7 +330,11 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
             plan = build(plan.delta * delta / usable)
     if cfg.budget in ("central", "gaussian-pld"):
         if cfg.budget == "central":
-            rho = budget_rho(epsilon, delta)
+            # The curator's own budget (``central_privsyn``): its scores and publication
+            # calibrated on their composed PLD.
+            layout = MarginalLayout.build(schema.domain_sizes)
+            rho = privsyn_budget(epsilon, delta, len(layout.two_way), len(layout.one_way),
+                                 INDIF_SENSITIVITY).rho
         elif selection == SelectionMode.NONE:
             # The curator's every-pair plan: two-server Gaussians accounted by their PLD,
             # one of them added (``central_privsyn_all``).
@@ -961,8 +969,10 @@ def plan_facts(table: str, schema: Schema, rows: int, eps: float, delta: float) 
                                "variance": float(sel.score_variance)},
                     "two_way_envelope": None if two.joint is None else
                     two.joint.label})
+    layout = MarginalLayout.build(schema.domain_sizes)
     out.append({"table": table, "eps": eps, "rows": rows, "plan": "central",
-                "rho_total": float(budget_rho(eps, delta))})
+                "rho_total": float(privsyn_budget(eps, delta, len(layout.two_way),
+                                                  len(layout.one_way), INDIF_SENSITIVITY).rho)})
     out.append({"table": table, "eps": eps, "rows": rows, "plan": "gaussian-pld",
                 "rho_total": float(gaussian_pld_rho(eps, delta))})
     return out
