@@ -93,7 +93,7 @@ from scipy.special import ndtri
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.accuracy.bench_served_vs_central import _commit, _table  # noqa: E402
+from bench.accuracy.bench_served_vs_central import _commit, _earlier_rows, _table  # noqa: E402
 from dp.gaussian_domination import gaussian_delta  # noqa: E402
 from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
 from dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
@@ -748,13 +748,16 @@ def _paired(rows: list[dict], method: str, reference: str) -> tuple[float, float
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+# Groups whose rungs are also compared with the servers' default what-if (``diff_vs_default``).
+FROM_DEFAULT_GROUPS = ("from_default", "from_default_rest")
 CHAINS = {"ladder": [f"gap:{n}" for n, _ in LADDER],
           "every_pair": ["gap:served"] + [f"gap:{n}" for n, _ in EVERY_PAIR]}
 
 
 def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dict]:
     """Per method: mean and sd of the 2-way L1 over repeats; its paired difference from the
-    served what-if (``diff_vs_served``, with its standard error) and, on a ladder, from the
+    served what-if (``diff_vs_served``, with its standard error), in the groups from the
+    default from the default's what-if (``diff_vs_default``) and, on a ladder, from the
     rung before (``step_diff``); and those differences as shares of the gap (:func:`shares`)."""
     out = []
     for method in dict.fromkeys(r["method"] for r in rows):
@@ -772,6 +775,10 @@ def summarise(rows: list[dict], table: str, eps: float, rungs: dict) -> list[dic
         paired = _paired(rows, e["method"], "gap:served")
         if paired is not None and e["method"] != "gap:served":
             e["diff_vs_served"], e["diff_vs_served_se"] = paired
+        if e["group"] in FROM_DEFAULT_GROUPS and e["method"] != "gap:default":
+            from_default = _paired(rows, e["method"], "gap:default")
+            if from_default is not None:
+                e["diff_vs_default"], e["diff_vs_default_se"] = from_default
         chain = CHAINS.get(e["group"], [])
         if e["method"] in chain[1:]:
             step = _paired(rows, e["method"], chain[chain.index(e["method"]) - 1])
@@ -834,6 +841,9 @@ def main() -> None:
                         help="the summary to write (refused if it exists)")
     parser.add_argument("--merge", default="",
                         help="instead of running: merge these summaries (a,b,...) into --json")
+    parser.add_argument("--resume", type=Path, default=None,
+                        help="an earlier run's --out: the tasks it finished are not run again "
+                             "(all of them: its summary made again by this code)")
     parser.add_argument("--report", action="store_true",
                         help="instead of running: print --json's results as markdown")
     args = parser.parse_args()
@@ -860,7 +870,8 @@ def main() -> None:
         methods = anchors + register([(n, c) for n, (_, c) in rungs.items()])
         csv, schema, target = _table(table)
         rows = run_utility(csv, schema, target, methods, [eps], [Setting(4, "uniform", None)],
-                           args.repeats, args.out / f"{table}_{eps_text}", args.delta)
+                           args.repeats, args.out / f"{table}_{eps_text}", args.delta,
+                           resume=_earlier_rows(args.resume, f"{table}_{eps_text}"))
         entries += summarise(rows, table, eps, rungs)
         plans += plan_facts(table, schema, _train_rows(csv, schema), eps, args.delta)
         args.json.parent.mkdir(parents=True, exist_ok=True)
