@@ -171,12 +171,15 @@ def run_utility(csv_path: Path, schema: Schema, target_name: str, methods: list[
             f"F1 {row['f1_gbt']:.3f}, {row['seconds']:.1f} s "
             f"({sum(r is not None for r in rows)}/{len(rows)})")
 
-    reused = [i for i, (task, _) in enumerate(work) if _task_key(task) in finished]
-    for index in reused:
-        done(index, finished[_task_key(work[index][0])])
-    if reused:
-        say(f"[bench] {len(reused)} of {len(work)} tasks taken from {resume}")
-    work_left = [(i, w) for i, w in enumerate(work) if rows[i] is None]
+    work_left = []
+    for index, (task, arguments) in enumerate(work):
+        earlier = finished.get(_task_key(task))
+        if earlier is None:
+            work_left.append((index, (task, arguments)))
+        else:
+            done(index, earlier)
+    if len(work_left) < len(work):
+        say(f"[bench] {len(work) - len(work_left)} of {len(work)} tasks taken from {resume}")
     if jobs == 1:
         for index, (task, arguments) in work_left:
             done(index, _evaluate(task, *arguments))

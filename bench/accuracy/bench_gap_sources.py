@@ -279,6 +279,14 @@ def gaussian_pld_rho(epsilon: float, delta: float) -> Fraction:
     return Fraction(lo * lo / 2).limit_denominator(10 ** 15)
 
 
+def curator_rho(schema: Schema, epsilon: float, delta: float) -> Fraction:
+    """The curator's own budget (``central_privsyn``): its scores and publication calibrated
+    on their composed PLD (``privsyn_budget``)."""
+    layout = MarginalLayout.build(schema.domain_sizes)
+    return privsyn_budget(epsilon, delta, len(layout.two_way), len(layout.one_way),
+                          INDIF_SENSITIVITY).rho
+
+
 def _split_arg(cfg: WhatIf) -> dict | None:
     if not cfg.split.startswith("one_way="):
         return None
@@ -330,11 +338,7 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
             plan = build(plan.delta * delta / usable)
     if cfg.budget in ("central", "gaussian-pld"):
         if cfg.budget == "central":
-            # The curator's own budget (``central_privsyn``): its scores and publication
-            # calibrated on their composed PLD.
-            layout = MarginalLayout.build(schema.domain_sizes)
-            rho = privsyn_budget(epsilon, delta, len(layout.two_way), len(layout.one_way),
-                                 INDIF_SENSITIVITY).rho
+            rho = curator_rho(schema, epsilon, delta)
         elif selection == SelectionMode.NONE:
             # The curator's every-pair plan: two-server Gaussians accounted by their PLD,
             # one of them added (``central_privsyn_all``).
@@ -980,10 +984,8 @@ def plan_facts(table: str, schema: Schema, rows: int, eps: float, delta: float) 
                                "variance": float(sel.score_variance)},
                     "two_way_envelope": None if two.joint is None else
                     two.joint.label})
-    layout = MarginalLayout.build(schema.domain_sizes)
     out.append({"table": table, "eps": eps, "rows": rows, "plan": "central",
-                "rho_total": float(privsyn_budget(eps, delta, len(layout.two_way),
-                                                  len(layout.one_way), INDIF_SENSITIVITY).rho)})
+                "rho_total": float(curator_rho(schema, eps, delta))})
     out.append({"table": table, "eps": eps, "rows": rows, "plan": "gaussian-pld",
                 "rho_total": float(gaussian_pld_rho(eps, delta))})
     return out

@@ -67,12 +67,18 @@ def test_each_method_spends_exactly_its_budget(method):
     assert result.records.shape[1] == 3 and len(result.records) > 0
 
 
-def test_runner_writes_results_summary_and_plots(tmp_path):
+def _toy_table(tmp_path, seed: int, rows: int):
+    """A CSV of SCHEMA's columns with ``rows`` random rows, for the runner's tests."""
     path = tmp_path / "t.csv"
-    rng = np.random.default_rng(2)
-    rows = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
-                            f"{['no', 'yes'][rng.integers(2)]}" for _ in range(600)]
-    path.write_text("\n".join(rows) + "\n")
+    rng = np.random.default_rng(seed)
+    lines = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
+                             f"{['no', 'yes'][rng.integers(2)]}" for _ in range(rows)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_runner_writes_results_summary_and_plots(tmp_path):
+    path = _toy_table(tmp_path, seed=2, rows=600)
     out = tmp_path / "bench"
     # Three methods suffice for the runner's bookkeeping (every method has its own test).
     methods = ["central-privsyn", "concat", "feddpsyn"]
@@ -93,11 +99,7 @@ def test_runner_writes_results_summary_and_plots(tmp_path):
 
 
 def test_runner_in_worker_processes_keeps_row_order_and_plots_heterogeneity(tmp_path):
-    path = tmp_path / "t.csv"
-    rng = np.random.default_rng(3)
-    rows = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
-                            f"{['no', 'yes'][rng.integers(2)]}" for _ in range(400)]
-    path.write_text("\n".join(rows) + "\n")
+    path = _toy_table(tmp_path, seed=3, rows=400)
     out = tmp_path / "bench"
     settings = [Setting(2, "uniform", None), Setting(2, "dirichlet", 0.5)]
     results = run_utility(path, SCHEMA, "label", ["central-privsyn", "concat"], [1.0],
@@ -307,11 +309,7 @@ def test_the_envelope_what_if_widens_the_split_release_and_restores_the_set(monk
 
 
 def test_runner_resumes_from_an_interrupted_runs_rows(tmp_path):
-    path = tmp_path / "t.csv"
-    rng = np.random.default_rng(5)
-    rows = ["a,b,label"] + [f"{'xyz'[rng.integers(3)]},{rng.integers(10)},"
-                            f"{['no', 'yes'][rng.integers(2)]}" for _ in range(300)]
-    path.write_text("\n".join(rows) + "\n")
+    path = _toy_table(tmp_path, seed=5, rows=300)
     settings = [Setting(2, "uniform", None), Setting(2, "dirichlet", 0.5)]
     first = run_utility(path, SCHEMA, "label", ["central-privsyn"], [1.0], settings, 2,
                         tmp_path / "first", delta=1e-6, say=lambda _: None)
