@@ -144,18 +144,22 @@ def render_demo_time(files: list[tuple[Path, dict]]) -> list[str]:
     out = ["## The demo's wall time", "",
            "`feddpsyn demo` end to end as a user runs it (servers started, session prepared, "
            "uploads, encrypted aggregation, selection and releases, synthesis), with the "
-           "phases its report records and the machine's 1-minute load average before and "
-           "after.", ""]
+           "phases its report records, the machine's 1-minute load average before and "
+           "after and, in the runs that measured it just before the demo, one core's "
+           "milliseconds per 3-bit lookup (`bench/scale/lookup_rate.py`): the same code's "
+           "time moved by 1.3-1.6x between days on one VM.", ""]
     rows = []
     for path, d in files:
         phases = d["phases"]
+        rate = d.get("lookup_rate")
         rows.append([link(path), d["dataset"], d["selection"], num(d["epsilon"]),
                      f"{d['cores']}", f"{d['load_before'][0]:.2f} / {d['load_after'][0]:.2f}",
+                     "-" if rate is None else f"{rate['ms_per_lookup']:.1f}",
                      f"{d['wall_seconds'] / 60:.1f}",
                      ", ".join(f"{k} {v:.0f}" for k, v in phases.items() if v >= 0.5),
                      num(d["two_way_error"]), num(d["central_two_way_error"])])
     out += table(["file", "data", "selection", "eps", "cores", "load before / after",
-                  "minutes", "phases (s)", "2-way L1", "central 2-way L1"], rows)
+                  "ms a lookup", "minutes", "phases (s)", "2-way L1", "central 2-way L1"], rows)
     out.append("")
     for path, d in files:
         out += [f"{link(path)}:", *provenance(command=d["command"], commit=d["commit"],

@@ -88,7 +88,9 @@ def against(summary: dict, references: list[tuple[str, dict]]) -> dict:
     references' central entries are carried into the result with the command and file they
     came from (an entry's own ``source`` where a gathered references file names one), so the
     one file holds every figure its ratios use. A central cell found in two
-    references is refused: which one a ratio used would not be clear."""
+    references is refused: which one a ratio used would not be clear. A run of served and
+    central methods together is its own reference: given as the summary and as a
+    references file, its central entries are carried once, from the references."""
     central: dict = {}
     carried: list[dict] = []
     for path, reference in references:
@@ -103,6 +105,8 @@ def against(summary: dict, references: list[tuple[str, dict]]) -> dict:
                             "source": e.get("source", path)})
     out = []
     for e in summary["results"]:
+        if e["method"].startswith("central-"):
+            continue  # a reference, not a served entry: carried from the references only
         refs = {m: v for (t, eps, m), v in central.items()
                 if t == e["table"] and eps == float(e["eps"])}
         e = {**e, "ratio_to_best_central": e["mean"] / min(refs.values()) if refs else None,

@@ -3,8 +3,11 @@
 Runs the demo (its defaults unless arguments follow ``--``) in a fresh output folder, times the
 whole process, and keeps the phases the demo's ``report.json`` records (server start, session
 preparation, uploads, the encrypted aggregation, selection and releases, synthesis), each
-server's peak resident memory (``feddpsyn.peak_memory``) and the machine's load average
-before and after: a run on a loaded machine says so in its file.
+server's peak resident memory (``feddpsyn.peak_memory``), the machine's load average
+before and after (a run on a loaded machine says so in its file) and, measured just before
+the demo, one core's milliseconds per 3-bit lookup (``bench/scale/lookup_rate.py``): the
+same code's wall time moved by 1.3-1.6x between days on one VM, so a time is read beside
+the machine's rate of that day.
 
     .venv/bin/python bench/scale/bench_demo_time.py --json bench/results/demo_time/FILE.json
     .venv/bin/python bench/scale/bench_demo_time.py --json OUT.json -- --selection none
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.accuracy.bench_served_vs_central import _commit  # noqa: E402
+from bench.scale.lookup_rate import rate_in_subprocess  # noqa: E402
 
 
 def run_demo(args: list[str], out: Path) -> tuple[float, dict]:
@@ -43,10 +47,13 @@ def run_demo(args: list[str], out: Path) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, required=True, help="the result to write")
+    parser.add_argument("--no-rate", action="store_true",
+                        help="skip the machine's lookup rate (about 20 s before the demo)")
     parser.add_argument("demo_args", nargs="*", help="after --: the demo's own options")
     args = parser.parse_args()
     if args.json.exists():
         raise SystemExit(f"{args.json} exists: results are never overwritten")
+    rate = None if args.no_rate else rate_in_subprocess()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         seconds, report = run_demo(args.demo_args, Path(tmp) / "out")
@@ -59,6 +66,7 @@ def main() -> None:
         "cores": os.cpu_count(), "date": datetime.date.today().isoformat(),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
+        "lookup_rate": rate,
         "wall_seconds": round(seconds, 1), "dataset": report["dataset"],
         "selection": report["selection"].get("mode") if report.get("selection") else "none",
         "epsilon": report["epsilon_budget"], "delta": report["delta"],
@@ -67,7 +75,8 @@ def main() -> None:
         "two_way_error": report["workload_error"].get("two_way"),
         "central_two_way_error": report["central_workload_error"].get("two_way")},
         indent=1) + "\n")
-    print(f"demo: {seconds:.0f} s wall ({args.json})")
+    speed = "" if rate is None else f", {rate['ms_per_lookup']} ms a lookup on one core"
+    print(f"demo: {seconds:.0f} s wall{speed} ({args.json})")
 
 
 if __name__ == "__main__":

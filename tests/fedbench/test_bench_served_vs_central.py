@@ -1,6 +1,7 @@
 """The served-against-central summary's ratios: each served entry is divided by its own
 table and eps's central references, gathered from several reference files, and those
-references travel with it; a central cell given twice is refused."""
+references travel with it; a central cell given twice is refused; a run of served and
+central methods together is its own reference."""
 
 import sys
 from pathlib import Path
@@ -48,3 +49,16 @@ def test_a_central_cell_in_two_references_is_refused():
     ref = {"results": [_entry("a", "central-aim", 1.0, 0.10)]}
     with pytest.raises(SystemExit, match="two references"):
         against(summary, [("one.json", ref), ("two.json", ref)])
+
+
+def test_a_run_of_served_and_central_methods_is_its_own_reference():
+    run = {"command": "both", "results": [_entry("a", "feddpsyn-default", 0.3, 0.0756),
+                                          _entry("a", "central-privsyn-pgm", 0.3, 0.0725)]}
+    aim = {"command": "aim", "results": [_entry("a", "central-aim", 0.3, 0.0791)]}
+    out = against(run, [("run.json", run), ("aim.json", aim)])
+    by = {e["method"]: e for e in out["results"]}
+    assert len(out["results"]) == 3  # the central cell once, from the references
+    assert by["feddpsyn-default"]["ratio_to_central_privsyn_pgm"] == pytest.approx(0.0756 / 0.0725)
+    assert by["feddpsyn-default"]["ratio_to_best_central"] == pytest.approx(0.0756 / 0.0725)
+    assert by["central-privsyn-pgm"]["source"] == "run.json"
+    assert by["central-aim"]["ratio_to_best_central"] == pytest.approx(0.0791 / 0.0725)

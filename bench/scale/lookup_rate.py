@@ -1,0 +1,74 @@
+"""This machine's speed in the unit the encrypted selection spends: one core's milliseconds per
+3-bit table lookup (a programmable bootstrap) at the sessions' p_error 2^-40.
+
+Why: the demo's wall time is mostly Primitive 2's lookups (11-12 a cell at Fed-Heart-Disease's
+width), and the same code on the same VM took 328 s one day and 438 s another, key
+generation 29 s against 44 s (``bench/results/demo_time/``). A wall time is only comparable
+across days next to the machine's rate on that day, measured the same way just before.
+
+What runs: one circuit of ``LOOKUPS`` independent 3-bit lookups (the width of P2's carries and
+sign lookups), compiled and keyed once, then run ``REPEATS`` times with one thread; the
+rate is the best run over the lookups (the least disturbed). Run it in a process whose
+OpenMP and Rayon threads are pinned to one (``rate_in_subprocess`` does), so that the figure
+is a core's.
+
+    .venv/bin/python bench/scale/lookup_rate.py       # prints {"ms_per_lookup": ...}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOOKUPS = 64
+REPEATS = 3
+BITS = 3
+P_ERROR = 2.0 ** -40
+
+
+def measure() -> dict:
+    """The best of ``REPEATS`` runs of ``LOOKUPS`` lookups, in ms a lookup."""
+    import numpy as np
+    from concrete import fhe
+
+    table = fhe.LookupTable([(7 * i + 3) % (1 << BITS) for i in range(1 << BITS)])
+
+    def lookups(x):
+        return table[x]
+
+    values = np.arange(LOOKUPS) % (1 << BITS)
+    configuration = fhe.Configuration(p_error=P_ERROR, global_p_error=None,
+                                      show_progress=False, compress_evaluation_keys=True)
+    circuit = fhe.Compiler(lookups, {"x": "encrypted"}).compile([values], configuration)
+    circuit.keygen()
+    argument = circuit.encrypt(values)
+    keys = circuit.client.evaluation_keys
+    out = circuit.server.run(argument, evaluation_keys=keys)  # the first run loads the keys
+    if not np.array_equal(circuit.decrypt(out), [table[int(v)] for v in values]):
+        raise RuntimeError("the calibration circuit decrypted to wrong values")
+    runs = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        circuit.server.run(argument, evaluation_keys=keys)
+        runs.append(time.perf_counter() - started)
+    return {"ms_per_lookup": round(1000 * min(runs) / LOOKUPS, 2), "lookup_bits": BITS,
+            "p_error": "2^-40", "lookups": LOOKUPS, "runs_s": [round(r, 3) for r in runs]}
+
+
+def rate_in_subprocess() -> dict:
+    """:func:`measure` in a fresh process with one OpenMP and one Rayon thread."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAYON_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve())], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the lookup-rate calibration failed: {done.stderr[-1000:]}")
+    result: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure()))
