@@ -13,10 +13,15 @@ OpenMP and Rayon threads are pinned to one (``rate_in_subprocess`` does), so tha
 is a core's.
 
     .venv/bin/python bench/scale/lookup_rate.py       # prints {"ms_per_lookup": ...}
+    .venv/bin/python bench/scale/lookup_rate.py 3 4 5 6   # one line per lookup width
+
+The second form answers a design question of Primitive 2: its digits are base 4 so that every
+lookup is 3 bits wide; wider digits need fewer lookups a cell but wider ones, each dearer.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -30,17 +35,17 @@ BITS = 3
 P_ERROR = 2.0 ** -40
 
 
-def measure() -> dict:
-    """The best of ``REPEATS`` runs of ``LOOKUPS`` lookups, in ms a lookup."""
+def measure(bits: int = BITS) -> dict:
+    """The best of ``REPEATS`` runs of ``LOOKUPS`` lookups of ``bits`` bits, in ms a lookup."""
     import numpy as np
     from concrete import fhe
 
-    table = fhe.LookupTable([(7 * i + 3) % (1 << BITS) for i in range(1 << BITS)])
+    table = fhe.LookupTable([(7 * i + 3) % (1 << bits) for i in range(1 << bits)])
 
     def lookups(x):
         return table[x]
 
-    values = np.arange(LOOKUPS) % (1 << BITS)
+    values = np.arange(LOOKUPS) % (1 << bits)
     configuration = fhe.Configuration(p_error=P_ERROR, global_p_error=None,
                                       show_progress=False, compress_evaluation_keys=True)
     circuit = fhe.Compiler(lookups, {"x": "encrypted"}).compile([values], configuration)
@@ -55,7 +60,7 @@ def measure() -> dict:
         started = time.perf_counter()
         circuit.server.run(argument, evaluation_keys=keys)
         runs.append(time.perf_counter() - started)
-    return {"ms_per_lookup": round(1000 * min(runs) / LOOKUPS, 2), "lookup_bits": BITS,
+    return {"ms_per_lookup": round(1000 * min(runs) / LOOKUPS, 2), "lookup_bits": bits,
             "p_error": "2^-40", "lookups": LOOKUPS, "runs_s": [round(r, 3) for r in runs]}
 
 
@@ -70,5 +75,15 @@ def rate_in_subprocess() -> dict:
     return result
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bits", nargs="*", type=int, default=[BITS],
+                        help="lookup widths to measure (default 3)")
+    for bits in parser.parse_args().bits:
+        if not 1 <= bits <= 8:
+            raise SystemExit(f"lookup width {bits}: choose 1 to 8 bits")
+        print(json.dumps(measure(bits)), flush=True)
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure()))
+    main()
