@@ -6,11 +6,11 @@ width), and the same code on the same VM took 328 s one day and 438 s another, k
 generation 29 s against 44 s (``bench/results/demo_time/``). A wall time is only comparable
 across days next to the machine's rate on that day, measured the same way just before.
 
-What runs: one circuit of ``LOOKUPS`` independent 3-bit lookups (the width of P2's carries and
-sign lookups), compiled and keyed once, then run ``REPEATS`` times with one thread; the
-rate is the best run over the lookups (the least disturbed). Run it in a process whose
-OpenMP and Rayon threads are pinned to one (``rate_in_subprocess`` does), so that the figure
-is a core's.
+What runs: one circuit of ``LOOKUPS`` independent lookups, 3 bits wide unless asked (the
+width of P2's carries and sign lookups), compiled and keyed once, then run ``REPEATS`` times
+with one thread; the rate is the best run over the lookups (the least disturbed). Run it in
+a process whose OpenMP and Rayon threads are pinned to one (``rate_in_subprocess`` does), so
+that the figure is a core's.
 
     .venv/bin/python bench/scale/lookup_rate.py       # prints {"ms_per_lookup": ...}
     .venv/bin/python bench/scale/lookup_rate.py 3 4 5 6   # one line per lookup width
