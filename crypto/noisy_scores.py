@@ -23,15 +23,21 @@ One concrete module, one key set, three functions:
   and Naor (2006), a xor b = a + b - 2ab per bit (leveled: a clear product, never negative
   on the way; ``crypto.joint_noise``), summed column-wise as in a Wallace-tree multiplier's
   partial-product columns (Wallace 1964): col_j = the u bits of weight 2^j, at most u, leveled;
-  then one ripple-carry pass with a multi-bit column operand, t_j = x_j + col_j + carry_j,
-  carry_(j+1) = floor(t_j / 2) (one lookup), digit t_j - 2 carry_(j+1) (leveled): out_bits - 1
-  lookups a score, as ``noise``. The lookup's input is at most 2u + 1
-  (:meth:`NoisyScoreShape.column_maxima` computes each column's bound exactly), so the plan
-  caps u (``params.noise_rules.SCORE_LOOKUP_BITS``): a wide lookup would enlarge the whole
-  module's keys. Measured on the tiny test module (k = 6, 6-cell chunks, 6-bit scores):
-  compressed evaluation keys 96 MB with ``noise``, 99 / 124 / 237 MB with ``joint`` at
-  2 x 3 / 6 x 3 / 30 x 2 uniforms (3-, 4-, 6-bit lookups), keygen 9-14 s; at Adult's
-  widths see ``params.noise_rules.SCORE_LOOKUP_BITS``.
+  then ripple-carry passes with a multi-bit column operand, t_j = x_j + col_j + carry_j,
+  carry_(j+1) = floor(t_j / 2) (one lookup), digit t_j - 2 carry_(j+1) (leveled): at most
+  out_bits - 1 lookups a pass (none where t_j cannot reach 2). A pass's lookup input is at
+  most 2g + 1 for its g uniforms (:meth:`NoisyScoreShape.column_maxima` computes each
+  column's bound exactly), and a wide lookup enlarges the whole module's keys, so the
+  uniforms are split into the fewest passes whose lookups fit PASS_LOOKUP_BITS
+  (:attr:`NoisyScoreShape.pass_sizes`; each later pass adds its uniforms to the last one's
+  digits); the plan caps u at 30 (``params.noise_rules.SCORE_MAX_UNIFORMS``): two passes.
+  Fed-Heart-Disease's 28 uniforms of 6 bits in two 5-bit passes against one 6-bit pass
+  (``bench/primitives/bench_joint_scores.py``, its ``one-pass`` baseline in the same run):
+  evaluation keys 131 against 350 MB (x0.37), key generation x0.41, a score's call x0.68
+  (22 lookups against 11). Measured on the tiny test module before the passes (k = 6,
+  6-cell chunks, 6-bit scores): compressed evaluation keys 96 MB with ``noise``, 99 / 124 /
+  237 MB with ``joint`` at 2 x 3 / 6 x 3 / 30 x 2 uniforms (3-, 4-, 6-bit lookups in one
+  pass), keygen 9-14 s; at Adult's widths see ``params.noise_rules.SCORE_LOOKUP_BITS``.
   The output is the out_bits = bitlength(2^n - 1 + span) digits of InDif + Z + span/2: it is
   never negative (the uncentred sum is) and never wraps (both terms are bounded: no tail, no
   fail-closed case). The centring is public and exact: :class:`JointNoiseShape` admits only
@@ -77,7 +83,8 @@ from crypto.private_selection import (
 )
 from dp.joint_noise_accounting import JointNoiseShape
 
-__all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "noise_offset_bits",
+__all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "PASS_LOOKUP_BITS",
+           "noise_offset_bits",
            "noise_operand", "noisy_score_plaintext", "decode_noisy_score",
            "noise_tail_probability", "noise_tail_delta", "compile_noisy_scores",
            "joint_score_plaintext", "decode_joint_score", "decode_score"]
@@ -86,6 +93,12 @@ Array = np.ndarray[Any, Any]
 
 # 2^B >= 40 sigma: P[|z| >= 2^B] <= 2 exp(-800) per draw (module docstring).
 NOISE_TAIL_SIGMAS = 40
+
+# ``joint``'s widest lookup: its uniforms are added in as many passes as keep every carry's
+# input below 2^5 (15 uniforms a pass). A 5-bit lookup costs 43 ms against 100 ms for a
+# 6-bit one (``bench/scale/lookup_rate.py 5 6``), so two 5-bit passes (22 lookups) cost less
+# than one 6-bit pass (11), and the module's keys shrink (module docstring).
+PASS_LOOKUP_BITS = 5
 
 _CARRY = fhe.LookupTable([0, 0, 1, 1])
 
@@ -102,6 +115,8 @@ class NoisyScoreShape:
     noise_bits: int    # B: |z| < 2^B, the clear operand is z + 2^B (two-server scores)
     # One joint noise per score (``joint``), or None: the compute server's clear noise.
     joint: JointNoiseShape | None = None
+    # ``joint``'s widest lookup a pass may use (the bench's one-pass baseline sets it wider).
+    pass_bits: int = PASS_LOOKUP_BITS
 
     def __post_init__(self) -> None:
         check_chunk_sizes(self.chunk_sizes)
@@ -120,28 +135,61 @@ class NoisyScoreShape:
 
     @property
     def noise_bootstraps(self) -> int:
-        """Lookups of one ``noise`` or ``joint`` call: one carry per digit but the last."""
-        return self.out_bits - 1
+        """Lookups of one ``noise`` or ``joint`` call: one carry per digit but the last (in
+        each of ``joint``'s passes, where the digit's total can reach 2: below that the
+        carry is 0 and no lookup is made)."""
+        if self.joint is None:
+            return self.out_bits - 1
+        return sum(1 for maxima in self.column_maxima() for top in maxima[:-1] if top >= 2)
 
-    def column_maxima(self) -> list[int]:
-        """``joint``: the largest total t_j = x_j + col_j + carry_j of each digit (the
-        lookup's input; its bit length is the module's widest lookup)."""
+    @property
+    def pass_sizes(self) -> tuple[int, ...]:
+        """``joint``'s passes: how many uniforms each adds, the fewest passes (sizes within
+        one of each other) whose every lookup fits ``pass_bits`` (``noise``: one pass)."""
+        if self.joint is None:
+            return (1,)
+        u = self.joint.uniforms
+        for passes in range(1, u + 1):  # bounded: u passes of one uniform always fit
+            sizes = tuple(u // passes + (1 if p < u % passes else 0) for p in range(passes))
+            if _pass_lookup_bits(self._pass_maxima(sizes)) <= self.pass_bits:
+                return sizes
+        raise ValueError("no split of the uniforms fits the pass's lookups")  # unreachable
+
+    def _pass_maxima(self, sizes: tuple[int, ...]) -> list[list[int]]:
+        # The first pass adds to the score's n bit digits; each later pass to the last one's
+        # out_bits digits, bits except the top, whose bound is that pass's top total.
+        joint = cast(JointNoiseShape, self.joint)
+        n, w = self.score_bits, joint.bits
+        digit_max = [1 if j < n else 0 for j in range(self.out_bits)]
+        out = []
+        for size in sizes:  # bounded: one pass each
+            maxima, carry = [], 0
+            for j in range(self.out_bits):  # bounded: one step per digit
+                total = digit_max[j] + (size if j < w else 0) + carry
+                maxima.append(total)
+                carry = total // 2
+            out.append(maxima)
+            digit_max = [1] * (self.out_bits - 1) + [maxima[-1]]
+        return out
+
+    def column_maxima(self) -> list[list[int]]:
+        """``joint``: per pass, the largest total t_j = x_j + col_j + carry_j of each digit
+        (the lookup's input; the widest one's bit length is the module's widest lookup)."""
         if self.joint is None:
             raise ValueError("a two-server score shape has no columns")
-        n, w, u = self.score_bits, self.joint.bits, self.joint.uniforms
-        maxima, carry = [], 0
-        for j in range(self.out_bits):  # bounded: one pass per digit
-            total = (1 if j < n else 0) + (u if j < w else 0) + carry
-            maxima.append(total)
-            carry = total // 2
-        return maxima
+        return self._pass_maxima(self.pass_sizes)
 
     @property
     def lookup_bits(self) -> int:
         """The widest lookup input of ``joint`` (``noise``: 2 bits)."""
         if self.joint is None:
             return 2
-        return max(self.column_maxima()[:-1] + [1]).bit_length()
+        return _pass_lookup_bits(self.column_maxima())
+
+
+def _pass_lookup_bits(maxima: list[list[int]]) -> int:
+    # Every digit but the top one has a carry lookup on its total.
+    return max(max(m[:-1] + [1]) for m in maxima).bit_length()
 
 
 def noise_offset_bits(sigma2: Fraction) -> int:
@@ -240,29 +288,32 @@ def _joint_function(shape: NoisyScoreShape) -> Callable[[Any, Any, Any], Any]:
     n, out_bits = shape.score_bits, shape.out_bits
     # Only called for a shape with ``joint`` set (compile_noisy_scores checks).
     joint_shape = cast(JointNoiseShape, shape.joint)
-    u, w = joint_shape.uniforms, joint_shape.bits
-    maxima = shape.column_maxima()
+    w = joint_shape.bits
+    passes = list(zip(shape.pass_sizes, shape.column_maxima(), strict=True))
 
     def joint(x: Any, a: Any, b: Any) -> Any:
         # a xor b = a + b - 2ab per bit: leveled, and never negative on the way.
         e = fhe.hint(a + b - 2 * (a * b), can_store=1)
-        digits, carry = [], None
-        for j in range(out_bits):
-            total = None
-            if j < w:
-                total = e[j]
-                for g in range(1, u):  # the uniforms' bits of weight 2^j: col_j <= u
-                    total = total + e[g * w + j]
-            if j < n:
-                total = x[j] if total is None else total + x[j]
-            if carry is not None:
-                total = carry if total is None else total + carry
-            total = fhe.hint(total, can_store=maxima[j])
-            if j + 1 < out_bits:
-                carry = fhe.hint(fhe.univariate(_half)(total), can_store=maxima[j] // 2)
-                digits.append(fhe.hint(total - 2 * carry, can_store=1))
-            else:  # the sum never reaches 2^out_bits: the top total is already the digit
-                digits.append(total)
+        zero = x[0] * 0  # the digits above the score's n, before a carry reaches them
+        digits: list[Any] = [x[j] if j < n else zero for j in range(out_bits)]
+        first = 0
+        for size, maxima in passes:  # bounded: the shape's passes
+            out, carry = [], None
+            for j in range(out_bits):
+                total = digits[j]
+                if j < w:  # this pass's uniforms' bits of weight 2^j: at most ``size``
+                    for g in range(first, first + size):
+                        total = total + e[g * w + j]
+                if carry is not None:
+                    total = total + carry
+                total = fhe.hint(total, can_store=max(1, maxima[j]))
+                if j + 1 < out_bits and maxima[j] >= 2:
+                    carry = fhe.hint(fhe.univariate(_half)(total), can_store=maxima[j] // 2)
+                    out.append(fhe.hint(total - 2 * carry, can_store=1))
+                else:  # a bit already (no carry), or the top total: the sum never reaches
+                    out.append(total)  # 2^out_bits
+                    carry = None
+            digits, first = out, first + size
         return fhe.array(digits)
 
     return joint

@@ -16,7 +16,16 @@ Design concerns:
   release may touch: a fixed release's own chunks; a selected release's every chunk holding
   pair cells, and 1-way cells where it tops up the 1-ways (which pairs are chosen, and which
   1-ways topped up, is published with the release anyway). A request that
-  arrives first makes its chunk on the spot. Every set is as wide as the session's circuit
+  arrives first makes its chunk on the spot.
+* **Firm chunks first, guesses last, none once they are known to be unneeded.** A fixed
+  release's chunks, and a selected release's once its pairs are decided, are *firm*: the
+  compute server will ask for every one of them. Before the decision a selected release's
+  chunks are a guess (the demo's noisy-greedy kept 19 of Fed-Heart-Disease's 66 pairs,
+  whose cells fill 12 of the 26 chunks), so they come after everything firm, the joint scores'
+  bits included (``keyserver.service``), and once the pairs are decided only the chunks
+  they touch are made. What the offline pool makes it makes at a lower CPU priority
+  (``keyserver.offline_pool``), so a guess takes only what the compute server leaves idle
+  on a host they share. Every set is as wide as the session's circuit
   (``SessionPlan.joint_columns``): for noisy-greedy's split 2-way release that is its
   envelope, the widest shape any selection's groups may take, so the bits are ready before
   anyone knows how many pairs will be kept; the compute server gives the bits past a cell's
@@ -30,6 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.serving import Database, ServiceError
@@ -63,11 +73,27 @@ def release_chunks(plan: SessionPlan, name: str) -> list[int]:
     return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
 
 
-def _joint_chunks(plan: SessionPlan) -> list[tuple[str, int]]:
-    """Every (release, chunk) whose bits the offline job prepares: each joint release's
-    chunks (:func:`release_chunks`), in release order."""
-    return [(spec.name, chunk) for spec in plan.releases if spec.joint is not None
-            for chunk in release_chunks(plan, spec.name)]
+# The chunks a release touches once its marginals are decided (fixed, or its pairs chosen),
+# else None: ``keyserver.releases.Releases.decided_chunks``.
+DecidedChunks = Callable[[str, SessionPlan, str], "list[int] | None"]
+
+
+def _joint_chunks(plan: SessionPlan, session_id: str, decided: DecidedChunks
+                  ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(firm, guessed) (release, chunk)s whose bits the offline job prepares, in release
+    order (module docstring): a joint release's chunks once its marginals are decided,
+    else every chunk it may touch (:func:`release_chunks`), as a guess."""
+    firm: list[tuple[str, int]] = []
+    guessed: list[tuple[str, int]] = []
+    for spec in plan.releases:
+        if spec.joint is None:
+            continue
+        chunks = decided(session_id, plan, spec.name)
+        if chunks is None:
+            guessed += [(spec.name, chunk) for chunk in release_chunks(plan, spec.name)]
+        else:
+            firm += [(spec.name, chunk) for chunk in chunks]
+    return firm, guessed
 
 
 class StoredOnce:
@@ -118,8 +144,9 @@ class DrawAndEncryptCoins:
 class JointCoins:
     """Encrypted bits of this server for each joint release's chunks."""
 
-    def __init__(self, sessions: SessionRegistry, pool: OfflinePool):
+    def __init__(self, sessions: SessionRegistry, pool: OfflinePool, decided: DecidedChunks):
         self._sessions = sessions
+        self._decided = decided
         self.db: Database = sessions.db
         self._sets = StoredOnce(self.db)
         self._pool = pool
@@ -153,18 +180,21 @@ class JointCoins:
         if plan.joint_columns == 0:
             return 0, 0
         have = self._sets.held(session_id)
-        needed = _joint_chunks(plan)
+        firm, guessed = _joint_chunks(plan, session_id, self._decided)
+        needed = firm + guessed
         return sum(1 for c in needed if c in have), len(needed)
 
-    def prepare_one(self) -> bool:
-        """Encrypt missing chunks of one session's joint releases, at most one per worker of
+    def prepare_one(self, guesses: bool = False) -> bool:
+        """Encrypt missing firm chunks of one session's joint releases (with ``guesses``:
+        also chunks of releases whose pairs are not decided yet), at most one per worker of
         the offline pool; False if none is missing (bounded: that many chunks a call)."""
         for session_id in self._sessions.runnable_session_ids():
             plan = self._sessions.plan(session_id)
             if plan.joint_columns == 0:
                 continue
             have = self._sets.held(session_id)
-            missing = [c for c in _joint_chunks(plan) if c not in have]
+            firm, guessed = _joint_chunks(plan, session_id, self._decided)
+            missing = [c for c in firm + (guessed if guesses else []) if c not in have]
             if missing:
                 self._make(session_id, plan, missing[:self._pool.workers])
                 return True

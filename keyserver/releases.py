@@ -71,6 +71,18 @@ class Releases:
         chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
         return chunks, cells
 
+    def decided_chunks(self, session_id: str, plan: SessionPlan, name: str) -> list[int] | None:
+        """The chunks a release touches once its marginals are known (a fixed release's
+        always, a selected one's once its pairs are chosen), else None."""
+        spec = plan.release(name)
+        if not spec.marginal_keys and plan.selection is not None \
+                and self._selection.selected_pairs(session_id) is None:
+            return None
+        try:
+            return self.release_chunks(session_id, plan, name)[0]
+        except (ValueError, ServiceError):
+            return []  # a release that cannot resolve is refused when asked: nothing firm
+
     def _release_spec(self, session_id: str, plan: SessionPlan, name: str):
         try:
             spec = plan.release(name)

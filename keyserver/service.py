@@ -63,7 +63,7 @@ class KeyServer:
         self.uploads = MaskedUploads(self.sessions, self.privacy_ledger, self.offline_pool)
         self.selection = SelectionRole(self, self.privacy_ledger, self.offline_pool)
         self.releases = Releases(self.sessions, self.privacy_ledger, self.selection)
-        self.coins = JointCoins(self.sessions, self.offline_pool)
+        self.coins = JointCoins(self.sessions, self.offline_pool, self.releases.decided_chunks)
         self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
                                               workers=preparation_workers)
         # The compute server's latest report of a long step, per session (status only).
@@ -133,15 +133,19 @@ class KeyServer:
 
     def run_encryption_job(self) -> int:
         """One pass of the offline job: clients' masked vectors first (they gate the
-        compute server), then at most one chunk of joint-noise bits a worker of the offline
-        pool (``keyserver.coins``), else at most one pair's bits a worker of noisy-greedy's
-        joint scores (``keyserver.noisy_greedy``). A pass with nothing to do ends the pool's
-        workers once they have been idle long enough (their keys' memory is freed)."""
+        compute server), then at most one firm chunk of joint-noise bits a worker of the
+        offline pool (``keyserver.coins``), else at most one pair's bits a worker of
+        noisy-greedy's joint scores (``keyserver.noisy_greedy``; needed as soon as P2 ends),
+        else at most one guessed chunk a worker (a selected release's, before its pairs are
+        decided). A pass with nothing to do ends the pool's workers once they have been idle
+        long enough (their keys' memory is freed)."""
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
             done = 1
         if done == 0 and self.selection.noisy_greedy.prepare_one(
                 self.sessions.runnable_session_ids()):
+            done = 1
+        if done == 0 and self.coins.prepare_one(guesses=True):
             done = 1
         if done == 0:
             self.offline_pool.end_idle()

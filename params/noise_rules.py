@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from crypto.joint_noise import check_room, choose_shape
-from crypto.noisy_scores import NoisyScoreShape
+from crypto.noisy_scores import PASS_LOOKUP_BITS, NoisyScoreShape
 from dp.gaussian_domination import mu_at_most, shape_dominated
 from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
 from dp.joint_noise_accounting import (
@@ -62,15 +62,16 @@ JOINT_DELTA_SHARE = 0.01
 # bits by 0.919 (measured with ``dp.gaussian_domination.dominated``); a tenth of delta costs
 # the session about 2% of eps at delta 1e-5.
 GAUSSIAN_BOUND_SHARE = 0.1
-# noisy-greedy's joint scores: the widest lookup their carry chain may use (a lookup's input
-# is a digit plus a column of the uniforms' bits plus a carry, up to 2 uniforms + 1, so this
-# caps the uniforms at 30). Measured at the servers' plans
-# (``bench/primitives/bench_joint_scores.py``, results in ``bench/results/joint_scores.json``;
-# Adult, 17 lookups a score): compressed evaluation keys 130.6 MB with the two-server
-# ``noise``, 130.8 MB with 5-bit lookups (12 x 8 and 14 x 7 uniforms), 307.1 MB with 6-bit
-# (16 x 6); a score's call 0.37 / 0.54 / 1.03 s once the keys are in use, small next to P2.
-SCORE_LOOKUP_BITS = 6
-SCORE_MAX_UNIFORMS = 30  # what SCORE_LOOKUP_BITS allows (above)
+# noisy-greedy's joint scores: the widest lookup their carry chain uses
+# (``crypto.noisy_scores.PASS_LOOKUP_BITS``: the uniforms are added in passes that keep it
+# there). Measured at the servers' plans (``bench/primitives/bench_joint_scores.py``, results
+# in ``bench/results/joint_scores.json``; Adult, 17 lookups a score): compressed evaluation
+# keys 130.6 MB with the two-server ``noise``, 130.8 MB with 5-bit lookups (12 x 8 and 14 x 7
+# uniforms), 307.1 MB with 6-bit (16 x 6); a score's call 0.37 / 0.54 / 1.03 s once the keys
+# are in use, small next to P2.
+SCORE_LOOKUP_BITS = PASS_LOOKUP_BITS
+# At most two passes (15 uniforms a pass fit): the shapes 6-bit lookups allowed in one pass.
+SCORE_MAX_UNIFORMS = 30
 
 
 def fewest_matching(most: int, matches) -> int:

@@ -70,3 +70,11 @@ class Undecryptable:
 
     def run(self, keys: EchoKeys) -> list[bytes]:
         raise TaskRefused("the outputs do not decrypt under this session's keys")
+
+
+@dataclass(frozen=True)
+class Niceness:
+    """Answers its worker's niceness."""
+
+    def run(self, keys: EchoKeys) -> list[bytes]:
+        return [str(os.nice(0)).encode()]

@@ -12,8 +12,11 @@ noise "auto", ``max_rows`` stated as the demo states it; delta 1e-5) for noisy-g
 bundled tables: Adult at eps 0.5 / 1 / 2 and Fed-Heart-Disease at eps 1. Per session, the
 score module is compiled as the key server compiles it (``keyserver.noisy_greedy``:
 ``compile_noisy_scores(plan.selection.noisy_shape(plan.used_chunk_sizes()),
-plan.selection.p_error)``): once with the plan's joint shape and once with the same widths
-and the two-server ``noise`` (``joint=None``, the plan's noise_bits). Measured per variant:
+plan.selection.p_error)``): once with the plan's joint shape, once with the same widths
+and the two-server ``noise`` (``joint=None``, the plan's noise_bits), and, where the joint
+shape's uniforms take two passes (``NoisyScoreShape.pass_sizes``), once more with them in one
+wide carry chain (``one-pass``, the design before the passes: Fed-Heart-Disease's 28
+uniforms then needed 6-bit lookups). Measured per variant:
 
 * compile seconds (once; the order alternates between sessions, and a process's first
   compile carries a one-off warm-up, so these are indicative only);
@@ -34,8 +37,8 @@ carry chain), the compute server's N_Z(0, sigma2) draw from ``dp.discrete_gaussi
 ``secrets`` (joint; ``joint_score_plaintext``, ``decode_joint_score`` against
 ``crypto.joint_noise.joint_noise_plaintext``); a mismatch stops the bench. Within each
 repeat the variants alternate (key generation in turn, then the calls interleaved, the
-order reversed every other repeat); the machine is shared, so only the ratios joint /
-two-server of one run count.
+order reversed every other repeat); the machine is shared, so only the ratios of one run
+count (joint / two-server, joint / one-pass).
 
 Run: echo 19 > /proc/self/autogroup; .venv/bin/python bench/primitives/bench_joint_scores.py
 --json bench/results/joint_scores.json  [--repeats 3 --calls 3 | --quick]
@@ -90,7 +93,10 @@ DELTA = 1e-5
 SESSIONS = (("fed_heart_disease", 1.0), ("adult", 0.5), ("adult", 1.0), ("adult", 2.0))
 QUICK_SESSIONS = (("fed_heart_disease", 1.0),)
 MAX_REPEATS, MAX_CALLS = 20, 50
-VARIANTS = ("two-server", "joint")
+VARIANTS = ("two-server", "joint", "one-pass")
+# The one-pass baseline: the joint shape's uniforms in a single carry chain, as wide as they
+# need (the design before the passes); compiled only where the joint shape takes two passes.
+ONE_PASS_BITS = 8
 
 
 class ScoreMismatch(RuntimeError):
@@ -115,7 +121,13 @@ class ScoreSession:
         return f"{self.dataset} eps {self.epsilon:g}"
 
     def variant_shape(self, name: str) -> NoisyScoreShape:
+        if name == "one-pass":
+            return replace(self.shape, pass_bits=ONE_PASS_BITS)
         return self.shape if name == "joint" else replace(self.shape, joint=None)
+
+    def variants(self) -> tuple[str, ...]:
+        """The variants this session compiles: the one-pass baseline where it differs."""
+        return VARIANTS if len(self.shape.pass_sizes) > 1 else VARIANTS[:2]
 
     def facts(self) -> dict:
         joint = self.shape.joint
@@ -266,13 +278,14 @@ def summarise(variants: dict[str, dict]) -> dict:
             "first_call_s": median([c["call_s"] for c in first]) if first else None,
             "bootstraps_per_call": data["bootstraps_per_call"],
             "lookup_bits": data["lookup_bits"], "calls": len(calls), "repeats": len(keygens)}
-    if set(VARIANTS) <= set(summary):
-        two, joint = summary["two-server"], summary["joint"]
-        summary["ratio_joint_over_two_server"] = {
-            key: joint[key] / two[key]
-            for key in ("evaluation_key_mb", "keygen_s", "call_s", "call_cpu_s",
-                        "first_call_s", "bootstraps_per_call")
-            if joint[key] is not None and two[key] is not None}
+    keys = ("evaluation_key_mb", "keygen_s", "call_s", "call_cpu_s", "first_call_s",
+            "bootstraps_per_call")
+    for base in ("two-server", "one-pass"):
+        if base in summary and "joint" in summary:
+            joint, other = summary["joint"], summary[base]
+            summary[f"ratio_joint_over_{base.replace('-', '_')}"] = {
+                key: joint[key] / other[key] for key in keys
+                if joint[key] is not None and other[key] is not None}
     return summary
 
 
@@ -282,11 +295,12 @@ def _log(line: str) -> None:
 
 def compile_variants(session: ScoreSession, log=_log, reverse: bool = False
                      ) -> list[ScoreVariant]:
-    """Both score modules at the session's widths, as the key server compiles them (in
+    """The session's score modules at its widths, as the key server compiles them (in
     VARIANTS' order, or reversed: a process's first compile carries a one-off warm-up);
     returned in VARIANTS' order."""
     variants = []
-    for name in (VARIANTS[::-1] if reverse else VARIANTS):  # bounded: two variants
+    names = session.variants()
+    for name in (names[::-1] if reverse else names):  # bounded: at most three variants
         variant = ScoreVariant.compiled(name, session.variant_shape(name), session.p_error,
                                         session.sigma2)
         variants.append(variant)
@@ -330,16 +344,21 @@ def table(results: list[SessionResult]) -> str:
     lines = [head, "-" * len(head)]
     for result in results:
         summary = summarise(result.variants)
-        for name in VARIANTS:
+        for name in result.session.variants():
             s = summary[name]
             lines.append(f"{result.session.label:24s} {name:10s} {s['lookup_bits']:6d} "
                          f"{s['bootstraps_per_call']:4d} {s['evaluation_key_mb']:8.1f} "
                          f"{s['keygen_s']:8.2f} {s['call_s']:7.2f} {s['call_cpu_s']:7.2f} "
                          f"{_number(s['first_call_s'])}")
-        r = summary["ratio_joint_over_two_server"]
-        lines.append(f"{'':24s} {'joint/two':10s} {'':6s} {r['bootstraps_per_call']:4.2f} "
-                     f"{r['evaluation_key_mb']:8.2f} {r['keygen_s']:8.2f} {r['call_s']:7.2f} "
-                     f"{r['call_cpu_s']:7.2f} {_number(r.get('first_call_s'))}")
+        for label, key in (("joint/two", "ratio_joint_over_two_server"),
+                           ("joint/1pass", "ratio_joint_over_one_pass")):
+            if key not in summary:
+                continue
+            r = summary[key]
+            lines.append(f"{'':24s} {label:10s} {'':6s} {r['bootstraps_per_call']:4.2f} "
+                         f"{r['evaluation_key_mb']:8.2f} {r['keygen_s']:8.2f} "
+                         f"{r['call_s']:7.2f} {r['call_cpu_s']:7.2f} "
+                         f"{_number(r.get('first_call_s'))}")
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from crypto.indif import digits_of, indif_exact, indif_offset
 from crypto.noisy_scores import (
+    PASS_LOOKUP_BITS,
     NoisyScoreShape,
     compile_noisy_scores,
     decode_joint_score,
@@ -27,9 +28,10 @@ from params.schema import Schema
 from params.session_plan import SessionPlan
 
 K, CELLS, N = 6, 6, 6
-# Six 2-bit uniforms: columns of up to 6 bits plus a digit, carries up to 5 (4-bit lookups).
+# 22 2-bit uniforms: one pass would total up to 34 (6-bit lookups), so they are added in
+# two passes of 11, each total at most 18 (5-bit lookups), the second on the first's digits.
 SHAPE = NoisyScoreShape(count_bits=K, chunk_sizes=(CELLS,), score_bits=N, noise_bits=1,
-                        joint=JointNoiseShape(6, 2))
+                        joint=JointNoiseShape(22, 2))
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +46,21 @@ def _value(digits) -> int:
 
 
 def test_the_widths_are_what_the_docstring_claims():
-    assert SHAPE.out_bits == ((1 << N) - 1 + SHAPE.joint.span).bit_length() == 7
-    assert max(SHAPE.column_maxima()) == 10 and SHAPE.lookup_bits == 4
-    assert SHAPE.noise_function == "joint" and SHAPE.noise_bootstraps == SHAPE.out_bits - 1
+    assert SHAPE.out_bits == ((1 << N) - 1 + SHAPE.joint.span).bit_length() == 8
+    assert SHAPE.pass_sizes == (11, 11)
+    assert [max(m) for m in SHAPE.column_maxima()] == [18, 18] and SHAPE.lookup_bits == 5
+    # A carry only where a digit's total can reach 2: the first pass's digit 6 holds at
+    # most the carry 1 from below (13 lookups, not 14).
+    assert SHAPE.column_maxima()[0][6] == 1
+    assert SHAPE.noise_function == "joint"
+    assert SHAPE.noise_bootstraps == 2 * (SHAPE.out_bits - 1) - 1
+    # One pass where its lookups fit: six uniforms total at most 10 (4-bit lookups).
+    one = replace(SHAPE, joint=JointNoiseShape(6, 2))
+    assert one.pass_sizes == (6,) and one.lookup_bits == 4
+    assert one.noise_bootstraps == one.out_bits - 1
+    # The plan's largest score shapes (30 uniforms) take two passes of 5-bit lookups.
+    widest = replace(SHAPE, score_bits=17, joint=JointNoiseShape(30, 6))
+    assert widest.pass_sizes == (15, 15) and widest.lookup_bits == PASS_LOOKUP_BITS
 
 
 def test_joint_noise_on_indif_matches_its_model(module):
@@ -148,7 +162,8 @@ def test_each_servers_view_of_a_score_is_the_shapes_law_given_its_own_bits():
     decoded score minus InDif takes each value exactly as often as the shape's pmf says. So
     what the key server decrypts is InDif + Z with Z of the shape given its a, and the pick
     the compute server sees is a function of that value with Z of the shape given its b."""
-    joint = SHAPE.joint
+    small = replace(SHAPE, joint=JointNoiseShape(6, 2))  # the model does not depend on passes
+    joint = small.joint
     bits = joint.uniforms * joint.bits
     every = ((np.arange(1 << bits)[:, None] >> np.arange(bits)) & 1).astype(np.int64)
     expected = joint.counts()
@@ -157,7 +172,7 @@ def test_each_servers_view_of_a_score_is_the_shapes_law_given_its_own_bits():
                   np.array([secrets.randbits(1) for _ in range(bits)], np.int64)):
         for ks, cs in ((lambda o, fixed=fixed: fixed, lambda o: o),
                        (lambda o: o, lambda o, fixed=fixed: fixed)):
-            z = [decode_joint_score(joint_score_plaintext(score, ks(o), cs(o), SHAPE), SHAPE)
+            z = [decode_joint_score(joint_score_plaintext(score, ks(o), cs(o), small), small)
                  - score for o in every]
             observed = np.bincount(np.asarray(z) + joint.span // 2, minlength=len(expected))
             assert observed.tolist() == expected

@@ -85,6 +85,31 @@ def test_the_table_divides_the_same_runs_medians():
     assert lines[-1].split()[1:] == ["1.00", "3.00", "2.20", "2.75", "2.75", "3.00"]
 
 
+def test_a_two_pass_shape_is_also_divided_by_its_one_pass_baseline():
+    """Where the joint shape takes two passes, the same uniforms in one wide carry chain are
+    the baseline of the same run (its own row and a joint/1pass ratio)."""
+    two_pass = bench.replace(TINY, shape=bench.replace(TINY.shape, score_bits=6,
+                                                       joint=JointNoiseShape(22, 2)))
+    assert two_pass.shape.pass_sizes == (11, 11) and two_pass.variants() == bench.VARIANTS
+    assert TINY.variants() == ("two-server", "joint")
+    assert two_pass.variant_shape("one-pass").pass_sizes == (22,)
+    assert two_pass.variant_shape("one-pass").lookup_bits == 6
+
+    def variant(seconds, bits, pbs):
+        return {"keygen": [{"evaluation_key_bytes": 1e8 * bits, "keygen_s": float(bits)}],
+                "calls": [{"call_s": seconds, "call_cpu_s": seconds, "first_after_keygen": False}],
+                "bootstraps_per_call": pbs, "lookup_bits": bits}
+
+    summary = summarise({"two-server": variant(0.4, 2, 7), "joint": variant(0.9, 5, 14),
+                         "one-pass": variant(1.2, 6, 7)})
+    assert summary["ratio_joint_over_one_pass"]["call_s"] == pytest.approx(0.75)
+    assert summary["ratio_joint_over_one_pass"]["bootstraps_per_call"] == 2.0
+    lines = table([bench.SessionResult(two_pass, {
+        "two-server": variant(0.4, 2, 7), "joint": variant(0.9, 5, 14),
+        "one-pass": variant(1.2, 6, 7)})]).splitlines()
+    assert lines[-1].split()[0] == "joint/1pass" and lines[-2].split()[0] == "joint/two"
+
+
 def test_arguments_are_bounded_and_quick_is_one_fed_heart_repeat():
     args = parse_args(["--quick"])
     assert args.repeats == 1 and args.sessions == QUICK_SESSIONS

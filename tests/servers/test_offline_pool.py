@@ -27,7 +27,7 @@ from common.serving import ServiceError
 from crypto.blobs import unpack_blobs
 from crypto.masking import seed_commitment
 from keyserver.coins import StoredOnce
-from keyserver.offline_pool import KeyFiles, OfflinePool
+from keyserver.offline_pool import NICENESS, KeyFiles, OfflinePool
 from keyserver.preparation import prepare_files
 from keyserver.service import KeyServer
 from keyserver.sessions import build_plan
@@ -231,6 +231,17 @@ def test_one_worker_is_a_process_of_its_own_never_the_callers():
         assert worker != os.getpid()
     finally:
         pool.close()
+
+
+def test_workers_run_below_the_servers_cpu_priority():
+    """Every worker runs NICENESS above the server (at most 19): the offline job yields to
+    the online work on a shared host."""
+    pool = OfflinePool(2)
+    try:
+        out = pool.map(FILES, [targets.Niceness(), targets.Niceness()], "niceness")
+    finally:
+        pool.close()
+    assert [int(answer[0]) for answer in out] == [min(19, os.nice(0) + NICENESS)] * 2
 
 
 def test_idle_workers_are_ended_and_the_next_map_spawns_new_ones():
