@@ -16,20 +16,20 @@ Design concerns:
   release may touch: a fixed release's own chunks; a selected release's every chunk holding
   pair cells, and 1-way cells where it tops up the 1-ways (which pairs are chosen, and which
   1-ways topped up, is published with the release anyway). A request that
-  arrives first makes its chunk on the spot.
-* **Firm chunks first, guesses last, none once they are known to be unneeded.** A fixed
-  release's chunks, and a selected release's once its pairs are decided, are *firm*: the
-  compute server will ask for every one of them. Before the decision a selected release's
-  chunks are a guess (the demo's noisy-greedy kept 19 of Fed-Heart-Disease's 66 pairs,
-  whose cells fill 12 of the 26 chunks), so they come after everything firm, the joint scores'
-  bits included (``keyserver.service``), and once the pairs are decided only the chunks
-  they touch are made. What the offline pool makes it makes at a lower CPU priority
-  (``keyserver.offline_pool``), so a guess takes only what the compute server leaves idle
-  on a host they share. Every set is as wide as the session's circuit
+  arrives first makes its chunk on the spot. Every set is as wide as the session's circuit
   (``SessionPlan.joint_columns``): for noisy-greedy's split 2-way release that is its
   envelope, the widest shape any selection's groups may take, so the bits are ready before
   anyone knows how many pairs will be kept; the compute server gives the bits past a cell's
   own shape weight 0.
+* **Firm chunks first, guesses last, none once they are known to be unneeded.** A fixed
+  release's chunks, and a selected release's once its pairs are decided, are *firm*: the
+  compute server will ask for every one of them. Before the decision a selected release's
+  chunks are guesses (the demo's noisy-greedy kept 17-19 of Fed-Heart-Disease's 66 pairs,
+  whose cells fill 12-13 of the 26 chunks), so they come after everything firm, the joint
+  scores' bits included (``keyserver.service``), the chunks shared by the most marginals
+  first; once the pairs are decided only the chunks they touch are made. The offline pool
+  runs at a lower CPU priority (``keyserver.offline_pool``), so on a host shared with the
+  compute server a guess takes mostly what P2 leaves idle.
 * **Two-server releases** go through the same circuit with weight 0 on every bit: their
   coins change nothing, so one inert set per session serves all their chunks.
 """
@@ -63,14 +63,32 @@ CREATE TABLE IF NOT EXISTS joint_coins (
 INERT = -1
 
 
-def release_chunks(plan: SessionPlan, name: str) -> list[int]:
-    """Every chunk a release may touch, from the public plan alone (module docstring)."""
+def _release_slots(plan: SessionPlan, name: str) -> list:
     spec = plan.release(name)
     slots = plan.slots_of(spec) if spec.marginal_keys else plan.layout.two_way
     if not spec.marginal_keys and plan.one_way_topup:
         slots = list(plan.layout.one_way) + list(slots)
-    cells = plan.layout.cells_of(slots)
+    return list(slots)
+
+
+def release_chunks(plan: SessionPlan, name: str) -> list[int]:
+    """Every chunk a release may touch, from the public plan alone (module docstring)."""
+    cells = plan.layout.cells_of(_release_slots(plan, name))
     return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
+
+
+def likeliest_chunks(plan: SessionPlan, name: str) -> list[int]:
+    """:func:`release_chunks`, the chunks holding cells of more of the release's possible
+    marginals first (ties by index): a chunk is needed if any of its marginals is kept, so
+    one shared by seven pairs is a better guess than one holding a single pair's cells.
+    From the public plan alone, like the chunks themselves."""
+    chunk = plan.parameters.chunk_cells
+    holders: dict[int, int] = {}
+    for slot in _release_slots(plan, name):
+        first, last = slot.offset // chunk, (slot.offset + slot.size - 1) // chunk
+        for c in range(first, last + 1):
+            holders[c] = holders.get(c, 0) + 1
+    return sorted(holders, key=lambda c: (-holders[c], c))
 
 
 # The chunks a release touches once its marginals are decided (fixed, or its pairs chosen),
@@ -82,7 +100,7 @@ def _joint_chunks(plan: SessionPlan, session_id: str, decided: DecidedChunks
                   ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """(firm, guessed) (release, chunk)s whose bits the offline job prepares, in release
     order (module docstring): a joint release's chunks once its marginals are decided,
-    else every chunk it may touch (:func:`release_chunks`), as a guess."""
+    else every chunk it may touch, as guesses, likeliest first (:func:`likeliest_chunks`)."""
     firm: list[tuple[str, int]] = []
     guessed: list[tuple[str, int]] = []
     for spec in plan.releases:
@@ -90,7 +108,7 @@ def _joint_chunks(plan: SessionPlan, session_id: str, decided: DecidedChunks
             continue
         chunks = decided(session_id, plan, spec.name)
         if chunks is None:
-            guessed += [(spec.name, chunk) for chunk in release_chunks(plan, spec.name)]
+            guessed += [(spec.name, chunk) for chunk in likeliest_chunks(plan, spec.name)]
         else:
             firm += [(spec.name, chunk) for chunk in chunks]
     return firm, guessed

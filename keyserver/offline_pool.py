@@ -37,11 +37,12 @@ Design concerns:
   tries to answer.
 * **Below the online work in CPU priority.** Workers run at ``NICENESS`` (``os.nice``): on a
   host the key server shares with the compute server (the demo; a small deployment) the
-  offline job then takes what P2 and the releases leave idle instead of half the cores,
-  and whoever waits for one of its answers (a release's coins, a decryption) leaves a core
-  idle for it, so it still runs at full speed then. Measured with the demo on 2 cores: the
-  key server's guessed chunks had taken one core for 160 s of P2's 292 s. On a host of its
-  own the priority changes nothing. Raising a process's niceness needs no privilege.
+  offline job's guesses (``keyserver.coins``) take a share of a core rather than a whole
+  one from P2, and whoever waits for one of its answers (a release's coins, a decryption)
+  leaves a core idle for it, so it runs at full speed then. Measured with the demo on 2
+  cores: at niceness 0 the job held one core for the first 160 s of P2's 292 s; at 10 it
+  made 13 chunks of about 5 CPU seconds each in P2's 264 s, a quarter of a core. On a host
+  of its own the priority changes nothing. Raising a process's niceness needs no privilege.
 * **Memory held only while there is work.** A worker holds the keys it loaded (gigabytes for
   a selection module at Adult's widths), so the pool ends its workers once none has had a
   task for ``idle_timeout`` seconds (:meth:`OfflinePool.end_idle`, called by the offline

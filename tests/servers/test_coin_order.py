@@ -14,7 +14,7 @@ import pytest
 
 from common import wire
 from common.serving import Database
-from keyserver.coins import COINS_SQL, JointCoins, StoredOnce, release_chunks
+from keyserver.coins import COINS_SQL, JointCoins, StoredOnce, likeliest_chunks, release_chunks
 from keyserver.sessions import build_plan
 
 SID = "s-order"
@@ -90,7 +90,22 @@ def test_firm_chunks_come_first_and_guesses_only_when_asked(tmp_path, plan):
     drain(joint, guesses=False)
     assert made(db) == [("one_way", c) for c in one_way]
     drain(joint, guesses=True)
-    assert made(db) == [("one_way", c) for c in one_way] + [("two_way", c) for c in every_pair]
+    guesses = likeliest_chunks(plan, "two_way")
+    assert made(db) == [("one_way", c) for c in one_way] + [("two_way", c) for c in guesses]
+
+
+def test_guesses_go_by_how_many_marginals_share_a_chunk(plan):
+    """The chunks a guessed release may touch, those holding cells of more of its possible
+    marginals (pairs; topped-up 1-ways) first: counted here from the layout directly."""
+    chunk = plan.parameters.chunk_cells
+    slots = list(plan.layout.two_way) + (list(plan.layout.one_way) if plan.one_way_topup else [])
+    spans = [(s.offset // chunk, (s.offset + s.size - 1) // chunk) for s in slots]
+    holders = {c: sum(1 for first, last in spans if first <= c <= last)
+               for c in release_chunks(plan, "two_way")}
+    order = likeliest_chunks(plan, "two_way")
+    assert sorted(order) == release_chunks(plan, "two_way")
+    assert [holders[c] for c in order] == sorted(holders.values(), reverse=True)
+    assert len(set(holders.values())) > 1  # the order is not the index order by accident
 
 
 def test_once_the_pairs_are_decided_only_their_chunks_are_made(tmp_path, plan):
@@ -116,7 +131,9 @@ def test_a_decision_mid_job_stops_the_guesses_it_makes_unneeded(tmp_path, plan):
     joint = JointCoins(Registry(db, plan), RecordingPool(),
                        lambda sid, p, name: decided[name])
     drain(joint, guesses=False)
-    assert joint.prepare_one(guesses=True)  # one guess: the first pair chunk
-    decided["two_way"] = [every_pair[-1]]
+    assert joint.prepare_one(guesses=True)  # one guess: the likeliest chunk
+    first = likeliest_chunks(plan, "two_way")[0]
+    last = next(c for c in every_pair if c != first)
+    decided["two_way"] = [last]
     drain(joint, guesses=True)
-    assert made(db)[len(one_way):] == [("two_way", every_pair[0]), ("two_way", every_pair[-1])]
+    assert made(db)[len(one_way):] == [("two_way", first), ("two_way", last)]
