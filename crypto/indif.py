@@ -63,12 +63,14 @@ Array = np.ndarray[Any, Any]
 
 # Cost of one P2 call by its chunk size, and of one ``add``: concrete 2.11's optimiser
 # complexity at k = 11, p_error 2^-40, in units of 1e9 (``circuit.complexity`` of
-# ``compile_indif_chunk``, machine-independent; 143, 239, 423 and 787 bootstraps; with one
-# k+1-bit ciphertext a cell it was 13.8, 22.3, 41.1, 87.3). The per-cell cost falls with the
-# chunk size up to 32 cells (the planes' digit conversion is paid once a chunk) while padding
-# grows, so pairs are cut into chunks of mixed sizes (``params.selection_plan.indif_chunks``);
-# at 64 cells the planes need 8 bits and dearer parameters.
-CHUNK_COMPLEXITY = {8: 10.82, 16: 16.39, 32: 28.52, 64: 81.33}
+# ``compile_indif_chunk``, machine-independent; 143, 194, 239, 283, 334, 378, 423 and 787
+# bootstraps at 8, 12, ..., 32 and 64 cells; with one k+1-bit ciphertext a cell 8/16/32/64
+# cost 13.8, 22.3, 41.1, 87.3). The per-cell cost falls with the chunk size up to 32 cells
+# (the planes' digit conversion is paid once a chunk) while padding grows, so pairs are cut
+# into chunks of mixed sizes (``params.selection_plan.indif_chunks``); at 64 cells the
+# planes need 8 bits and dearer parameters.
+CHUNK_COMPLEXITY = {8: 10.82, 12: 12.94, 16: 16.39, 20: 19.54, 24: 22.52, 28: 25.57,
+                    32: 28.52, 64: 81.33}
 ADD_COMPLEXITY = 1.3
 
 # The base of the digits the key server encrypts: 2 bits, so that a digit plus the clear
