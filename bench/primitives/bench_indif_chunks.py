@@ -48,8 +48,8 @@ from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores  # noqa: E
 from crypto.private_selection import indif_name  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
 from params.layout import MarginalLayout  # noqa: E402
-from params.schema import Schema  # noqa: E402
 from params.parameter_sets import CHUNK_SIZES  # noqa: E402
+from params.schema import Schema  # noqa: E402
 from params.selection_plan import chunk_sizes_for  # noqa: E402
 
 WIDTHS = {  # (k, score digits) as the session plan derives them from the union's rows
