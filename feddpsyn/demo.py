@@ -303,7 +303,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
             say(f"[demo] private selection ({plan.selection.mode}): {rounds_text} over "
                 f"{len(plan.layout.two_way)} pairs, {plan.selection.bootstraps(cells):,} "
                 f"bootstraps: about {estimate / 60:.0f} min of encrypted computation after the "
-                "uploads (compiling the selection module and its keys first: about 1 min)")
+                "uploads (compiling the selection module and its keys first: under a minute)")
         t = time.time()
         # A bar per phase on a terminal; plain lines through `say` otherwise (and always
         # when the caller collects them).
