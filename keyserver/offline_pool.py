@@ -74,8 +74,25 @@ __all__ = ["KeyFiles", "OfflinePool", "OfflineTask", "TaskRefused", "split_evenl
 log = logging.getLogger("feddpsyn.keyserver")
 
 # The workers' niceness (module docstring): 10 leaves them about a tenth of a core that a
-# compute-server thread also wants (Linux's weights 110 against 1024).
+# compute-server thread also wants (Linux's weights 110 against 1024). The environment's
+# FEDDPSYN_OFFLINE_NICENESS overrides it (0: the scheduler's fair share), e.g. where other
+# work of equal weight shares the host, as the test suite's two workers do.
 NICENESS = 10
+NICENESS_VARIABLE = "FEDDPSYN_OFFLINE_NICENESS"
+
+
+def offline_niceness() -> int:
+    """The workers' niceness: NICENESS unless the environment sets one in 0..19."""
+    text = os.environ.get(NICENESS_VARIABLE)
+    if text is None:
+        return NICENESS
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{NICENESS_VARIABLE} must be an integer in 0..19, not {text!r}") from None
+    if not 0 <= value <= 19:
+        raise ValueError(f"{NICENESS_VARIABLE} must be in 0..19, not {value}")
+    return value
 
 # Key handles a worker keeps loaded (the sessions it last encrypted for): the selection
 # module's key file holds its bootstrap keys too, gigabytes at Adult's widths.
@@ -130,7 +147,7 @@ def split_evenly(items: Sequence[Any], parts: int) -> list[list[Any]]:
 
 
 # ---------------------------------------------------------------- worker side
-def _worker(conn: Connection, parent: int) -> None:
+def _worker(conn: Connection, parent: int, niceness: int = NICENESS) -> None:
     """A worker's life: one task at a time from ``conn`` until the pool ends it or the key
     server is gone (module docstring)."""
     # Before concrete is imported here: one core's worth of threads a worker, so N workers
@@ -138,7 +155,7 @@ def _worker(conn: Connection, parent: int) -> None:
     for name in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS"):
         os.environ[name] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the server's to handle
-    os.nice(NICENESS)  # below the online work (module docstring)
+    os.nice(niceness)  # below the online work (module docstring)
     loaded: collections.OrderedDict[tuple[str, str, int], Any] = collections.OrderedDict()
     while True:  # bounded: ends when the pool sends None or the key server is gone
         try:
@@ -192,10 +209,12 @@ class OfflinePool:
     so a worker never holds answers for two callers."""
 
     def __init__(self, workers: int = 1, *, task_timeout: float = 900.0, poll: float = 0.2,
-                 idle_timeout: float = 300.0):
+                 idle_timeout: float = 300.0, niceness: int | None = None):
         if workers < 1:
             raise ValueError("the offline job needs at least one worker")
         self.workers = workers
+        # Read when the server starts: a bad value stops it with the variable's name.
+        self.niceness = offline_niceness() if niceness is None else niceness
         self.task_timeout = task_timeout
         self.poll = poll
         self.idle_timeout = idle_timeout
@@ -248,7 +267,8 @@ class OfflinePool:
 
     def _spawn(self) -> _Worker:
         mine, theirs = self._context.Pipe(duplex=True)
-        process = self._context.Process(target=_worker, args=(theirs, os.getpid()),
+        process = self._context.Process(target=_worker,
+                                        args=(theirs, os.getpid(), self.niceness),
                                         daemon=True, name="offline-worker")
         process.start()
         theirs.close()

@@ -33,6 +33,13 @@ from tests.ports import loopback_port
 
 feddpsyn.demo.free_port = loopback_port
 
+# The suite's two workers share the machine's cores as equals: key servers started here (in
+# process or as server processes, which inherit this) give their offline workers the
+# scheduler's fair share, not the deployed niceness, so a test that waits for the offline job
+# is not starved by the other worker's circuits. tests/servers/test_offline_pool.py checks
+# the niceness itself.
+os.environ.setdefault("FEDDPSYN_OFFLINE_NICENESS", "0")
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
 

@@ -27,7 +27,13 @@ from common.serving import ServiceError
 from crypto.blobs import unpack_blobs
 from crypto.masking import seed_commitment
 from keyserver.coins import StoredOnce
-from keyserver.offline_pool import NICENESS, KeyFiles, OfflinePool
+from keyserver.offline_pool import (
+    NICENESS,
+    NICENESS_VARIABLE,
+    KeyFiles,
+    OfflinePool,
+    offline_niceness,
+)
 from keyserver.preparation import prepare_files
 from keyserver.service import KeyServer
 from keyserver.sessions import build_plan
@@ -236,12 +242,23 @@ def test_one_worker_is_a_process_of_its_own_never_the_callers():
 def test_workers_run_below_the_servers_cpu_priority():
     """Every worker runs NICENESS above the server (at most 19): the offline job yields to
     the online work on a shared host."""
-    pool = OfflinePool(2)
+    pool = OfflinePool(2, niceness=NICENESS)
     try:
         out = pool.map(FILES, [targets.Niceness(), targets.Niceness()], "niceness")
     finally:
         pool.close()
     assert [int(answer[0]) for answer in out] == [min(19, os.nice(0) + NICENESS)] * 2
+
+
+def test_the_environment_sets_the_niceness_and_a_bad_value_is_named(monkeypatch):
+    monkeypatch.setenv(NICENESS_VARIABLE, "3")
+    assert offline_niceness() == 3 and OfflinePool(1).niceness == 3
+    monkeypatch.delenv(NICENESS_VARIABLE)
+    assert offline_niceness() == NICENESS
+    for bad in ("-1", "20", "low"):
+        monkeypatch.setenv(NICENESS_VARIABLE, bad)
+        with pytest.raises(ValueError, match=NICENESS_VARIABLE):
+            OfflinePool(1)
 
 
 def test_idle_workers_are_ended_and_the_next_map_spawns_new_ones():
