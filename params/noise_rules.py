@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from crypto.joint_noise import check_room, choose_shape
-from crypto.noisy_scores import PASS_LOOKUP_BITS, NoisyScoreShape
+from crypto.noisy_scores import PASS_LOOKUP_BITS
 from dp.gaussian_domination import mu_at_most, shape_dominated
 from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
 from dp.joint_noise_accounting import (
@@ -248,13 +248,14 @@ def run_time_group_shape(rho_per_marginal: Fraction, rho_total: Fraction,
 
 
 @functools.lru_cache(maxsize=256)
-def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conversion: float,
-                    score_bits: int) -> tuple[JointNoiseShape | None, str]:
+def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conversion: float
+                    ) -> tuple[JointNoiseShape | None, str]:
     """noisy-greedy's score noise under the rule of ``docs/privacy-plan.md`` ("Noisy-greedy's
     joint scores"): the joint shape of least variance whose ``pairs``-fold conditioned curve
     is below a rho at every order of the conversion (each score has sensitivity 1; the
-    two-server plan's sigma2 is pairs / (2 rho)), among sums of at most 30 uniforms (their
-    carry chain's lookups within SCORE_LOOKUP_BITS); it is refused (None, with the reason:
+    two-server plan's sigma2 is pairs / (2 rho)), among sums of at most 30 uniforms (any of
+    them fits: ``crypto.noisy_scores.NoisyScoreShape.pass_sizes`` keeps every carry lookup within
+    SCORE_LOOKUP_BITS, in at most two passes); it is refused (None, with the reason:
     the scores stay two-server) when its variance is not below the two-server scores'
     2 sigma2 or its conditioning mass exceeds JOINT_DELTA_SHARE of the conversion's delta.
     Per width only the fewest matching uniforms can be the answer (more uniforms only lower
@@ -265,9 +266,6 @@ def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conver
     sigma2 = Fraction(pairs) / (2 * rho)
     orders = orders_for(rho_total, delta_conversion)
 
-    def fits(shape: JointNoiseShape) -> bool:
-        return NoisyScoreShape(2, (8,), score_bits, 1, shape).lookup_bits <= SCORE_LOOKUP_BITS
-
     def matches(uniforms: int, bits: int) -> bool:
         return release_matches(JointNoiseShape(uniforms, bits), pairs, rho, orders, JOINT_TAIL)
 
@@ -277,7 +275,7 @@ def score_shape_for(pairs: int, rho: Fraction, rho_total: Fraction, delta_conver
         if JointNoiseShape(2, bits).variance >= limit:
             break
         most = 2
-        while (most + 2 <= SCORE_MAX_UNIFORMS and fits(JointNoiseShape(most + 2, bits))
+        while (most + 2 <= SCORE_MAX_UNIFORMS
                and JointNoiseShape(most + 2, bits).variance < limit):  # bounded by the cap
             most += 2
         if not matches(most, bits):

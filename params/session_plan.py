@@ -305,8 +305,7 @@ class SessionPlan:
                           delta_conversion: float) -> NoisyGreedySelection:
         """noisy-greedy's scores with the joint shape :func:`score_shape_for` gives them, or
         two-server where it refuses (noise "joint": refused)."""
-        shape, why = score_shape_for(chosen.pairs, chosen.rho, rho_total, delta_conversion,
-                                     chosen.score_bits)
+        shape, why = score_shape_for(chosen.pairs, chosen.rho, rho_total, delta_conversion)
         if shape is None:
             if noise == NoiseMode.JOINT:
                 raise ValueError(f"noisy-greedy's scores cannot carry the joint noise: {why}; "

@@ -116,8 +116,8 @@ def test_the_plan_gives_the_scores_a_matching_joint_shape_and_publishes_it():
     assert chosen.noise_sigma2 == Fraction(chosen.pairs) / (2 * chosen.rho)
     assert shape.variance < 2 * chosen.noise_sigma2
     assert chosen.noisy_shape().lookup_bits <= SCORE_LOOKUP_BITS
-    assert score_shape_for(chosen.pairs, chosen.rho, plan.rho_total, plan.delta_conversion,
-                           chosen.score_bits) == (shape, "")
+    assert score_shape_for(chosen.pairs, chosen.rho, plan.rho_total,
+                           plan.delta_conversion) == (shape, "")
     # The conditioning mass is a reserved delta term; no tail term, no pool draw.
     assert chosen.joint_failure == chosen.pairs * shape.pair().failure(JOINT_TAIL) > 0
     terms = plan.delta_terms()
