@@ -115,8 +115,8 @@ class SelectionParameterSet:
 # P2's chunk sizes. Version 1 had 8, 16 and 32: a pair of 20-24 cells then took a padded
 # 32-cell chunk or two chunks and an encrypted sum. With 24, Fed-Heart-Disease's 66 pairs
 # (1,601 cells) take 85 chunks instead of 103 and 26,682 bootstraps instead of 28,074, Adult's
-# 105 pairs 262,128 instead of 265,081 (``bench/primitives/bench_indif_chunks.py`` times both
-# in one run). Every 4 cells from 8 to 32 saves more (25,193 and 257,232) but Fed-Heart's
+# 105 pairs 265,932 instead of 269,257 (``bench/primitives/bench_indif_chunks.py`` times both
+# in one run). Every 4 cells from 8 to 32 saves more (25,193 and 261,036) but Fed-Heart's
 # module then compiles 7 functions instead of 4: its key server prepared in 38 s against 28
 # (25 with 8/16/32), more than the demo's P2 saved on 2 cores.
 CHUNK_SIZES = (8, 16, 24, 32)
