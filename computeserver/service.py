@@ -544,8 +544,7 @@ class ComputeServer:
         """Register the manifest (the key server charges its ledger), send chunks, finalize."""
         name = spec.name
         outputs = unpack_blobs(path.read_bytes())
-        cells = plan.layout.cells_of(plan.slots_of(spec))
-        chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
+        chunks = [c.index for c in plan.release_chunks(spec)]
         manifest = wire.ReleaseManifest(
             chunks=chunks, digests=[hashlib.sha256(o).hexdigest() for o in outputs],
             noise=plan.noise_statement(spec))
@@ -589,8 +588,6 @@ class ComputeServer:
         uploads = UploadChunks([self.session_dir(session_id) / "ciphertexts" / f"{c}.bin"
                                 for c in public.clients], len(chunk_ranges(total, chunk)))
         cells = plan.layout.cells_of(plan.slots_of(spec))
-        select_full = np.zeros_like(mask_sum)
-        select_full[cells] = 1
         noise_full = np.zeros_like(mask_sum)
         # Each cell's joint shape: one for the release, or its group's in a split release.
         shape_full: list = [None] * len(mask_sum)
@@ -600,28 +597,52 @@ class ComputeServer:
             for positions, shape in plan.cell_noises(spec):
                 for position in positions.tolist():
                     shape_full[position] = shape
-        touched = sorted(set((cells // chunk).tolist()))
+        # Layout chunks, or a selected release's cells packed C at a time
+        # (``params.release_chunks``): a chunk's cells sit at their places in its vector.
+        release_chunks = plan.release_chunks(spec)
 
         def tasks() -> Iterator[CallTask]:
-            for c in touched:
-                window = slice(c * chunk, (c + 1) * chunk)
+            for part in release_chunks:
+                window_mask, select = np.zeros(chunk, np.int64), np.zeros(chunk, np.int64)
+                window_noise = np.zeros(chunk, np.int64)
+                window_shapes: list = [None] * chunk
+                window_mask[part.places] = mask_sum[part.cells]
+                select[part.places] = 1
+                window_noise[part.places] = noise_full[part.cells]
+                for place, cell in zip(part.places.tolist(), part.cells.tolist()):
+                    window_shapes[place] = shape_full[cell]
+                masked = (self._packed_inputs(session_id, spec.name, part.index,
+                                              len(public.clients))
+                          if part.packed else uploads.chunk(part.index))
                 yield chunk_task(
-                    uploads.chunk(c), mask_sum[window], select_full[window], k,
-                    noise=noise_full[window] if spec.joint is None else None,
-                    shapes=None if spec.joint is None else shape_full[window],
+                    masked, window_mask, select, k,
+                    noise=window_noise if spec.joint is None else None,
+                    shapes=None if spec.joint is None else window_shapes,
                     columns=columns,
-                    coins=self._joint_coins(session_id, spec.name, c) if columns else None)
+                    coins=self._joint_coins(session_id, spec.name, part.index) if columns
+                    else None)
 
         phase, description = f"release {spec.name}", self.executor.description
 
         def progress(done: int, count: int) -> None:
             self.report_progress(session_id, phase, done, count, "chunks", description)
 
-        progress(0, len(touched))
+        progress(0, len(release_chunks))
         outputs = map_streamed(self.executor, self.release_circuit(session_id), tasks(),
-                               len(touched), progress)
+                               len(release_chunks), progress)
         self.set_progress(session_id, None)
         return pack_blobs([out[0] for out in outputs])
+
+    def _packed_inputs(self, session_id: str, release: str, chunk: int,
+                       clients: int) -> list[bytes]:
+        """The key server's encryptions of the clients' masked values at a packed chunk's
+        cells (``keyserver.releases.Releases.packed_inputs``), in the clients' order."""
+        response = self.peer_request(
+            "GET", f"/peer/sessions/{session_id}/releases/{release}/inputs/{chunk}")
+        if response.status_code != 200:
+            raise RuntimeError(f"key server refused the inputs of {release} chunk {chunk}: "
+                               f"{response.status_code} {wire.error_detail(response, 300)}")
+        return unpack_blobs(response.content, expected=clients)
 
     def _joint_coins(self, session_id: str, release: str, chunk: int) -> bytes:
         """The key server's encrypted bits for one chunk (``keyserver.coins``)."""

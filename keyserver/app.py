@@ -152,6 +152,13 @@ def create_app(state_dir: Path, peer_token: str, *,
         return Response(service.coins.coins(session_id, release, chunk),
                         media_type="application/octet-stream")
 
+    @peers.get("/{session_id}/releases/{release}/inputs/{chunk}", response_class=Response,
+               responses={200: {"content": {"application/octet-stream": {}}}})
+    def packed_inputs(session_id: wire.SessionId, release: wire.ReleaseName,
+                      chunk: int) -> Response:
+        return Response(service.releases.packed_inputs(session_id, release, chunk),
+                        media_type="application/octet-stream")
+
     @peers.put("/{session_id}/releases/{release}/manifest", response_model=wire.ReleaseProgress)
     def register_release(session_id: wire.SessionId, release: wire.ReleaseName,
                          body: wire.ReleaseManifest) -> wire.ReleaseProgress:

@@ -12,24 +12,27 @@ Design concerns:
 * **Offline.** :meth:`JointCoins.prepare_one` runs in the background job, one chunk per
   worker of the offline pool a pass (``keyserver.offline_pool``; a client's upload waiting
   for encryption goes first), each chunk's bits drawn and encrypted in the worker process
-  that encrypts them and only the ciphertext sent back, for every chunk a joint
-  release may touch: a fixed release's own chunks; a selected release's every chunk holding
-  pair cells, and 1-way cells where it tops up the 1-ways (which pairs are chosen, and which
-  1-ways topped up, is published with the release anyway). A request that
-  arrives first makes its chunk on the spot. Every set is as wide as the session's circuit
+  that encrypts them and only the ciphertext sent back, for every chunk a joint release may
+  use (``params.release_chunks``): a fixed release's own layout chunks, and a selected
+  release's packed chunks 0, 1, 2, ...: set j serves whichever cells the selection puts in
+  packed chunk j, so it can be made before anyone knows the pairs. A request that arrives
+  first makes its chunk on the spot. Every set is as wide as the session's circuit
   (``SessionPlan.joint_columns``): for noisy-greedy's split 2-way release that is its
-  envelope, the widest shape any selection's groups may take, so the bits are ready before
-  anyone knows how many pairs will be kept; the compute server gives the bits past a cell's
-  own shape weight 0.
-* **Firm chunks first, guesses last, none once they are known to be unneeded.** A fixed
-  release's chunks, and a selected release's once its pairs are decided, are *firm*: the
-  compute server will ask for every one of them. Before the decision a selected release's
-  chunks are guesses (the demo's noisy-greedy kept 17-19 of Fed-Heart-Disease's 66 pairs,
-  whose cells fill 12-13 of the 26 chunks), so they come after everything firm, the joint
-  scores' bits included (``keyserver.service``), the chunks shared by the most marginals
-  first; once the pairs are decided only the chunks they touch are made. The offline pool
-  runs at a lower CPU priority (``keyserver.offline_pool``), so on a host shared with the
-  compute server a guess takes mostly what P2 leaves idle.
+  envelope, the widest shape any selection's groups may take; the compute server gives the
+  bits past a cell's own shape weight 0.
+* **Guesses only where they are free.** A fixed release's chunks, and a selected release's
+  once its pairs are decided, are *firm*: the compute server will ask for every one of
+  them. Before the decision a selected release's packed chunks are guesses (chunk j is used
+  iff more than j chunks' worth of cells are kept: the demo's noisy-greedy kept 16-19 of
+  Fed-Heart-Disease's 66 pairs, 4 of its 26 possible packed chunks). They are made only
+  while the session's selection module compiles (:meth:`JointCoins.make_ahead`, started by
+  ``keyserver.preparation``), firm sets first: the compiler holds one core and the
+  offline pool takes the other, about five sets on that demo. Made later, while P2 runs,
+  a guess takes CPU from P2 wherever the two servers share a host, and one the selection
+  does not use is that CPU lost: with guesses through P2 the demo's key server made 13
+  and the release used 4. A firm set still missing is made by the offline job (the joint
+  scores' bits too, ``keyserver.service``), and a decided release's on demand; the offline
+  pool runs at a lower CPU priority (``keyserver.offline_pool``).
 * **Two-server releases** go through the same circuit with weight 0 on every bit: their
   coins change nothing, so one inert set per session serves all their chunks.
 """
@@ -44,8 +47,9 @@ from dataclasses import dataclass
 
 from common.serving import Database, ServiceError
 from crypto.joint_noise import draw_bits
-from keyserver.offline_pool import OfflinePool
+from keyserver.offline_pool import KeyFiles, OfflinePool
 from keyserver.sessions import SessionRegistry
+from params.release_chunks import is_packed, possible_chunks
 from params.session_plan import SessionPlan
 
 __all__ = ["COINS_SQL", "DrawAndEncryptCoins", "JointCoins", "StoredOnce"]
@@ -63,32 +67,10 @@ CREATE TABLE IF NOT EXISTS joint_coins (
 INERT = -1
 
 
-def _release_slots(plan: SessionPlan, name: str) -> list:
-    spec = plan.release(name)
-    slots = plan.slots_of(spec) if spec.marginal_keys else plan.layout.two_way
-    if not spec.marginal_keys and plan.one_way_topup:
-        slots = list(plan.layout.one_way) + list(slots)
-    return list(slots)
-
-
 def release_chunks(plan: SessionPlan, name: str) -> list[int]:
-    """Every chunk a release may touch, from the public plan alone (module docstring)."""
-    cells = plan.layout.cells_of(_release_slots(plan, name))
-    return sorted(set((cells // plan.parameters.chunk_cells).tolist()))
-
-
-def likeliest_chunks(plan: SessionPlan, name: str) -> list[int]:
-    """:func:`release_chunks`, the chunks holding cells of more of the release's possible
-    marginals first (ties by index): a chunk is needed if any of its marginals is kept, so
-    one shared by seven pairs is a better guess than one holding a single pair's cells.
-    From the public plan alone, like the chunks themselves."""
-    chunk = plan.parameters.chunk_cells
-    holders: dict[int, int] = {}
-    for slot in _release_slots(plan, name):
-        first, last = slot.offset // chunk, (slot.offset + slot.size - 1) // chunk
-        for c in range(first, last + 1):
-            holders[c] = holders.get(c, 0) + 1
-    return sorted(holders, key=lambda c: (-holders[c], c))
+    """Every chunk a release may use, from the public plan alone, the likeliest first
+    (``params.release_chunks.possible_chunks``; module docstring)."""
+    return possible_chunks(plan, name)
 
 
 # The chunks a release touches once its marginals are decided (fixed, or its pairs chosen),
@@ -100,7 +82,7 @@ def _joint_chunks(plan: SessionPlan, session_id: str, decided: DecidedChunks
                   ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """(firm, guessed) (release, chunk)s whose bits the offline job prepares, in release
     order (module docstring): a joint release's chunks once its marginals are decided,
-    else every chunk it may touch, as guesses, likeliest first (:func:`likeliest_chunks`)."""
+    else every chunk it may use, as guesses, likeliest first (:func:`release_chunks`)."""
     firm: list[tuple[str, int]] = []
     guessed: list[tuple[str, int]] = []
     for spec in plan.releases:
@@ -108,10 +90,23 @@ def _joint_chunks(plan: SessionPlan, session_id: str, decided: DecidedChunks
             continue
         chunks = decided(session_id, plan, spec.name)
         if chunks is None:
-            guessed += [(spec.name, chunk) for chunk in likeliest_chunks(plan, spec.name)]
+            guessed += [(spec.name, chunk) for chunk in release_chunks(plan, spec.name)]
         else:
             firm += [(spec.name, chunk) for chunk in chunks]
     return firm, guessed
+
+
+def ahead_of_time(plan: SessionPlan) -> list[tuple[str, int]]:
+    """The sets worth making while the session's selection module compiles
+    (:meth:`JointCoins.make_ahead`), in the order they are made: every fixed joint release's
+    chunks (firm), then every selected one's packed chunks in index order (guesses)."""
+    firm: list[tuple[str, int]] = []
+    guessed: list[tuple[str, int]] = []
+    for spec in plan.releases:
+        if spec.joint is not None:
+            chunks = [(spec.name, chunk) for chunk in release_chunks(plan, spec.name)]
+            (guessed if is_packed(plan, spec.name) else firm).extend(chunks)
+    return firm + guessed
 
 
 class StoredOnce:
@@ -192,31 +187,72 @@ class JointCoins:
                                                             [(name, chunk)])[0]
 
     def readiness(self, session_id: str) -> tuple[int, int]:
-        """(chunks encrypted, chunks the plan's joint releases may touch) for one session:
-        what the offline job has done, from the public plan and the store alone."""
+        """(sets made, sets to make) for one session's joint releases: the firm chunks and
+        the guesses made ahead of time (a guess not made then is never made later), from the
+        public plan and the store alone."""
         plan = self._sessions.plan(session_id)
         if plan.joint_columns == 0:
             return 0, 0
         have = self._sets.held(session_id)
         firm, guessed = _joint_chunks(plan, session_id, self._decided)
-        needed = firm + guessed
+        needed = firm + [c for c in guessed if c in have]
         return sum(1 for c in needed if c in have), len(needed)
 
-    def prepare_one(self, guesses: bool = False) -> bool:
-        """Encrypt missing firm chunks of one session's joint releases (with ``guesses``:
-        also chunks of releases whose pairs are not decided yet), at most one per worker of
-        the offline pool; False if none is missing (bounded: that many chunks a call)."""
+    def prepare_one(self) -> bool:
+        """Encrypt missing firm chunks of one session's joint releases, at most one per
+        worker of the offline pool; False if none is missing (bounded: that many chunks a
+        call). Guesses are made only ahead of time (:meth:`make_ahead`)."""
         for session_id in self._sessions.runnable_session_ids():
             plan = self._sessions.plan(session_id)
             if plan.joint_columns == 0:
                 continue
             have = self._sets.held(session_id)
-            firm, guessed = _joint_chunks(plan, session_id, self._decided)
-            missing = [c for c in firm + (guessed if guesses else []) if c not in have]
+            firm, _ = _joint_chunks(plan, session_id, self._decided)
+            missing = [c for c in firm if c not in have]
             if missing:
                 self._make(session_id, plan, missing[:self._pool.workers])
                 return True
         return False
+
+    def make_ahead(self, session_id: str, plan: SessionPlan, files: KeyFiles,
+                   done: threading.Event) -> int:
+        """While the session's selection module compiles (``keyserver.preparation``), on
+        the core the compiler leaves idle: the sets of :func:`ahead_of_time`, one at a time,
+        until ``done`` (the preparation finished) or none is left; ``files``: the joint
+        circuit's keys in the preparation's work folder. Returns how many were made.
+
+        Why only then: a guess made later, while P2 runs, takes CPU from P2 wherever the
+        two servers share a host, and a guess the selection does not use is that CPU lost
+        (the demo's key server made 13 packed guesses during P2 and the release used 4).
+        The compiler runs on one core, so what is made during it is free; a firm chunk
+        still missing once the session is ready is made by the offline job, a decided
+        release's on demand."""
+        if plan.joint_columns == 0:
+            return 0
+        task = DrawAndEncryptCoins(plan.parameters.chunk_cells, plan.joint_columns)
+        made = 0
+        for name, chunk in ahead_of_time(plan):  # bounded: the plan's possible chunks
+            if done.is_set():
+                break
+            started = time.time()
+            try:
+                encrypted = self._pool.map(files, [task], f"session {session_id}: encrypting "
+                                                          "the joint noise's bits ahead")
+            except Exception as exc:  # the server stopping: the offline job makes it later
+                log.info("session %s: stopped encrypting the joint noise's bits ahead (%s)",
+                         session_id, type(exc).__name__)
+                break
+            self._sets.put(session_id, name, chunk, encrypted[0][0])
+            made += 1
+            log.info("session %s: encrypted the joint noise's bits of %s chunk %d while "
+                     "preparing (%.1f s)", session_id, name, chunk, time.time() - started)
+        return made
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session's sets: an attempt at preparing it that did not finish made them
+        under keys no finished attempt has."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM joint_coins WHERE session_id = ?", (session_id,))
 
     def _make(self, session_id: str, plan: SessionPlan,
               chunks: list[tuple[str, int]]) -> list[bytes]:

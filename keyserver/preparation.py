@@ -20,6 +20,12 @@ Design concerns:
   renamed to the session's and the session recorded (its ``sessions`` row, and the
   preparation's state ``ready``, in one transaction). Until then every route that would use
   the session answers 409 and says to wait; the compute server is not told of it.
+* **The idle core does the joint noise's first sets.** The compiler runs on one core for
+  tens of seconds; once the joint circuit's keys are written, the offline pool draws and
+  encrypts the sets the session's releases will want (``keyserver.coins``:
+  ``JointCoins.make_ahead``) until the preparation finishes. A preparation that does not
+  finish drops them (they are under its keys), and each attempt starts by dropping any a
+  cut-short one left.
 * **A restart never leaves a session preparing forever.** A session found ``preparing`` at
   start-up is prepared again from its stored request (its plan rebuilt and checked against
   the draft recorded at acceptance: a server whose plan rules changed in between fails it,
@@ -56,6 +62,7 @@ from common.jobs import (
 from common.serving import Database, ServiceError, write_private
 from dp.noise_pool import draw_pool
 from keyserver.keys import SessionKeys
+from keyserver.offline_pool import KeyFiles
 from keyserver.selection import compiled_bootstraps, create_selection_files
 from keyserver.sessions import PlanMismatch, SessionRegistry, build_plan, confirm_published
 from params.schema import Schema, SchemaError
@@ -93,6 +100,16 @@ def prepare_files(plan: SessionPlan, n_clients: int, directory: Path, *,
     return per_function
 
 
+class WhileCompiling(Protocol):
+    """Work a session's preparation starts once its joint circuit's keys exist, on the
+    offline pool while the selection module compiles (``keyserver.coins``)."""
+
+    def make_ahead(self, session_id: str, plan: SessionPlan, files: KeyFiles,
+                   done: threading.Event) -> int: ...
+
+    def forget(self, session_id: str) -> None: ...
+
+
 class PrepareFiles(Protocol):
     """How a job runs :func:`prepare_files`: ``report`` takes each phase, ``stop`` is set
     when the server stops (raise :class:`common.jobs.JobStopped` then)."""
@@ -116,9 +133,10 @@ class SessionPreparation:
 
     def __init__(self, db: Database, sessions: SessionRegistry, *,
                  prepare: PrepareFiles | None = None, workers: int = 1,
-                 max_pending: int = 8):
+                 max_pending: int = 8, ahead: WhileCompiling | None = None):
         self.db = db
         self.sessions = sessions
+        self._ahead = ahead
         # One child spawned ahead, concrete imported: a job starts compiling at once.
         self.children = ChildProcesses(preload=(__name__,))
         self._in_child = prepare is None
@@ -197,16 +215,27 @@ class SessionPreparation:
                          "WHERE id = ?", ("starting the preparation process", session_id))
         phase = ["starting the preparation process"]
         started = time.time()
+        workdir = self.sessions.state_dir / "sessions" / f".{session_id}.{secrets.token_hex(4)}"
+        # Sets a cut-short attempt made are under keys this attempt replaces.
+        if self._ahead is not None:
+            self._ahead.forget(session_id)
+        ahead_done = threading.Event()
+        helper: list[threading.Thread] = []
 
         def report(text: str) -> None:
             phase[0] = text
             self._set(session_id, phase=text)
             log.info("session %s: %s", session_id, text)
+            if not helper and self._ahead is not None:
+                helper.extend(self._start_ahead(session_id, plan, len(request.clients),
+                                                workdir, ahead_done))
 
-        workdir = self.sessions.state_dir / "sessions" / f".{session_id}.{secrets.token_hex(4)}"
         try:
             per_function = self._prepare(plan, len(request.clients), workdir, report=report,
                                          stop=stop)
+            # No new set from here: the pool is wanted for the uploads once the session is
+            # ready; a set in flight is stored (its keys are the session's).
+            ahead_done.set()
             report("recording the session")
             bootstraps = (None if per_function is None
                           else compiled_bootstraps(plan, per_function))
@@ -222,9 +251,11 @@ class SessionPreparation:
 
             self.sessions.add(session_id, request, public, {}, plan, then=ready)
         except JobStopped:
+            self._stop_ahead(session_id, helper, ahead_done)
             log.info("session %s: preparation stopped with the server (%s); it resumes at the "
                      "next start", session_id, phase[0])
         except Exception as exc:  # every other outcome is a failure, recorded with its reason
+            self._stop_ahead(session_id, helper, ahead_done)
             reason = (exc.message if isinstance(exc, ServiceError)
                       else str(exc) if isinstance(exc, ChildFailed)
                       else f"{type(exc).__name__}: {exc}")
@@ -235,6 +266,43 @@ class SessionPreparation:
                      plan.rho_total)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _start_ahead(self, session_id: str, plan: SessionPlan, n_clients: int,
+                     workdir: Path, done: threading.Event) -> list[threading.Thread]:
+        """Start the offline pool on the joint noise's sets (``keyserver.coins``) once the
+        joint circuit's keys are written and the selection module is compiling: the
+        compiler holds one core, the pool takes the other. The keys are hard-linked into a
+        folder of the helper's own, so the work folder's rename cannot pull them from under
+        a set in flight."""
+        if plan.selection is None or not plan.joint_columns \
+                or not (workdir / "evaluation_keys.bin").exists():
+            return []
+        own = workdir.with_name(workdir.name + ".ahead")
+        own.mkdir(mode=0o700)
+        for name in ("client.zip", "keys.bin"):
+            os.link(workdir / name, own / name)
+        files = KeyFiles(SessionKeys.load, str(own), (n_clients, True))
+        ahead = self._ahead
+        assert ahead is not None
+
+        def run() -> None:
+            try:
+                ahead.make_ahead(session_id, plan, files, done)
+            finally:
+                shutil.rmtree(own, ignore_errors=True)
+
+        thread = threading.Thread(target=run, name=f"ahead-{session_id}", daemon=True)
+        thread.start()
+        return [thread]
+
+    def _stop_ahead(self, session_id: str, helper: list[threading.Thread],
+                    done: threading.Event) -> None:
+        """A preparation that did not finish: its sets go, once the helper stopped."""
+        done.set()
+        for thread in helper:
+            thread.join(timeout=60)  # at most the set in flight
+        if self._ahead is not None:
+            self._ahead.forget(session_id)
 
     # ------------------------------------------------------------ restarts
     def resume(self) -> None:

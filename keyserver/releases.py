@@ -28,10 +28,12 @@ import numpy as np
 from common import wire
 from common.serving import Database, ServiceError
 from crypto.aggregation import decode_release, publish_counts
+from crypto.blobs import pack_blobs
 from keyserver.ledger import PrivacyLedger
 from keyserver.selection import SelectionRole
 from keyserver.sessions import SessionRegistry
-from keyserver.uploads import uploads_closed
+from keyserver.uploads import closed_vectors, uploads_closed
+from params.release_chunks import ReleaseChunk
 from params.session_plan import SessionPlan
 from params.shape_record import public_shape
 
@@ -64,12 +66,9 @@ class Releases:
         self.db: Database = sessions.db
 
     def release_chunks(self, session_id: str, plan: SessionPlan,
-                       name: str) -> tuple[list[int], np.ndarray]:
-        """Chunk indices a release touches, and its cells' positions in the full vector."""
-        spec = self._release_spec(session_id, plan, name)
-        cells = plan.layout.cells_of(plan.slots_of(spec))
-        chunks = sorted(set((cells // plan.parameters.chunk_cells).tolist()))
-        return chunks, cells
+                       name: str) -> list[ReleaseChunk]:
+        """A release's chunks and the cells each carries (``params.release_chunks``)."""
+        return plan.release_chunks(self._release_spec(session_id, plan, name))
 
     def decided_chunks(self, session_id: str, plan: SessionPlan, name: str) -> list[int] | None:
         """The chunks a release touches once its marginals are known (a fixed release's
@@ -79,9 +78,33 @@ class Releases:
                 and self._selection.selected_pairs(session_id) is None:
             return None
         try:
-            return self.release_chunks(session_id, plan, name)[0]
+            return [c.index for c in self.release_chunks(session_id, plan, name)]
         except (ValueError, ServiceError):
             return []  # a release that cannot resolve is refused when asked: nothing firm
+
+    def packed_inputs(self, session_id: str, name: str, chunk: int) -> bytes:
+        """A packed chunk's inputs (``params.release_chunks``): each client's masked values at
+        the chunk's cells, padded with 0, encrypted as the circuit's ``m{i}``, in one
+        container in the clients' order. They are the values of the uploads the compute
+        server already holds, under the same key, so it learns nothing new; encrypted on
+        request (a few hundred values), from the closed uploads only."""
+        plan = self._sessions.plan(session_id)
+        found = [c for c in self.release_chunks(session_id, plan, name)
+                 if c.index == chunk and c.packed]
+        if not found:
+            raise ServiceError(404, f"release {name!r} has no packed chunk {chunk}")
+        cells = found[0].cells
+        clients = self._sessions.public(session_id).clients
+        with self.db.connect() as conn:
+            vectors = closed_vectors(conn, self._sessions.session_dir(session_id), session_id,
+                                     clients)
+        keys = self._sessions.keys(session_id)
+        blobs = []
+        for position, vector in enumerate(vectors):  # bounded: the session's clients
+            values = np.zeros(plan.parameters.chunk_cells, dtype=np.int64)
+            values[:len(cells)] = vector[cells]
+            blobs.append(keys.encrypt_chunk(position, values))
+        return pack_blobs(blobs)
 
     def _release_spec(self, session_id: str, plan: SessionPlan, name: str):
         try:
@@ -106,7 +129,7 @@ class Releases:
         """
         plan = self._sessions.plan(session_id)
         spec = self._release_spec(session_id, plan, name)
-        chunks, _ = self.release_chunks(session_id, plan, name)
+        chunks = [c.index for c in self.release_chunks(session_id, plan, name)]
         if manifest.chunks != chunks:
             raise ServiceError(409, f"release {name!r} covers chunks {chunks}, manifest lists "
                                     f"{manifest.chunks}")
@@ -193,13 +216,13 @@ class Releases:
         except Exception:
             raise ServiceError(422, "ciphertext does not decrypt under this session's "
                                     "keys") from None
-        _, cells = self.release_chunks(session_id, plan, name)
+        places = next(c.places for c in self.release_chunks(session_id, plan, name)
+                      if c.index == chunk)
         size = plan.parameters.chunk_cells
-        mine = cells[cells // size == chunk] - chunk * size
         if decrypted.shape != (size,):
             raise ServiceError(422, f"ciphertext holds {decrypted.shape}, expected ({size},)")
         # Residues mod 2^k: the noise is added before centring (crypto.aggregation.publish_counts).
-        values = decrypted[mine] % (1 << plan.parameters.count_bits)
+        values = decrypted[places] % (1 << plan.parameters.count_bits)
         self._check_plausible(plan, spec, values, chunk)
         with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO release_chunks VALUES (?, ?, ?, ?)",
@@ -236,8 +259,9 @@ class Releases:
         missing = self.release_progress(session_id, name).missing_chunks
         if missing:
             raise ServiceError(409, f"release {name!r} still misses chunks {missing}")
+        # Manifest order is release order: layout chunks ascending, or packed 0, 1, ...
         noised_by_cs = np.concatenate([parts[c] for c in sorted(parts)])
-        _, cells = self.release_chunks(session_id, plan, name)
+        cells = np.concatenate([c.cells for c in self.release_chunks(session_id, plan, name)])
         if spec.joint is not None:
             # One noise neither server knows is already in: nothing of this server's to add.
             released = decode_release(noised_by_cs, plan.parameters.count_bits)

@@ -65,7 +65,7 @@ class KeyServer:
         self.releases = Releases(self.sessions, self.privacy_ledger, self.selection)
         self.coins = JointCoins(self.sessions, self.offline_pool, self.releases.decided_chunks)
         self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
-                                              workers=preparation_workers)
+                                              workers=preparation_workers, ahead=self.coins)
         # The compute server's latest report of a long step, per session (status only).
         self._progress: dict[str, tuple[wire.WorkProgress, float]] = {}
         self._progress_lock = threading.Lock()
@@ -135,17 +135,15 @@ class KeyServer:
         """One pass of the offline job: clients' masked vectors first (they gate the
         compute server), then at most one firm chunk of joint-noise bits a worker of the
         offline pool (``keyserver.coins``), else at most one pair's bits a worker of
-        noisy-greedy's joint scores (``keyserver.noisy_greedy``; needed as soon as P2 ends),
-        else at most one guessed chunk a worker (a selected release's, before its pairs are
-        decided). A pass with nothing to do ends the pool's workers once they have been idle
-        long enough (their keys' memory is freed)."""
+        noisy-greedy's joint scores (``keyserver.noisy_greedy``; needed as soon as P2 ends).
+        A selected release's chunks are guessed only while the session is prepared
+        (``JointCoins.make_ahead``). A pass with nothing to do ends the pool's workers once
+        they have been idle long enough (their keys' memory is freed)."""
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
             done = 1
         if done == 0 and self.selection.noisy_greedy.prepare_one(
                 self.sessions.runnable_session_ids()):
-            done = 1
-        if done == 0 and self.coins.prepare_one(guesses=True):
             done = 1
         if done == 0:
             self.offline_pool.end_idle()

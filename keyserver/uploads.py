@@ -42,7 +42,8 @@ from keyserver.ledger import PrivacyLedger
 from keyserver.offline_pool import OfflinePool, split_evenly
 from keyserver.sessions import SessionRegistry
 
-__all__ = ["UPLOADS_SQL", "EncryptMaskedChunks", "MaskedUploads", "uploads_closed"]
+__all__ = ["UPLOADS_SQL", "EncryptMaskedChunks", "MaskedUploads", "closed_vectors",
+           "uploads_closed"]
 
 log = logging.getLogger("feddpsyn.keyserver")
 
@@ -65,6 +66,25 @@ def uploads_closed(conn, session_id: str) -> bool:
     return conn.execute("SELECT 1 FROM uploads_closed WHERE session_id = ? UNION ALL "
                         "SELECT 1 FROM ledger WHERE session_id = ? LIMIT 1",
                         (session_id, session_id)).fetchone() is not None
+
+
+def closed_vectors(conn, directory, session_id: str, clients: list[str]) -> list[np.ndarray]:
+    """The clients' masked vectors as the closed uploads recorded them, in ``clients``'
+    order; refuses (409) before the uploads are closed or if a stored file is not its
+    recorded upload, so nothing is ever made from a vector a release would not sum."""
+    if not uploads_closed(conn, session_id):
+        raise ServiceError(409, "the session's uploads are not closed yet")
+    vectors = []
+    for client_id in clients:  # bounded: the session's clients
+        row = conn.execute("SELECT commitment, digest FROM masked WHERE session_id = ? AND "
+                           "client_id = ?", (session_id, client_id)).fetchone()
+        data = (directory / "masked" / f"{client_id}.npy").read_bytes() if row else b""
+        if row is None or (hashlib.sha256(row["commitment"].encode() + data).hexdigest()
+                           != row["digest"]):
+            raise ServiceError(409, f"client {client_id}'s stored upload is not the one "
+                                    "recorded")
+        vectors.append(np.frombuffer(data, dtype=np.int64))
+    return vectors
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from params.noise_rules import (JOINT_TAIL, dominated_envelope, envelope_shape_f
                                 pair_failure_cap, score_shape_for)
 from params.parameter_sets import ParameterSet, get_parameter_set
 from params.plan_request import PlanRequest
+from params.release_chunks import ReleaseChunk, chunks_of_release
 from params.release_spec import (ReleaseSpec, noise_draws, noise_label, release_count,
                                  split_share, two_way_rho)
 from params.schema import Schema
@@ -529,6 +530,11 @@ class SessionPlan:
             if r.name == name:
                 return r
         raise KeyError(name)
+
+    def release_chunks(self, release: ReleaseSpec) -> list[ReleaseChunk]:
+        """The chunks of a resolved release and the cells each carries
+        (:func:`params.release_chunks.chunks_of_release`)."""
+        return chunks_of_release(self, release)
 
     def slots_of(self, release: ReleaseSpec):
         keys = set(release.marginal_keys)

@@ -12,8 +12,8 @@ What is measured is what the servers run, taken from their plan (``SessionPlan.b
   transfer), the compute server's own bits and clear operands per cell
   (``joint_operands`` over ``plan.cell_noises``: a split release's cells each carry their
   group's shape), the run, and the key server's decryption and decoding. Offline, the key
-  server prepares bits for every chunk the release may touch (``keyserver.coins.
-  release_chunks``: for a selected release, every chunk holding pair cells), and a split
+  server prepares bits for every chunk the release may use (``keyserver.coins.
+  release_chunks``: for a selected release, its packed chunks), and a split
   release keeps the per-m Gaussian draws of its even two-server fallback
   (``SessionPlan.noise_draws``).
 * **two-noise**: the same cells as a two-server session releases them (the plan built with
@@ -77,6 +77,7 @@ from params.modes import NoiseMode  # noqa: E402
 from params.operator_bound import stated_max_rows  # noqa: E402
 from params.plan_request import PlanRequest  # noqa: E402
 from params.schema import Schema  # noqa: E402
+from params.release_chunks import ReleaseChunk  # noqa: E402
 from params.release_spec import ReleaseSpec  # noqa: E402
 from params.session_plan import SessionPlan  # noqa: E402
 from params.table_codec import encode_csv  # noqa: E402
@@ -152,25 +153,26 @@ class ChunkInputs:
     offline job under each variant's key (not timed: the same for both), the clear masks'
     sum, the selection and the true counts."""
 
-    window: slice
+    positions: list[int | None]  # each place's cell in the full vector (None: not released)
     select: np.ndarray
     true: np.ndarray
     mask_sum: np.ndarray
     masked: list[np.ndarray]
 
 
-def chunk_inputs(chunk: int, chunk_cells: int, selected: np.ndarray, k: int) -> ChunkInputs:
-    window = slice(chunk * chunk_cells, (chunk + 1) * chunk_cells)
+def chunk_inputs(part: ReleaseChunk, chunk_cells: int, k: int) -> ChunkInputs:
     select = np.zeros(chunk_cells, dtype=np.int64)
-    local = selected[(selected >= window.start) & (selected < window.stop)] - window.start
-    select[local] = 1
+    select[part.places] = 1
+    positions: list[int | None] = [None] * chunk_cells
+    for place, cell in zip(part.places.tolist(), part.cells.tolist()):
+        positions[place] = cell
     true = np.array([secrets.randbelow(COUNT_BOUND) for _ in range(chunk_cells)],
                     dtype=np.int64)
     masks = [np.array([secrets.randbelow(1 << k) for _ in range(chunk_cells)], dtype=np.int64)
              for _ in range(CLIENTS)]
     shares = [true] + [np.zeros(chunk_cells, dtype=np.int64)] * (CLIENTS - 1)
     masked = [(x + s) % (1 << k) for x, s in zip(shares, masks)]
-    return ChunkInputs(window, select, true, np.sum(masks, axis=0), masked)
+    return ChunkInputs(positions, select, true, np.sum(masks, axis=0), masked)
 
 
 def encrypt_clients(client: fhe.Client, inputs: ChunkInputs, arguments: int) -> list:
@@ -223,7 +225,7 @@ class JointVariant:
     def measure(self, inputs: ChunkInputs) -> tuple[dict[str, float], np.ndarray]:
         enc = encrypt_clients(self.client, inputs, CLIENTS + 4)
         cells = len(inputs.select)
-        shapes = [self.cell_shapes.get(p) for p in range(inputs.window.start, inputs.window.stop)]
+        shapes = [None if p is None else self.cell_shapes.get(p) for p in inputs.positions]
         t = time.perf_counter()  # the KS's offline job (keyserver.coins)
         ks_bits = draw_bits(cells, self.columns)
         blob = encrypt_key_server_bits(self.client, CLIENTS, ks_bits).serialize()
@@ -261,7 +263,7 @@ class ReleaseBench:
     two_spec: ReleaseSpec
     positions: np.ndarray
     touched: list[int]
-    measured: list[int]
+    measured: list[ReleaseChunk]
     prepared: int
     values_joint: int
     values_two: int
@@ -275,7 +277,6 @@ class ReleaseBench:
 
 def release_benches(label: str, plan: SessionPlan, plan_two: SessionPlan,
                     chosen: list[tuple[int, int]], max_chunks: int) -> list[ReleaseBench]:
-    chunk = plan.parameters.chunk_cells
     out = []
     for name in ("one_way", "two_way"):
         spec = plan.resolve(plan.release(name), chosen)
@@ -283,7 +284,9 @@ def release_benches(label: str, plan: SessionPlan, plan_two: SessionPlan,
         positions = plan.layout.cells_of(plan.slots_of(spec))
         if not np.array_equal(positions, plan_two.layout.cells_of(plan_two.slots_of(two))):
             raise RuntimeError("the two plans lay the release's cells out differently")
-        touched = sorted(set((positions // chunk).tolist()))
+        # The chunks the servers run (``params.release_chunks``: a selected release packed).
+        parts = plan.release_chunks(spec)
+        touched = [part.index for part in parts]
         step = max(1, -(-len(touched) // max_chunks))
         groups = []
         if spec.parts:
@@ -293,7 +296,7 @@ def release_benches(label: str, plan: SessionPlan, plan_two: SessionPlan,
                                "cells": cells, "shape": part.joint.label,
                                "variance": float(part.per_count_variance)})
         out.append(ReleaseBench(
-            label, name, spec, two, positions, touched, touched[::step][:max_chunks],
+            label, name, spec, two, positions, touched, parts[::step][:max_chunks],
             len(release_chunks(plan, name)) if spec.joint is not None else 0,
             values_drawn(plan, name), values_drawn(plan_two, name),
             plan.per_count_variance(spec), plan_two.per_count_variance(two), groups))
@@ -321,7 +324,7 @@ def sweep(plan: SessionPlan, counts: np.ndarray) -> list[dict]:
         even = 2 * gaussian_sigma2(release.rho, m)
         cells = plan.layout.cells_of([s for s in plan.layout.two_way if s.key in set(keys)])
         row = {"m": m, "cells": len(cells),
-               "chunks": len(set((cells // plan.parameters.chunk_cells).tolist())),
+               "chunks": -(-len(cells) // plan.parameters.chunk_cells),  # packed
                "even_two_server_variance": float(even)}
         if split is None:
             row.update(noise="two-server fallback", reason=why)
@@ -527,7 +530,7 @@ def main() -> None:
         for bench, chunk_cells, k in benches:
             runs = {v.name: [] for v in bench.variants}
             for chunk in bench.measured:
-                inputs = chunk_inputs(chunk, chunk_cells, bench.positions, k)
+                inputs = chunk_inputs(chunk, chunk_cells, k)
                 for variant in bench.variants:
                     measured, noise = variant.measure(inputs)
                     runs[variant.name].append(measured)

@@ -193,14 +193,16 @@ def test_the_option_is_noisy_greedys_and_needs_the_bounded_split():
     assert not _plan(1.0, calibrated=False).one_way_topup
 
 
-def test_the_key_servers_bits_cover_the_one_way_chunks():
+def test_the_key_servers_bits_cover_the_one_way_cells():
+    """The packed chunks the key server may make bits for cover every pair and, with the
+    top-up, every 1-way cell too (``params.release_chunks``)."""
     plan = _plan(1.0)
     chunk = plan.parameters.chunk_cells
-    one_way_chunks = set((plan.layout.cells_of(plan.layout.one_way) // chunk).tolist())
-    assert one_way_chunks <= set(release_chunks(plan, "two_way"))
+    cells = sum(m.size for m in plan.layout.one_way) + sum(m.size for m in plan.layout.two_way)
+    assert release_chunks(plan, "two_way") == list(range(-(-cells // chunk)))
     off = _plan(1.0, topup=False)
-    assert set(release_chunks(off, "two_way")) == set(
-        (off.layout.cells_of(off.layout.two_way) // chunk).tolist())
+    pairs = sum(m.size for m in off.layout.two_way)
+    assert release_chunks(off, "two_way") == list(range(-(-pairs // chunk)))
 
 
 def test_select_pairs_prices_with_the_shapes_the_budgets_get():

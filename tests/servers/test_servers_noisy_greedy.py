@@ -31,6 +31,7 @@ from crypto.noisy_scores import decode_score
 from dp.joint_noise_accounting import JointNoiseShape
 from dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.demo import _selection_summary
+from keyserver.keys import SessionKeys
 from params.plan_request import PlanRequest
 from params.schema import Schema
 from params.session_plan import SessionPlan
@@ -286,17 +287,46 @@ def test_replay_returns_the_decision_and_other_scores_are_refused(greedy_session
                        headers={"Authorization": f"Bearer {operator}"}).json()
     assert [e["release"] for e in ledger["entries"]] == ["one_way", "selection", "two_way"]
     assert ledger["rho_spent"] == document.accounting["rho_spent"]
-    # The key server's bits for the split release: one set per chunk it covers (a kept
-    # pair's, and the topped-up 1-ways'), served identically.
+    # The split release is packed (``params.release_chunks``): its cells, the kept pairs' and
+    # the topped-up 1-ways', C at a time. The key server's bits: one set per packed chunk,
+    # served identically; none past the last.
     plan = SessionPlan.from_public(created.session)
-    pair = plan.layout.slot(_chosen(document)[0])
-    chunks = {int(plan.layout.cells_of(plan.layout.one_way)[0]) // plan.parameters.chunk_cells,
-              pair.offset // plan.parameters.chunk_cells}
-    for chunk in sorted(chunks):
-        url = f"{ks.url}/peer/sessions/{sid}/releases/two_way/coins/{chunk}"
+    resolved = plan.resolve(plan.release("two_way"), _chosen(document))
+    parts = plan.release_chunks(resolved)
+    assert [p.index for p in parts] == list(range(len(parts))) and all(p.packed for p in parts)
+    for part in parts:
+        url = f"{ks.url}/peer/sessions/{sid}/releases/two_way/coins/{part.index}"
         first = httpx.get(url, headers=peer, timeout=120)
         assert first.status_code == 200
         assert httpx.get(url, headers=peer, timeout=120).content == first.content
+    beyond = f"{ks.url}/peer/sessions/{sid}/releases/two_way/inputs/{len(parts)}"
+    assert httpx.get(beyond, headers=peer).status_code == 404
+
+
+def test_packed_inputs_decrypt_to_the_clients_masked_values(greedy_session):
+    """A packed chunk's inputs, as the key server serves them to its peer, decrypt to each
+    client's masked values at the chunk's cells (0 on its padding), in the clients' order;
+    only the peer gets them, and a fixed release has none."""
+    ks, state, created, _, document = greedy_session
+    sid = created.session.session_id
+    peer = {"Authorization": f"Bearer {(state / 'peer.token').read_text().strip()}"}
+    plan = SessionPlan.from_public(created.session)
+    resolved = plan.resolve(plan.release("two_way"), _chosen(document))
+    directory = state / "keyserver" / "sessions" / sid
+    keys = SessionKeys.load(directory, len(CLIENTS), joint=True)
+    base = f"{ks.url}/peer/sessions/{sid}/releases"
+    for part in plan.release_chunks(resolved):
+        response = httpx.get(f"{base}/two_way/inputs/{part.index}", headers=peer, timeout=60)
+        assert response.status_code == 200
+        blobs = unpack_blobs(response.content, expected=len(CLIENTS))
+        for client, blob in zip(CLIENTS, blobs):
+            masked = np.frombuffer((directory / "masked" / f"{client}.npy").read_bytes(),
+                                   dtype=np.int64)
+            want = np.zeros(plan.parameters.chunk_cells, dtype=np.int64)
+            want[part.places] = masked[part.cells]
+            assert np.array_equal(keys.decrypt_value(keys.parse(blob)), want)
+    assert httpx.get(f"{base}/two_way/inputs/0").status_code in (401, 403)
+    assert httpx.get(f"{base}/one_way/inputs/0", headers=peer).status_code == 404
 
 
 def test_synthesis_combines_the_two_measurements(greedy_session):

@@ -21,14 +21,20 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
+from concrete import fhe
 
 from common import wire
 from common.credentials import new_token
 from common.jobs import ChildFailed, JobStopped, run_in_child
-from common.serving import Database, ServiceError
+from common.serving import Database, ServiceError, write_private
 from computeserver.progress import ProgressReporter
+from dp.noise_pool import draw_pool
+from keyserver.coins import ahead_of_time
+from keyserver.keys import SessionKeys
 from keyserver.preparation import MAX_ATTEMPTS, prepare_files
+from keyserver.selection import create_selection_files
 from keyserver.service import KeyServer
 from tests import job_targets
 from tests.ports import loopback_port
@@ -596,3 +602,88 @@ def test_a_real_compile_does_not_stall_the_server(tmp_path):
     finally:
         ks.stop()
     wait_for(lambda: _gone(children), "a graceful stop ended the children", timeout=30)
+
+
+# ------------------------------------------------------ the joint noise's sets, made ahead
+AHEAD = wire.SessionCreate(
+    schema={"name": "five", "columns": [
+        {"name": c, "type": "categorical", "i2s": ["a", "b", "c", "d"]} for c in "vwxyz"]},
+    clients=CLIENTS, parameter_set="test-small",
+    budget=wire.BudgetSpec(epsilon=1.0, delta=1e-6), max_rows=1000, noise="joint",
+    selection=wire.SelectionRequest(mode="noisy-greedy"))
+
+
+def stored_sets(service: KeyServer, sid: str) -> list[tuple[str, int]]:
+    with service.db.connect() as conn:
+        return [(r["release"], r["chunk"]) for r in conn.execute(
+            "SELECT release, chunk FROM joint_coins WHERE session_id = ? ORDER BY rowid",
+            (sid,))]
+
+
+class HeldCompile:
+    """``prepare_files``'s steps with the selection module's compile held until the key
+    server stored ``sets`` of the joint noise's sets: what the idle core does while a long
+    compile runs, without a clock. ``fail``: the compile then fails."""
+
+    def __init__(self, service_of, sets: int, fail: bool = False):
+        self.service_of, self.sets, self.fail = service_of, sets, fail
+
+    def __call__(self, plan, n_clients, directory, *, report, stop):
+        report("compiling the aggregation circuit and generating its keys")
+        _, server_zip, evaluation_keys = SessionKeys.create(plan, n_clients, directory)
+        write_private(directory / "server.zip", server_zip)
+        write_private(directory / "evaluation_keys.bin", evaluation_keys)
+        report("compiling the noisy-greedy selection module and generating its keys")
+        service = self.service_of()
+        sid = directory.name.split(".")[1]
+        wait_for(lambda: len(stored_sets(service, sid)) >= self.sets, "sets made ahead")
+        if self.fail:
+            raise RuntimeError("the test's compiler gave up")
+        per_function = create_selection_files(plan, directory)
+        write_private(directory / "noise_pool.npz", draw_pool(plan.noise_draws()))
+        return per_function
+
+
+def test_the_joint_noise_sets_are_made_while_the_module_compiles(tmp_path):
+    holder: list[KeyServer] = []
+    service = KeyServer(tmp_path, prepare=HeldCompile(lambda: holder[0], sets=2))
+    holder.append(service)
+    sid = service.create_session(AHEAD).session_id
+    service.preparation.wait_ready(sid, timeout=300)
+    plan = service.plan(sid)
+    made = stored_sets(service, sid)
+    assert len(made) >= 2 and made == ahead_of_time(plan)[:len(made)]
+    assert made[0][0] == "one_way"  # a fixed release's chunk first, then packed guesses
+    # Under the session's keys as recorded: the joint circuit run on a set, the clients'
+    # inputs 0 and weight 1 on one bit a cell, decrypts to bits.
+    folder = service.session_dir(sid)
+    keys = SessionKeys.load(folder, len(CLIENTS), joint=True)
+    server = fhe.Server.load(folder / "server.zip")
+    evaluation = fhe.EvaluationKeys.deserialize((folder / "evaluation_keys.bin").read_bytes())
+    cells, columns = plan.parameters.chunk_cells, plan.joint_columns
+    zeros = np.zeros(cells, dtype=np.int64)
+    clients = [fhe.Value.deserialize(keys.encrypt_chunk(i, zeros)) for i in range(len(CLIENTS))]
+    seen = []
+    for name, chunk in made:
+        weights = np.zeros((cells, columns), dtype=np.int64)
+        weights[np.arange(cells), (7 * np.arange(cells) + chunk) % columns] = 1
+        out = server.run(*clients, fhe.Value.deserialize(service.coins.coins(sid, name, chunk)),
+                         weights, np.ones(cells, dtype=np.int64), zeros,
+                         evaluation_keys=evaluation)
+        bits = keys.decrypt_value(out) % (1 << plan.parameters.count_bits)
+        assert set(bits.tolist()) <= {0, 1}
+        seen.extend(bits.tolist())
+    assert 0 < sum(seen) < len(seen)  # 64 or more uniform bits: all equal w.p. 2^-63
+    assert not list((tmp_path / "sessions").glob(f".{sid}.*"))  # the helper's folder too
+    service.close()
+
+
+def test_a_failed_preparation_drops_the_sets_it_made(tmp_path):
+    holder: list[KeyServer] = []
+    service = KeyServer(tmp_path, prepare=HeldCompile(lambda: holder[0], sets=1, fail=True))
+    holder.append(service)
+    sid = service.create_session(AHEAD).session_id
+    wait_for(lambda: service.status(sid).state == "failed", "the preparation failed", 300)
+    assert stored_sets(service, sid) == []
+    assert not list((tmp_path / "sessions").glob(f".{sid}.*"))
+    service.close()
