@@ -18,8 +18,9 @@ Design concerns:
   where it ran changes no decryption (``computeserver.executor``). A worker sees the
   operands, which are as secret as this server (docs/deployment.md, "What a worker sees").
 * **One window of chunks in memory.** A chunk's ciphertexts are read from each client's
-  upload file by offset (:class:`UploadChunks`), and its coins fetched from the key server,
-  only as its window comes up (``computeserver.executor.map_streamed``): the server holds
+  upload file by offset (:class:`UploadChunks`), or for a packed chunk of a selected
+  release fetched from the key server (``params.release_chunks``), and its coins fetched
+  from the key server, only as its window comes up (``computeserver.executor.map_streamed``): the server holds
   the inputs of one chunk per task the executor runs at once, and the outputs, which it
   stores.
 """

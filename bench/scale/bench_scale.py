@@ -20,7 +20,8 @@ noise and encrypted bits per count (its shape's K; the circuit carries the wides
 ``plan.joint_columns``, on every cell), P2's chunks and bootstraps and the score calls'
 (``SelectionPlan.bootstraps_by_phase``, the structural upper bound the key server reserves
 delta for), the key server's encrypted bits (release coins for every chunk a release may
-touch, ``keyserver.coins.release_chunks``; one set per pair for joint scores), and the bytes
+use, ``keyserver.coins.release_chunks``: a selected release's possible packed chunks; one
+set per pair for joint scores), and the bytes
 each client uploads (compact JSON of ``total_cells`` values below 2^k, their expected
 length). How long the plan took to build is kept too.
 

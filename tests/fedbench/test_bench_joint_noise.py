@@ -23,6 +23,7 @@ from bench.primitives.bench_joint_noise import (  # noqa: E402
 )
 from crypto.aggregation import compile_aggregation  # noqa: E402
 from crypto.joint_noise import JointNoiseShape, compile_joint_release  # noqa: E402
+from params.release_chunks import ReleaseChunk  # noqa: E402
 from params.release_spec import ReleaseSpec  # noqa: E402
 
 K_BITS, CELLS = 12, 8
@@ -44,7 +45,8 @@ def variants():
 def test_each_variant_decrypts_to_the_counts_plus_its_noise(variants):
     two, joint, shapes = variants
     selected = np.array(sorted(shapes))
-    inputs = chunk_inputs(1, CELLS, selected, K_BITS)
+    # Layout chunk 1 as a fixed release runs it: each cell at its own place.
+    inputs = chunk_inputs(ReleaseChunk(1, selected, selected - CELLS, False), CELLS, K_BITS)
     assert inputs.select.tolist() == [1, 1, 0, 1, 1, 0, 0, 1]
     # measure() raises unless published - true is, cell by cell, the noise both servers made.
     costs, noise = joint.measure(inputs)
@@ -53,6 +55,11 @@ def test_each_variant_decrypts_to_the_counts_plus_its_noise(variants):
     assert np.all(np.abs(noise) <= bound)
     costs, noise = two.measure(inputs)
     assert noise.size == 5 and costs["ks_cs_bytes"] == 0 and costs["draw_s_per_value"] > 0
+    # The same cells packed, as a selected release runs them: places 0..4, each its shape.
+    packed = chunk_inputs(ReleaseChunk(0, selected, np.arange(5), True), CELLS, K_BITS)
+    assert packed.select.tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
+    costs, noise = joint.measure(packed)
+    assert noise.size == 5 and np.all(np.abs(noise) <= bound)
 
 
 def test_release_totals_scale_the_measured_chunks():
