@@ -20,9 +20,9 @@ Design concerns:
 * **One window of chunks in memory.** A chunk's ciphertexts are read from each client's
   upload file by offset (:class:`UploadChunks`), or for a packed chunk of a selected
   release fetched from the key server (``params.release_chunks``), and its coins fetched
-  from the key server, only as its window comes up (``computeserver.executor.map_streamed``): the server holds
-  the inputs of one chunk per task the executor runs at once, and the outputs, which it
-  stores.
+  from the key server, only as its window comes up
+  (``computeserver.executor.map_streamed``): the server holds the inputs of one chunk per
+  task the executor runs at once, and the outputs, which it stores.
 """
 
 from __future__ import annotations
