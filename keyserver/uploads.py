@@ -31,6 +31,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -68,7 +69,18 @@ def uploads_closed(conn, session_id: str) -> bool:
                         (session_id, session_id)).fetchone() is not None
 
 
-def closed_vectors(conn, directory, session_id: str, clients: list[str]) -> list[np.ndarray]:
+def _upload_digest(commitment: str, vector_bytes: bytes) -> str:
+    """What the ``masked`` table records of an upload, and every reader checks its stored
+    file against: SHA-256 of the seed commitment and the vector's int64 bytes."""
+    return hashlib.sha256(commitment.encode() + vector_bytes).hexdigest()
+
+
+def _masked_path(directory: Path, client_id: str) -> Path:
+    """Where a session's folder keeps a client's masked vector (int64 bytes)."""
+    return directory / "masked" / f"{client_id}.npy"
+
+
+def closed_vectors(conn, directory: Path, session_id: str, clients: list[str]) -> list[np.ndarray]:
     """The clients' masked vectors as the closed uploads recorded them, in ``clients``'
     order; refuses (409) before the uploads are closed or if a stored file is not its
     recorded upload, so nothing is ever made from a vector a release would not sum."""
@@ -78,9 +90,8 @@ def closed_vectors(conn, directory, session_id: str, clients: list[str]) -> list
     for client_id in clients:  # bounded: the session's clients
         row = conn.execute("SELECT commitment, digest FROM masked WHERE session_id = ? AND "
                            "client_id = ?", (session_id, client_id)).fetchone()
-        data = (directory / "masked" / f"{client_id}.npy").read_bytes() if row else b""
-        if row is None or (hashlib.sha256(row["commitment"].encode() + data).hexdigest()
-                           != row["digest"]):
+        data = _masked_path(directory, client_id).read_bytes() if row else b""
+        if row is None or _upload_digest(row["commitment"], data) != row["digest"]:
             raise ServiceError(409, f"client {client_id}'s stored upload is not the one "
                                     "recorded")
         vectors.append(np.frombuffer(data, dtype=np.int64))
@@ -124,9 +135,9 @@ class MaskedUploads:
         if any(v >= (1 << k) for v in upload.values):
             raise ServiceError(409, f"this session's masked values are integers in [0, 2^{k})")
         vector = values.astype(np.int64)
-        digest = hashlib.sha256(upload.commitment.encode() + vector.tobytes()).hexdigest()
+        digest = _upload_digest(upload.commitment, vector.tobytes())
         directory = self._sessions.session_dir(session_id)
-        path = directory / "masked" / f"{client_id}.npy"
+        path = _masked_path(directory, client_id)
         with self.db.transaction() as conn:
             row = conn.execute("SELECT commitment, digest FROM masked WHERE session_id = ? AND "
                                "client_id = ?", (session_id, client_id)).fetchone()
@@ -244,8 +255,8 @@ class MaskedUploads:
         params = public.parameter_set
         position = public.clients.index(client_id)
         directory = self._sessions.session_dir(session_id)
-        data = (directory / "masked" / f"{client_id}.npy").read_bytes()
-        if hashlib.sha256(commitment.encode() + data).hexdigest() != digest:
+        data = _masked_path(directory, client_id).read_bytes()
+        if _upload_digest(commitment, data) != digest:
             # A replacement cut short between its file and its record: the client's retry
             # of the replacement writes both again.
             if digest not in self._mismatched:
