@@ -39,13 +39,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from clients.counting import count_csv
-from common import wire
-from common.files import write_private
-from crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import EncodingTally, InvalidPolicy
+from feddpsyn.clients.counting import count_csv
+from feddpsyn.common import wire
+from feddpsyn.common.files import write_private
+from feddpsyn.crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import EncodingTally, InvalidPolicy
 
 __all__ = ["AgentError", "ClientAgent", "UploadResult"]
 

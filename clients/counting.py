@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import CHUNK_ROWS, EncodingTally, InvalidPolicy, encode_csv_chunks
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import CHUNK_ROWS, EncodingTally, InvalidPolicy, encode_csv_chunks
 
 __all__ = ["count_csv"]
 

@@ -21,9 +21,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from params.exact_numbers import decimal_text, json_number, parse_decimal
-from params.schema import DEFAULT_BINS, SchemaError, normalise_text
-from params.table_codec import MISSING_MARKERS, stream_csv
+from feddpsyn.params.exact_numbers import decimal_text, json_number, parse_decimal
+from feddpsyn.params.schema import DEFAULT_BINS, SchemaError, normalise_text
+from feddpsyn.params.table_codec import MISSING_MARKERS, stream_csv
 
 __all__ = ["PRIVACY_NOTE", "DraftColumn", "draft_schema", "parse_bounds"]
 

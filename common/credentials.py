@@ -23,8 +23,8 @@ from typing import Annotated, Protocol
 from fastapi import HTTPException, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from common import wire
-from common.serving import Database, ServiceError, write_private
+from feddpsyn.common import wire
+from feddpsyn.common.serving import Database, ServiceError, write_private
 
 __all__ = ["ClientTokens", "CLIENT_TOKENS_SQL", "store_client_tokens", "stored_token_hashes",
            "new_token", "token_hash", "token_matches", "read_or_create_token", "BEARER_SCHEME",

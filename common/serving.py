@@ -27,7 +27,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Re-exported: the servers import it from here; the client agent from common.files.
-from common.files import write_private as write_private
+from feddpsyn.common.files import write_private as write_private
 
 log = logging.getLogger("feddpsyn")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Query
 
-from common import wire
-from common.credentials import member_check, own_client_check
-from common.serving import BackgroundWorker, service_app
-from computeserver.executor import Executor
-from computeserver.service import ComputeServer
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import member_check, own_client_check
+from feddpsyn.common.serving import BackgroundWorker, service_app
+from feddpsyn.computeserver.executor import Executor
+from feddpsyn.computeserver.service import ComputeServer
 
 log = logging.getLogger("feddpsyn.computeserver")
 

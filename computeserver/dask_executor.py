@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from distributed import Client, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from computeserver import executor
-from computeserver.executor import CallTask, Circuit, Progress, TaskStats, run_task
+from feddpsyn.computeserver import executor
+from feddpsyn.computeserver.executor import CallTask, Circuit, Progress, TaskStats, run_task
 
 __all__ = ["DaskExecutor", "CircuitPlugin"]
 

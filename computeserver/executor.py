@@ -69,7 +69,7 @@ from typing import Protocol
 
 import numpy as np
 
-from common.sigpipe import ignore_sigpipe
+from feddpsyn.common.sigpipe import ignore_sigpipe
 
 __all__ = ["Circuit", "CallTask", "Executor", "InProcessExecutor", "LocalPoolExecutor",
            "map_summed", "map_streamed", "TaskStats", "run_task", "ignore_sigpipe"]

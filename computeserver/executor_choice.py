@@ -6,7 +6,7 @@ Kept apart from both executors' modules: the Dask executor builds on ``computese
 
 from __future__ import annotations
 
-from computeserver.executor import Executor, InProcessExecutor, LocalPoolExecutor
+from feddpsyn.computeserver.executor import Executor, InProcessExecutor, LocalPoolExecutor
 
 __all__ = ["make_executor"]
 
@@ -17,7 +17,7 @@ def make_executor(workers: int | None = None, dask_scheduler: str | None = None,
     named; else ``workers`` local processes (0: in-process threads); else the default."""
     if dask_scheduler:
         # Imported only here: dask is needed only by a server that names a scheduler.
-        from computeserver.dask_executor import DaskExecutor
+        from feddpsyn.computeserver.dask_executor import DaskExecutor
 
         return DaskExecutor(dask_scheduler, security=dask_security)
     if workers is None:

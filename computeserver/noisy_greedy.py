@@ -31,15 +31,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common import wire
-from common.serving import write_private
-from computeserver.executor import CallTask, Circuit, Executor
-from computeserver.store import SessionStore
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.joint_noise import draw_bits
-from crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
-from params.release_spec import SCORE_NOISE
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.serving import write_private
+from feddpsyn.computeserver.executor import CallTask, Circuit, Executor
+from feddpsyn.computeserver.store import SessionStore
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.joint_noise import draw_bits
+from feddpsyn.crypto.noisy_scores import NoiseOutOfRange, NoisyScoreShape, noise_operand
+from feddpsyn.params.release_spec import SCORE_NOISE
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["NoisyGreedyRole", "NOISY_GREEDY_SQL"]
 

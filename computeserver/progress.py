@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from common import wire
+from feddpsyn.common import wire
 
 __all__ = ["ProgressReporter", "LOG_EVERY", "PUSH_EVERY"]
 

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from computeserver.executor import CallTask
-from crypto.aggregation import release_offset
-from crypto.blobs import blob_index, read_blob
-from crypto.joint_noise import JointNoiseShape, draw_bits, joint_operands
+from feddpsyn.computeserver.executor import CallTask
+from feddpsyn.crypto.aggregation import release_offset
+from feddpsyn.crypto.blobs import blob_index, read_blob
+from feddpsyn.crypto.joint_noise import JointNoiseShape, draw_bits, joint_operands
 
 __all__ = ["UploadChunks", "chunk_task"]
 

@@ -33,20 +33,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from common import wire
-from common.serving import write_private
-from computeserver.executor import CallTask, Circuit, Executor, map_summed
-from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
-from computeserver.store import SessionStore
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.indif import digits_of, indif_offset
-from crypto.masking import expand_masks
-from crypto.private_selection import batch_names, indif_name
-from crypto.selection_batches import BatchLayout
-from crypto.selection_randomness import random_share, secure_order
-from dp.pair_selection import expected_counts_for_pairs
-from params.modes import SelectionMode
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.serving import write_private
+from feddpsyn.computeserver.executor import CallTask, Circuit, Executor, map_summed
+from feddpsyn.computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
+from feddpsyn.computeserver.store import SessionStore
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.indif import digits_of, indif_offset
+from feddpsyn.crypto.masking import expand_masks
+from feddpsyn.crypto.private_selection import batch_names, indif_name
+from feddpsyn.crypto.selection_batches import BatchLayout
+from feddpsyn.crypto.selection_randomness import random_share, secure_order
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["SelectionRole", "SELECTION_SQL", "batched_select"]
 

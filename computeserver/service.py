@@ -44,19 +44,25 @@ import httpx
 import numpy as np
 from concrete import fhe
 
-from common import wire
-from common.files import sha256_of_file, write_private_stream
-from common.serving import Database, ServiceError, already_stored, write_private
-from computeserver.executor import CallTask, Circuit, Executor, InProcessExecutor, map_streamed
-from computeserver.progress import ProgressReporter
-from computeserver.release import UploadChunks, chunk_task
-from computeserver.selection import SELECTION_SQL, SelectionRole
-from crypto.aggregation import chunk_ranges
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.masking import expand_masks, seed_commitment
-from dp.noise_pool import draw_pool, pool_noise
-from params.release_spec import ReleaseSpec
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.files import sha256_of_file, write_private_stream
+from feddpsyn.common.serving import Database, ServiceError, already_stored, write_private
+from feddpsyn.computeserver.executor import (
+    CallTask,
+    Circuit,
+    Executor,
+    InProcessExecutor,
+    map_streamed,
+)
+from feddpsyn.computeserver.progress import ProgressReporter
+from feddpsyn.computeserver.release import UploadChunks, chunk_task
+from feddpsyn.computeserver.selection import SELECTION_SQL, SelectionRole
+from feddpsyn.crypto.aggregation import chunk_ranges
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.masking import expand_masks, seed_commitment
+from feddpsyn.dp.noise_pool import draw_pool, pool_noise
+from feddpsyn.params.release_spec import ReleaseSpec
+from feddpsyn.params.session_plan import SessionPlan
 
 log = logging.getLogger("feddpsyn.computeserver")
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack
+from feddpsyn.crypto._concrete import ensure_tag_stack
 
 __all__ = ["compile_aggregation", "release_offset", "decode_release", "publish_counts",
            "aggregate_plaintext", "chunk_ranges"]

@@ -30,7 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from crypto.tfhe_exp import ExpParams, fixed_point_weights, ideal_log_weight, rounding_constants
+from feddpsyn.crypto.tfhe_exp import (
+    ExpParams,
+    fixed_point_weights,
+    ideal_log_weight,
+    rounding_constants,
+)
 
 __all__ = ["e_num", "bound", "exact", "bernoulli_product_eta", "product_eta",
            "numerics_row"]

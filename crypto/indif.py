@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack, lookup, table
+from feddpsyn.crypto._concrete import ensure_tag_stack, lookup, table
 
 __all__ = ["compile_indif_chunk", "digits_of", "digit_count", "indif_offset",
            "indif_plaintext", "indif_exact", "indif_from_bits", "indif_inputset",

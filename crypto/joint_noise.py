@@ -98,9 +98,14 @@ from typing import Any
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack
-from crypto.aggregation import release_offset
-from dp.joint_noise_accounting import JointNoiseShape, cheapest_uniforms, orders_for, smallest_coins
+from feddpsyn.crypto._concrete import ensure_tag_stack
+from feddpsyn.crypto.aggregation import release_offset
+from feddpsyn.dp.joint_noise_accounting import (
+    JointNoiseShape,
+    cheapest_uniforms,
+    orders_for,
+    smallest_coins,
+)
 
 __all__ = ["JointNoiseShape", "compile_joint_release", "columns_for", "padded_weights",
            "draw_bits", "signed_weights",

@@ -74,14 +74,14 @@ from typing import Any, cast
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack
-from crypto.private_selection import (
+from feddpsyn.crypto._concrete import ensure_tag_stack
+from feddpsyn.crypto.private_selection import (
     check_chunk_sizes,
     indif_definitions,
     score_functions,
     score_inputsets,
 )
-from dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
 __all__ = ["NoisyScoreShape", "NoiseOutOfRange", "NOISE_TAIL_SIGMAS", "PASS_LOOKUP_BITS",
            "noise_offset_bits",

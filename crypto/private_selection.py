@@ -43,16 +43,16 @@ from typing import Any, cast
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack
-from crypto.indif import _indif_bits_function, indif_inputset
-from crypto.selection_batches import (
+from feddpsyn.crypto._concrete import ensure_tag_stack
+from feddpsyn.crypto.indif import _indif_bits_function, indif_inputset
+from feddpsyn.crypto.selection_batches import (
     BatchLayout,
     batch_least_core,
     batch_mask_core,
     batch_maximum_core,
     batch_pick_core,
 )
-from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, select_core
+from feddpsyn.crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, select_core
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
            "score_functions", "score_inputsets", "indif_name", "indif_definitions",

@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import lookup
-from crypto.tfhe_permute_and_flip import (
+from feddpsyn.crypto._concrete import lookup
+from feddpsyn.crypto.tfhe_permute_and_flip import (
     AND_TABLE,
     SelectionShape,
     accepted_plaintext,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from crypto.selection_batches import BatchLayout
-    from crypto.tfhe_permute_and_flip import SelectionShape
+    from feddpsyn.crypto.selection_batches import BatchLayout
+    from feddpsyn.crypto.tfhe_permute_and_flip import SelectionShape
 
 __all__ = ["pbs_estimate", "batched_pbs_estimate"]
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dp.shuffle import randbelow_from_bits, uniform_order
+from feddpsyn.dp.shuffle import randbelow_from_bits, uniform_order
 
 if TYPE_CHECKING:
-    from crypto.selection_batches import BatchLayout
-    from crypto.tfhe_permute_and_flip import SelectionShape
+    from feddpsyn.crypto.selection_batches import BatchLayout
+    from feddpsyn.crypto.tfhe_permute_and_flip import SelectionShape
 
 __all__ = ["random_share", "random_priorities", "batch_randomness", "secure_order"]
 

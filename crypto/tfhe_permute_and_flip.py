@@ -91,9 +91,9 @@ from typing import Any, cast
 import numpy as np
 from concrete import fhe
 
-from crypto._concrete import ensure_tag_stack, lookup, table
-from crypto.exp_privacy import product_eta
-from crypto.selection_randomness import random_priorities, random_share, secure_order
+from feddpsyn.crypto._concrete import ensure_tag_stack, lookup, table
+from feddpsyn.crypto.exp_privacy import product_eta
+from feddpsyn.crypto.selection_randomness import random_priorities, random_share, secure_order
 
 __all__ = ["SelectionShape", "SelectionStep", "plan_step", "choose_shape", "step_eta",
            "thresholds", "threshold_bits", "clear_arguments", "acceptance_weights",

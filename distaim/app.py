@@ -35,12 +35,17 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Response
 
-from common import wire
-from common.credentials import member_check, own_client_check, read_or_create_token, role_check
-from common.serving import BackgroundWorker, service_app
-from distaim.plan import SessionRequest
-from distaim.service import DistServer
-from distaim.wire import (
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import (
+    member_check,
+    own_client_check,
+    read_or_create_token,
+    role_check,
+)
+from feddpsyn.common.serving import BackgroundWorker, service_app
+from feddpsyn.distaim.plan import SessionRequest
+from feddpsyn.distaim.service import DistServer
+from feddpsyn.distaim.wire import (
     MAX_BODY_BYTES,
     DistSessionCreated,
     DistSessionInfo,
@@ -146,7 +151,7 @@ def create_app(state_dir: Path, party: int, mpc_address: str, *,
 
     @app.get("/server", response_model=ServerInfo, tags=["health"])
     def server() -> ServerInfo:
-        from distaim.plan import PLAN_VERSION
+        from feddpsyn.distaim.plan import PLAN_VERSION
         return ServerInfo(role=f"distaim-server-{service.x}", party=service.x,
                           mpc_address=service.mpc_address, modulus=str(service.modulus),
                           mpc_channel_tls=bool(service.mpc_tls), plan_version=PLAN_VERSION)

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from distaim import sharing
-from params.layout import MarginalLayout
+from feddpsyn.distaim import sharing
+from feddpsyn.params.layout import MarginalLayout
 
 __all__ = ["session_info", "upload_vector", "upload_csv", "read_token_file"]
 
@@ -94,8 +94,8 @@ def upload_csv(servers: list[str], session_id: str, client_id: str, token: Token
     layout is :func:`distaim.protocol.client_vector`'s). A table with no row to count is
     refused before anything is sent unless ``allow_empty``: an all-zero upload is almost
     always a mistaken file, and a session takes one upload per client."""
-    from clients.counting import count_csv
-    from params.schema import Schema
+    from feddpsyn.clients.counting import count_csv
+    from feddpsyn.params.schema import Schema
     with httpx.Client(timeout=timeout) as http:
         info = session_info(http, servers, session_id, token)
         layout = MarginalLayout.for_workload(info["domain_sizes"],

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from common import wire
-from distaim.plan import SessionRequest, build_plan
+from feddpsyn.common import wire
+from feddpsyn.distaim.plan import SessionRequest, build_plan
 
 __all__ = ["OperatorError", "CreatedSession", "server_infos", "create_session",
            "session_status", "run_session", "delete_session", "session_results"]

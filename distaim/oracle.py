@@ -34,10 +34,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
-from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
-from dp.exponential_mechanism import em_rho
-from params.layout import MarginalLayout
+from feddpsyn.distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
+from feddpsyn.distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
+from feddpsyn.dp.exponential_mechanism import em_rho
+from feddpsyn.params.layout import MarginalLayout
 
 __all__ = ["MpcOracle", "SCORE_GRID_BITS", "score_penalty"]
 

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.serving import write_private
-from distaim import sharing
-from distaim.mpc_runtime import (
+from feddpsyn.common.serving import write_private
+from feddpsyn.distaim import sharing
+from feddpsyn.distaim.mpc_runtime import (
     EM_SECINT_BITS,
     SECINT_BITS,
     PartyAddress,
@@ -45,11 +45,11 @@ from distaim.mpc_runtime import (
     mpyc_module,
     party_runtime,
 )
-from distaim.plan import plan_digest, schedule_of
-from distaim.protocol import Participation, Schedule, admit_clients, aggregate
-from distaim.reserve import ReserveExceeded, check_reserve, tv_to_delta
-from distaim.validation import validate_clients, validation_tv
-from params.layout import MarginalLayout
+from feddpsyn.distaim.plan import plan_digest, schedule_of
+from feddpsyn.distaim.protocol import Participation, Schedule, admit_clients, aggregate
+from feddpsyn.distaim.reserve import ReserveExceeded, check_reserve, tv_to_delta
+from feddpsyn.distaim.validation import validate_clients, validation_tv
+from feddpsyn.params.layout import MarginalLayout
 
 __all__ = ["write_client_upload", "session_modulus", "tls_contexts", "run_party", "main",
            "PlanMismatch", "EXIT_PLAN_MISMATCH", "ReserveExceeded", "EXIT_RESERVE_EXCEEDED"]
@@ -125,8 +125,8 @@ def tls_contexts(tls: dict | None):
 
 def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: Path,
               timeout: float = 120.0) -> dict:
-    from distaim.oracle import SCORE_GRID_BITS, MpcOracle
-    from synthesis.aim import aim
+    from feddpsyn.distaim.oracle import SCORE_GRID_BITS, MpcOracle
+    from feddpsyn.synthesis.aim import aim
     session = json.loads((session_dir / "session.json").read_text())
     layout = MarginalLayout.for_workload(session["domain_sizes"],
                                          [tuple(c) for c in session["workload"]])

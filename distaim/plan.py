@@ -52,8 +52,8 @@ from pydantic import (
     model_validator,
 )
 
-from common import wire
-from dp.accounting import eps_delta_to_rho
+from feddpsyn.common import wire
+from feddpsyn.dp.accounting import eps_delta_to_rho
 
 __all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "LEGACY_SCHEDULE",
            "schedule_of", "SessionRequest",
@@ -349,9 +349,9 @@ def build_plan(request: SessionRequest, modulus: int) -> FixedRoundsPlan | Annea
     """The public plan a server derives from the operator's request (raises ValueError with
     a message for the operator on anything it cannot run, ``distaim.reserve.ReserveExceeded``
     with its remedy where no run of the plan meets its delta reserve)."""
-    from distaim.reserve import check_plan
-    from params.layout import MarginalLayout
-    from params.schema import Schema, SchemaError
+    from feddpsyn.distaim.reserve import check_plan
+    from feddpsyn.params.layout import MarginalLayout
+    from feddpsyn.params.schema import Schema, SchemaError
     try:
         schema = Schema.from_dict(request.schema_)
     except (SchemaError, ValueError, TypeError, KeyError) as exc:

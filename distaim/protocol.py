@@ -22,8 +22,8 @@ from typing import Literal
 
 import numpy as np
 
-from distaim import sharing
-from params.layout import MarginalLayout
+from feddpsyn.distaim import sharing
+from feddpsyn.params.layout import MarginalLayout
 
 __all__ = ["Layout", "client_vector", "Admission", "Participation", "Schedule",
            "admit_clients", "aggregate"]
@@ -37,7 +37,7 @@ Layout = MarginalLayout
 
 def client_vector(records: np.ndarray, layout: MarginalLayout) -> np.ndarray:
     """A client's workload answers, concatenated in the layout's order (exact counts)."""
-    from synthesis.graphical_model import marginal_counts
+    from feddpsyn.synthesis.graphical_model import marginal_counts
     return np.concatenate([marginal_counts(records, c, layout.domain_sizes)
                            for c in layout.cliques])
 

@@ -41,14 +41,14 @@ from decimal import ROUND_DOWN, ROUND_UP, Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from distaim.plan import session_rho
-from distaim.secure_selection import SelectionPlan
-from distaim.validation import validation_tv
-from params.layout import MarginalLayout
-from synthesis.aim import ALPHA, workload_weights
+from feddpsyn.distaim.plan import session_rho
+from feddpsyn.distaim.secure_selection import SelectionPlan
+from feddpsyn.distaim.validation import validation_tv
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.synthesis.aim import ALPHA, workload_weights
 
 if TYPE_CHECKING:
-    from distaim.plan import AnnealingPlan, FixedRoundsPlan
+    from feddpsyn.distaim.plan import AnnealingPlan, FixedRoundsPlan
 
 __all__ = ["ReserveExceeded", "tv_to_delta", "least_tv", "check_reserve", "check_plan"]
 

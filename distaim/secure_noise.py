@@ -258,7 +258,7 @@ def distributed_gaussian_inputs(rt, secint, sigma2: Fraction, n: int, sampler=No
     Any single server knows its own part, so against it the noise is the sum of the other
     two (variance sigma2); the published total has variance 1.5 sigma2.
     """
-    from dp.discrete_gaussian import CSPRNG
+    from feddpsyn.dp.discrete_gaussian import CSPRNG
     sampler = sampler or CSPRNG
     own = sampler.discrete_gaussian_vector(Fraction(sigma2) / 2, n)
     parts = rt.input(secint.array(own.astype(object)), senders=list(range(len(rt.parties))))

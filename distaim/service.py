@@ -24,17 +24,23 @@ import threading
 import time
 from pathlib import Path
 
-from common import wire
-from common.credentials import (
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import (
     CLIENT_TOKENS_SQL,
     new_token,
     store_client_tokens,
     stored_token_hashes,
 )
-from common.serving import Database, ServiceError, already_stored, write_private
-from distaim import sharing
-from distaim.plan import AnnealingPlan, FixedRoundsPlan, SessionRequest, build_plan, parse_plan
-from distaim.wire import DistSessionCreated, DistSessionInfo, DistStatus, ShareUpload
+from feddpsyn.common.serving import Database, ServiceError, already_stored, write_private
+from feddpsyn.distaim import sharing
+from feddpsyn.distaim.plan import (
+    AnnealingPlan,
+    FixedRoundsPlan,
+    SessionRequest,
+    build_plan,
+    parse_plan,
+)
+from feddpsyn.distaim.wire import DistSessionCreated, DistSessionInfo, DistStatus, ShareUpload
 
 __all__ = ["DistServer"]
 
@@ -63,7 +69,7 @@ CREATE TABLE IF NOT EXISTS uploads (
 class DistServer:
     def __init__(self, state_dir: Path, party: int, mpc_address: str,
                  mpc_tls: dict[str, str] | None = None):
-        from distaim.party import session_modulus
+        from feddpsyn.distaim.party import session_modulus
         if party not in (1, 2, 3):
             raise ValueError("party is 1, 2 or 3")
         self.state_dir = state_dir
@@ -252,7 +258,7 @@ class DistServer:
             log = os.fdopen(os.open(folder / "party.log",
                                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
             self._procs[session_id] = subprocess.Popen(
-                [sys.executable, "-m", "distaim.party", "--pid", str(self.x - 1),
+                [sys.executable, "-m", "feddpsyn.distaim.party", "--pid", str(self.x - 1),
                  "--parties", parties, "--session-dir", str(folder),
                  "--out", str(folder / "result.json"),
                  "--timeout", str(plan.mpc_timeout),
@@ -286,7 +292,7 @@ class DistServer:
 
 
 def _failure(code: int) -> str:
-    from distaim.party import EXIT_PLAN_MISMATCH, EXIT_RESERVE_EXCEEDED
+    from feddpsyn.distaim.party import EXIT_PLAN_MISMATCH, EXIT_RESERVE_EXCEEDED
     if code == EXIT_PLAN_MISMATCH:
         return "refused: the three servers' plan digests differ; see party.log"
     if code == EXIT_RESERVE_EXCEEDED:

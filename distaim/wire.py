@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from common import wire
-from distaim.plan import DistPlan
+from feddpsyn.common import wire
+from feddpsyn.distaim.plan import DistPlan
 
 __all__ = ["MAX_BODY_BYTES", "ShareUpload", "SeedShare", "VectorShare", "ServerInfo",
            "DistSessionCreated", "DistSessionInfo", "DistStatus"]

@@ -14,7 +14,7 @@ probability at least 1/n (the best candidate accepts surely), so the loop is bou
 ``64 n + 512`` attempts: reaching it (probability below e^-64 ~ 2^-92) raises
 ``SamplerExhausted`` rather than return anything (fail closed).
 
->>> from dp.discrete_gaussian import ExactSampler
+>>> from feddpsyn.dp.discrete_gaussian import ExactSampler
 >>> import random
 >>> exponential_mechanism([0, 50, 1], Fraction(1), 1, ExactSampler(random.Random(0).randrange))
 1
@@ -26,8 +26,8 @@ import math
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
-from dp.discrete_gaussian import CSPRNG, ExactSampler, SamplerExhausted
-from dp.permute_and_flip import exact_inputs
+from feddpsyn.dp.discrete_gaussian import CSPRNG, ExactSampler, SamplerExhausted
+from feddpsyn.dp.permute_and_flip import exact_inputs
 
 __all__ = ["exponential_mechanism", "em_probabilities", "em_rho"]
 

@@ -29,7 +29,7 @@ its minimum on the piece is at the stationary point (1 - eta) Phi(-mu/2 - eps/mu
 at an end. Every piece is checked at that point, with the float error of both sides
 subtracted from the gap.
 
->>> from dp.joint_noise_accounting import JointNoiseShape
+>>> from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 >>> shape = JointNoiseShape(16, 6)          # sigma 73.9, a support of 1,009 points
 >>> dominated(shape.pair(), 1 / 65, 1e-6)   # its tails cost: a Gaussian of sigma 65 ...
 True
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from dp.binomial_accounting import LossDistribution
+from feddpsyn.dp.binomial_accounting import LossDistribution
 
 Array = np.ndarray[Any, Any]
 
@@ -108,7 +108,7 @@ def shape_dominated(uniforms: int, bits: int, mu: float, eta: float, wider: int 
     """:func:`dominated` for a joint shape (``dp.joint_noise_accounting.JointNoiseShape``:
     ``wider`` uniforms of bits + 1 beside the others), cached: a plan's searches ask for the
     same shapes at the same budgets."""
-    from dp.joint_noise_accounting import JointNoiseShape
+    from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
     return dominated(JointNoiseShape(uniforms, bits, wider).pair(), mu, eta)
 

@@ -54,7 +54,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.binomial_accounting import RDP_ORDERS, LossDistribution
+from feddpsyn.dp.binomial_accounting import RDP_ORDERS, LossDistribution
 
 __all__ = ["JointNoiseShape", "orders_for", "release_matches", "smallest_coins",
            "cheapest_uniforms", "release_marginals"]

@@ -19,7 +19,7 @@ one server's noise protects the release from the other server.
 
 >>> import random
 >>> from fractions import Fraction
->>> from dp.discrete_gaussian import ExactSampler
+>>> from feddpsyn.dp.discrete_gaussian import ExactSampler
 >>> blob = draw_pool([NoiseDraw("one_way", Fraction(4), np.array([0, 2]), 3)],
 ...                  ExactSampler(random.Random(1).randrange))
 >>> noise = pool_noise(blob, "one_way", np.array([2]))
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from dp.discrete_gaussian import CSPRNG, ExactSampler
+from feddpsyn.dp.discrete_gaussian import CSPRNG, ExactSampler
 
 __all__ = ["NoiseDraw", "draw_pool", "pool_noise"]
 

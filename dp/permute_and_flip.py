@@ -14,7 +14,7 @@ source (Fisher-Yates). So the output distribution is exactly PF's, not a float
 approximation. Plaintext reference for the encrypted selection, and a building block for the
 benchmark's selection-based methods.
 
->>> from dp.discrete_gaussian import ExactSampler
+>>> from feddpsyn.dp.discrete_gaussian import ExactSampler
 >>> import random
 >>> permute_and_flip([0.0, 5.0, 1.0], Fraction(100), 1, ExactSampler(random.Random(0).randrange))
 1
@@ -26,8 +26,8 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from itertools import permutations
 
-from dp.discrete_gaussian import CSPRNG, ExactSampler
-from dp.shuffle import uniform_order
+from feddpsyn.dp.discrete_gaussian import CSPRNG, ExactSampler
+from feddpsyn.dp.shuffle import uniform_order
 
 __all__ = ["permute_and_flip", "pf_probabilities", "pf_probabilities_exact"]
 

@@ -52,8 +52,8 @@ from fractions import Fraction
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
-from dp.gaussian_domination import mu_at_least
-from dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.dp.gaussian_domination import mu_at_least
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
 __all__ = ["UniformSum", "DiscreteGaussian", "PureStep", "GaussianBound", "Mechanism", "GRID",
            "mechanism_pld", "session_pld", "epsilon_of", "delta_of", "calibrate", "grid_for"]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable
 from fractions import Fraction
 from typing import TypeVar
 
-from dp.pair_selection import greedy_by_error
+from feddpsyn.dp.pair_selection import greedy_by_error
 
 __all__ = ["allocation_weight", "allocation_groups", "allocation_with_floors",
            "floored_groups", "greedy_select_allocated", "greedy_select_with_one_ways"]

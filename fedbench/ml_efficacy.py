@@ -14,7 +14,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import f1_score, mean_squared_error
 
-from fedbench.partitions import one_hot
+from feddpsyn.fedbench.partitions import one_hot
 
 __all__ = ["ml_efficacy"]
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbench import partitions
-from fedbench.methods import METHODS, MethodResult
-from fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
-from fedbench.ml_efficacy import ml_efficacy
-from fedbench.wasserstein import wasserstein_two_way
-from params.schema import ContinuousColumn, Schema
-from params.table_codec import encode_csv
-from synthesis.evaluate import workload_error
+from feddpsyn.fedbench import partitions
+from feddpsyn.fedbench.methods import METHODS, MethodResult
+from feddpsyn.fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
+from feddpsyn.fedbench.ml_efficacy import ml_efficacy
+from feddpsyn.fedbench.wasserstein import wasserstein_two_way
+from feddpsyn.params.schema import ContinuousColumn, Schema
+from feddpsyn.params.table_codec import encode_csv
+from feddpsyn.synthesis.evaluate import workload_error
 
 TARGETS = {"adult": "label", "fed_heart_disease": "target"}
 METRICS = ["one_way", "two_way", "three_way", "range_query", "wasserstein",

@@ -30,7 +30,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+# The release: `feddpsyn --version`, the wheel's (pyproject.toml reads it from here).
+__version__ = "0.2.0"
 
 # By task, in the order of the module docstring.
 __all__ = [
@@ -46,34 +47,34 @@ __all__ = [
 # command line's entry point (``feddpsyn.cli``) imports this package first, and pydantic
 # alone would add a few tenths of a second to every ``feddpsyn`` command.
 _LAZY = {
-    "Schema": "params.schema",
-    "draft_schema": "clients.schema_draft",
-    "SessionCreate": "common.wire",
-    "BudgetSpec": "common.wire",
-    "SelectionRequest": "common.wire",
-    "ClientAgent": "clients.agent",
-    "marginals_from_release": "synthesis.marginals",
-    "NoisyMarginal": "synthesis.marginals",
-    "synthesize": "synthesis.synthesize",
-    "SessionPlan": "params.session_plan",
-    "PlanRequest": "params.plan_request",
-    "PrivacyRecord": "common.wire",
-    "epsilon_of": "dp.pld_accounting",
-    "UniformSum": "dp.pld_accounting",
-    "DiscreteGaussian": "dp.pld_accounting",
-    "PureStep": "dp.pld_accounting",
+    "Schema": "feddpsyn.params.schema",
+    "draft_schema": "feddpsyn.clients.schema_draft",
+    "SessionCreate": "feddpsyn.common.wire",
+    "BudgetSpec": "feddpsyn.common.wire",
+    "SelectionRequest": "feddpsyn.common.wire",
+    "ClientAgent": "feddpsyn.clients.agent",
+    "marginals_from_release": "feddpsyn.synthesis.marginals",
+    "NoisyMarginal": "feddpsyn.synthesis.marginals",
+    "synthesize": "feddpsyn.synthesis.synthesize",
+    "SessionPlan": "feddpsyn.params.session_plan",
+    "PlanRequest": "feddpsyn.params.plan_request",
+    "PrivacyRecord": "feddpsyn.common.wire",
+    "epsilon_of": "feddpsyn.dp.pld_accounting",
+    "UniformSum": "feddpsyn.dp.pld_accounting",
+    "DiscreteGaussian": "feddpsyn.dp.pld_accounting",
+    "PureStep": "feddpsyn.dp.pld_accounting",
 }
 
 if TYPE_CHECKING:
-    from clients.agent import ClientAgent
-    from clients.schema_draft import draft_schema
-    from common.wire import BudgetSpec, PrivacyRecord, SelectionRequest, SessionCreate
-    from dp.pld_accounting import DiscreteGaussian, PureStep, UniformSum, epsilon_of
-    from params.plan_request import PlanRequest
-    from params.schema import Schema
-    from params.session_plan import SessionPlan
-    from synthesis.marginals import NoisyMarginal, marginals_from_release
-    from synthesis.synthesize import synthesize
+    from feddpsyn.clients.agent import ClientAgent
+    from feddpsyn.clients.schema_draft import draft_schema
+    from feddpsyn.common.wire import BudgetSpec, PrivacyRecord, SelectionRequest, SessionCreate
+    from feddpsyn.dp.pld_accounting import DiscreteGaussian, PureStep, UniformSum, epsilon_of
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.session_plan import SessionPlan
+    from feddpsyn.synthesis.marginals import NoisyMarginal, marginals_from_release
+    from feddpsyn.synthesis.synthesize import synthesize
 
 
 def __getattr__(name: str) -> Any:

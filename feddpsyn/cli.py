@@ -22,6 +22,7 @@ import warnings
 import typer
 
 from feddpsyn import (
+    __version__,
     cli_bench,
     cli_client,
     cli_demo,
@@ -47,6 +48,19 @@ app.add_typer(schema_app, name="schema")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks for researchers.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(distaim_app, name="distaim")  # the three-server path: serve, party, upload, share
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"feddpsyn {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True,
+        help="Print the version and exit.")) -> None:
+    """Federated DP synthetic tables with two non-colluding servers."""
 
 # The order of registration is the order of `feddpsyn --help`.
 app.command()(cli_servers.keyserver)

@@ -38,10 +38,10 @@ def bench_utility(dataset: Optional[str] = typer.Option(
                                  "the same command: its tasks are not run again")) -> None:
     """Utility of every method against the real union, on the same partitions and seeds, on
     a bundled data set or your own table."""
-    from fedbench.methods import METHODS
-    from fedbench.runner import TARGETS, Setting, run_utility
     from feddpsyn.demo import dataset as bundled
-    from params.schema import Schema
+    from feddpsyn.fedbench.methods import METHODS
+    from feddpsyn.fedbench.runner import TARGETS, Setting, run_utility
+    from feddpsyn.params.schema import Schema
 
     if (csv_path is None) != (schema is None):
         fail("--csv and --schema go together")
@@ -85,7 +85,7 @@ def bench_summary(results: Path = typer.Option(..., help="a run's results.csv"),
                       None, help="where summary.md and the plots go (default: beside it)")) -> None:
     """Re-write summary.md (means, spreads, the winners per setting) and the plots from a
     run's results.csv, e.g. after merging runs or for a run made by an older version."""
-    from fedbench.runner import read_results, write_results
+    from feddpsyn.fedbench.runner import read_results, write_results
 
     if not results.is_file():
         fail(f"{results} is not a file")

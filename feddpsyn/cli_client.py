@@ -14,10 +14,10 @@ from feddpsyn.terminal import fail, read_token
 def _count_local(csv_path: Path, schema: Path, on_invalid: str):
     """(schema, all-pairs layout, counts, what the encoding did) of a local CSV, read in
     bounded memory (``clients.counting``), or a clear error and exit 2."""
-    from clients.counting import count_csv
-    from params.layout import MarginalLayout
-    from params.schema import Schema, SchemaError
-    from params.table_codec import InvalidValueError
+    from feddpsyn.clients.counting import count_csv
+    from feddpsyn.params.layout import MarginalLayout
+    from feddpsyn.params.schema import Schema, SchemaError
+    from feddpsyn.params.table_codec import InvalidValueError
 
     try:
         s = Schema.load(schema)
@@ -74,8 +74,8 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
                       help="upload a table with no rows (all counts zero) on purpose: for an "
                            "owner who truly holds no records for this session")) -> None:
     """Mask and upload this owner's counts (idempotent: safe to re-run)."""
-    from clients.agent import AgentError, ClientAgent
-    from params.table_codec import InvalidValueError
+    from feddpsyn.clients.agent import AgentError, ClientAgent
+    from feddpsyn.params.table_codec import InvalidValueError
 
     token = read_token(token_file)
     try:
@@ -98,7 +98,7 @@ def client_release(keyserver: str = typer.Option(...), session: str = typer.Opti
                    ca_file: Path | None = typer.Option(
                        None, help="CA certificate to verify an HTTPS key server")) -> None:
     """Download the session's released noisy marginals (with their accounting)."""
-    from clients.agent import AgentError, ClientAgent
+    from feddpsyn.clients.agent import AgentError, ClientAgent
 
     try:
         with ClientAgent(keyserver, keyserver, session, client_id, read_token(token_file),

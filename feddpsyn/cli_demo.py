@@ -62,7 +62,7 @@ def demo(dataset: Optional[str] = typer.Option(
                   "uploads to the release on their own")) -> None:
     """Run the whole protocol on a bundled data set or your own table, all on loopback."""
     from feddpsyn.demo import user_table
-    from params.modes import NoiseMode, SelectionMode
+    from feddpsyn.params.modes import NoiseMode, SelectionMode
 
     if (csv_path is None) != (schema is None):
         fail("--csv and --schema go together")
@@ -123,7 +123,7 @@ def _print_report(report: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from params.modes import NoiseMode, SelectionMode
+    from feddpsyn.params.modes import NoiseMode, SelectionMode
 
     console = Console()
     table = Table(title=f"feddpsyn demo: {report['dataset']}, {report['clients']} owners, "

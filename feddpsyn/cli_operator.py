@@ -16,7 +16,7 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
                    content: str | None = None, content_type: str | None = None):
     import httpx
 
-    from common import wire
+    from feddpsyn.common import wire
 
     headers = {"Authorization": f"Bearer {read_token(token_file)}"}
     if content_type:
@@ -34,7 +34,7 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
 def _split(selection: str, one_way: float | None, selection_share: float) -> dict | None:
     if one_way is None:
         return None  # the mode's default split
-    from params.modes import SelectionMode
+    from feddpsyn.params.modes import SelectionMode
 
     if selection == SelectionMode.NONE:
         return {"one_way": one_way, "two_way": 1 - one_way}
@@ -85,11 +85,11 @@ def session_create(keyserver: str = typer.Option(...),
     The key server checks the request and its plan at once, then prepares the session in
     the background (compiling its circuits, generating its keys): this command shows that
     progress until the session is ready, or up to --timeout seconds."""
-    from common import wire
-    from common.serving import write_private
+    from feddpsyn.common import wire
+    from feddpsyn.common.serving import write_private
     from feddpsyn.operator_api import SessionError, post_session, wait_ready
+    from feddpsyn.params.schema import Schema, SchemaError
     from feddpsyn.progress import ProgressDisplay, session_steps
-    from params.schema import Schema, SchemaError
 
     try:
         s = Schema.load(schema)
@@ -143,7 +143,7 @@ def session_status(keyserver: str = typer.Option(...), session: str = typer.Opti
     (what was released or decided, rho, running total, remaining, eps at the session's
     delta), then the plan's entries still to come. A session being prepared shows its
     phase and how long it has taken; while the compute server works, how far it is."""
-    from common import wire
+    from feddpsyn.common import wire
     from feddpsyn.ledger_table import format_ledger
 
     status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")

@@ -26,12 +26,12 @@ def params_command(schema: Optional[Path] = typer.Option(
                    as_json: bool = typer.Option(False, "--json")) -> None:
     """The named selection parameter sets and what each costs for one session: the widths
     derived from the budget, epsilon per round with its numerical part, rho, fhe_delta."""
-    from params.modes import SelectionMode
-    from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS
-    from params.plan_request import PlanRequest
-    from params.schema import Schema, SchemaError
-    from params.session_plan import SessionPlan
-    from params.shape_record import public_shape
+    from feddpsyn.params.modes import SelectionMode
+    from feddpsyn.params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.schema import Schema, SchemaError
+    from feddpsyn.params.session_plan import SessionPlan
+    from feddpsyn.params.shape_record import public_shape
 
     try:
         s = Schema.load(schema or Path(__file__).resolve().parents[1] / "params" / "schemas"
@@ -118,8 +118,8 @@ def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated eps
              e_prev: float = typer.Option(0.0, help="error of the input score, |2^-lambda U - u|"),
              as_json: bool = typer.Option(False, "--json", help="print rows as JSON")) -> None:
     """Extra privacy loss of TFHE-EXP: Theorem C.1's bound and the exact worst case."""
-    from crypto.exp_privacy import numerics_row
-    from crypto.tfhe_exp import ExpParams
+    from feddpsyn.crypto.exp_privacy import numerics_row
+    from feddpsyn.crypto.tfhe_exp import ExpParams
 
     try:
         eps_values = [float(e) for e in eps.split(",") if e.strip()]

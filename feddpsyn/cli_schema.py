@@ -27,9 +27,9 @@ def schema_draft(csv_path: Path = typer.Option(..., "--csv", help="the table to 
                  force: bool = typer.Option(False, help="overwrite --out")) -> None:
     """Draft a schema from a CSV: column names, a type guess, category lists; continuous
     bounds are left for you to declare (or given with --bounds). Read the note it prints."""
-    from clients.schema_draft import PRIVACY_NOTE, draft_schema, parse_bounds
-    from params.schema import SchemaError
-    from params.table_codec import InvalidValueError
+    from feddpsyn.clients.schema_draft import PRIVACY_NOTE, draft_schema, parse_bounds
+    from feddpsyn.params.schema import SchemaError
+    from feddpsyn.params.table_codec import InvalidValueError
 
     if out.exists() and not force:
         fail(f"{out} exists; choose another --out or add --force")
@@ -63,8 +63,8 @@ def schema_check(schema: Path = typer.Option(...),
                      [], "--csv", help="also check these tables against it (repeatable)"),
                  limit: int = typer.Option(20, help="problems shown per table")) -> None:
     """Check a schema (and tables against it): each problem on one line; exit 1 if any."""
-    from params.schema import Schema, SchemaError, schema_warnings
-    from params.table_codec import InvalidValueError, find_problems
+    from feddpsyn.params.schema import Schema, SchemaError, schema_warnings
+    from feddpsyn.params.table_codec import InvalidValueError, find_problems
 
     try:
         s = Schema.load(schema)

@@ -25,9 +25,9 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
                           "up to 2.4 GB at Adult's widths)"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
-    from common.credentials import read_or_create_token
-    from common.serving import configure_logging
-    from keyserver.app import create_app
+    from feddpsyn.common.credentials import read_or_create_token
+    from feddpsyn.common.serving import configure_logging
+    from feddpsyn.keyserver.app import create_app
 
     if workers < 1:
         fail("--workers is a positive number of worker processes")
@@ -42,7 +42,7 @@ def _serve(app, host: str, port: int, log_level: str, certfile: Path | None,
            keyfile: Path | None) -> None:
     import uvicorn
 
-    from common.serving import BodyLimit
+    from feddpsyn.common.serving import BodyLimit
 
     if (certfile is None) != (keyfile is None):
         fail("--ssl-certfile and --ssl-keyfile go together")
@@ -71,9 +71,9 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   dask_tls_key: Path | None = typer.Option(None, help="its private key"),
                   log_level: str = "info") -> None:
     """Run the compute server (evaluation keys only)."""
-    from common.serving import configure_logging
-    from computeserver.app import create_app
-    from computeserver.executor_choice import make_executor
+    from feddpsyn.common.serving import configure_logging
+    from feddpsyn.computeserver.app import create_app
+    from feddpsyn.computeserver.executor_choice import make_executor
 
     configure_logging(log_level.upper())
     peer_token_file = peer_token_file or state_dir / "peer.token"

@@ -21,11 +21,11 @@ def synthesize(release: Path = typer.Option(...),
     """Turn released noisy marginals into a synthetic CSV in the original values."""
     from pydantic import ValidationError
 
-    from common import wire
-    from params.schema import Schema, SchemaError
-    from synthesis import marginals_from_release
-    from synthesis import synthesize as run
-    from synthesis.synthesize import METHODS, resolve_method
+    from feddpsyn.common import wire
+    from feddpsyn.params.schema import Schema, SchemaError
+    from feddpsyn.synthesis import marginals_from_release
+    from feddpsyn.synthesis import synthesize as run
+    from feddpsyn.synthesis.synthesize import METHODS, resolve_method
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: {', '.join(METHODS)}")

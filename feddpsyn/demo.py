@@ -22,26 +22,26 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from clients.agent import ClientAgent
-from common import wire
-from common.credentials import new_token
-from common.serving import write_private
-from params.shape_record import shape_of
+from feddpsyn.clients.agent import ClientAgent
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import new_token
+from feddpsyn.common.serving import write_private
+from feddpsyn.params.shape_record import shape_of
 from feddpsyn.operator_api import SessionError, create_session
 from feddpsyn.peak_memory import PeakMemory
 from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
-from params.layout import MarginalLayout
-from params.modes import SelectionMode
-from params.schema import Schema
-from params.operator_bound import stated_max_rows
-from params.plan_request import PlanRequest
-from params.budget_split import default_split
-from params.session_plan import SessionPlan
-from params.table_codec import encode_csv
-from synthesis.central import central_marginals
-from synthesis.evaluate import workload_error
-from synthesis.marginals import NoisyMarginal, marginals_from_release
-from synthesis.synthesize import resolve_method, synthesize
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.operator_bound import stated_max_rows
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.budget_split import default_split
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.params.table_codec import encode_csv
+from feddpsyn.synthesis.central import central_marginals
+from feddpsyn.synthesis.evaluate import workload_error
+from feddpsyn.synthesis.marginals import NoisyMarginal, marginals_from_release
+from feddpsyn.synthesis.synthesize import resolve_method, synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,8 +74,8 @@ def user_table(csv_path: Path, schema_path: Path, owner_column: str | None = Non
     """A data owner's own table as a demo data set, checked whole before any server starts
     (errors name this file, its row, line and column, not a split's): the schema loads, the
     owner column (if any) is a column of the file, every row encodes."""
-    from params.table_codec import InvalidValueError, encode_rows, read_csv
-    from params.schema import normalise_text
+    from feddpsyn.params.table_codec import InvalidValueError, encode_rows, read_csv
+    from feddpsyn.params.schema import normalise_text
 
     schema = Schema.load(schema_path)  # SchemaError (a ValueError) names every problem
     header, rows, lines = read_csv(csv_path)
@@ -100,8 +100,8 @@ def user_table(csv_path: Path, schema_path: Path, owner_column: str | None = Non
 def split_csv(ds: DemoDataset, clients: int, out: Path, seed: int) -> list[Path]:
     """Natural split by the owner column when there is one, else uniform at random. An owner
     column the schema does not declare names the owner only: it is left out of the files."""
-    from params.table_codec import read_csv
-    from params.schema import normalise_text
+    from feddpsyn.params.table_codec import read_csv
+    from feddpsyn.params.schema import normalise_text
 
     header, rows, _ = read_csv(ds.csv)
     header = [normalise_text(h) for h in header]

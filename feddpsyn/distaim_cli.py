@@ -78,8 +78,8 @@ def serve(state_dir: Path = typer.Option(..., help="this server's state (created
     """Serve one DistAIM server: operator sessions, client share intake, MPC run, release."""
     import uvicorn
 
-    from common.serving import BodyLimit
-    from distaim.app import create_app
+    from feddpsyn.common.serving import BodyLimit
+    from feddpsyn.distaim.app import create_app
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
     tls_files = (mpc_tls_ca, mpc_tls_cert, mpc_tls_key)
@@ -116,10 +116,10 @@ def session_create(
             "fractional bits of the model answers in the secure scores (0: fastest, same "
             "error)"))):
     """Create one session at the three servers (same id, same plan, checked digests)."""
-    from distaim.operator import OperatorError, create_session
-    from distaim.plan import parse_workload
+    from feddpsyn.distaim.operator import OperatorError, create_session
+    from feddpsyn.distaim.plan import parse_workload
     urls, tokens = _servers(servers), _operator_tokens(operator_token_file)
-    from params.schema import Schema
+    from feddpsyn.params.schema import Schema
     if schedule not in SCHEDULES:
         _fail(f"--schedule must be deferred or interleaved, not {schedule!r}")
     try:
@@ -141,13 +141,13 @@ def session_create(
     except OperatorError as exc:
         _fail(str(exc))
     if made.tokens:
-        from common.serving import write_private
+        from feddpsyn.common.serving import write_private
         for cid, per_server in made.tokens.items():
             write_private(tokens_dir / f"{cid}.token", ("\n".join(per_server) + "\n").encode())
     typer.echo(f"session {made.session_id}: plan digest {made.plan_digest} at all three "
                f"servers; {made.plan['cells']} counts per client, rho {made.plan['rho']}")
     if made.plan["participation"] != "1":
-        from distaim.plan import schedule_of
+        from feddpsyn.distaim.plan import schedule_of
         typer.echo(f"participation {made.plan['participation']} per round, schedule "
                    f"{schedule_of(made.plan)}")
     if made.created:
@@ -160,7 +160,7 @@ def session_create(
 def session_status_cmd(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
                        session: str = typer.Option(...)):
     """The session's state at each server; exit 1 unless the three hold the same plan."""
-    from distaim.operator import OperatorError, session_status
+    from feddpsyn.distaim.operator import OperatorError, session_status
     try:
         statuses = session_status(_servers(servers), _operator_tokens(operator_token_file),
                                   session)
@@ -182,7 +182,7 @@ def session_status_cmd(servers: str = _SERVERS, operator_token_file: str = _OPER
 def session_run(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
                 session: str = typer.Option(...)):
     """Close the intake and start the MPC run at the three servers."""
-    from distaim.operator import OperatorError, run_session
+    from feddpsyn.distaim.operator import OperatorError, run_session
     try:
         for s in run_session(_servers(servers), _operator_tokens(operator_token_file), session):
             typer.echo(f"server {s['party']}: {s['state']}")
@@ -195,7 +195,7 @@ def session_result(servers: str = _SERVERS, operator_token_file: str = _OPERATOR
                    session: str = typer.Option(...), out: Path = typer.Option(...)):
     """Write the release once the three servers are done (they must have opened the same
     values)."""
-    from distaim.operator import OperatorError, session_results
+    from feddpsyn.distaim.operator import OperatorError, session_results
     try:
         results = session_results(_servers(servers), _operator_tokens(operator_token_file),
                                   session)
@@ -212,7 +212,7 @@ def session_result(servers: str = _SERVERS, operator_token_file: str = _OPERATOR
 def session_delete(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
                    session: str = typer.Option(...)):
     """Delete the session (and its uploads) at every server holding it (not while running)."""
-    from distaim.operator import OperatorError, delete_session
+    from feddpsyn.distaim.operator import OperatorError, delete_session
     try:
         for line in delete_session(_servers(servers), _operator_tokens(operator_token_file),
                                    session):
@@ -227,7 +227,7 @@ def party(pid: int = typer.Option(...), parties: str = typer.Option(
           session_dir: Path = typer.Option(...), out: Path = typer.Option(...),
           timeout: float = typer.Option(120.0, help="bound on every connect and wait (s)")):
     """Run one server's part of a DistAIM session."""
-    from distaim.party import main
+    from feddpsyn.distaim.party import main
     raise typer.Exit(main(["--pid", str(pid), "--parties", parties, "--session-dir",
                            str(session_dir), "--out", str(out), "--timeout", str(timeout)]))
 
@@ -242,7 +242,7 @@ def upload(servers: str = _SERVERS, session: str = typer.Option(...),
                False, "--allow-empty", help="upload a table with no row to count")):
     """Count the session's workload on a CSV (read in chunks), share it and upload one share
     to each server."""
-    from distaim.client import read_token_file, upload_csv
+    from feddpsyn.distaim.client import read_token_file, upload_csv
     try:
         rows, sent = upload_csv(_servers(servers), session, client_id,
                                 read_token_file(token_file), csv, schema,
@@ -257,10 +257,10 @@ def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(.
           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
     """Encode a CSV with the schema, count the session's workload marginals and write the
     seed-compressed shares for the three servers."""
-    from clients.counting import count_csv
-    from distaim.party import write_client_upload
-    from distaim.protocol import Layout
-    from params.schema import Schema
+    from feddpsyn.clients.counting import count_csv
+    from feddpsyn.distaim.party import write_client_upload
+    from feddpsyn.distaim.protocol import Layout
+    from feddpsyn.params.schema import Schema
     session = json.loads((session_dir / "session.json").read_text())
     layout = Layout.for_workload(session["domain_sizes"], [tuple(c) for c in session["workload"]])
     vector, tally = count_csv(csv, Schema.load(schema), layout)

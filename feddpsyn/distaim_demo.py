@@ -33,17 +33,17 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from distaim.client import session_info, upload_vector
-from distaim.operator import create_session, run_session, session_results, session_status
-from distaim.plan import delta_reserve
-from distaim.protocol import Layout, client_vector
-from dp.accounting import rho_to_eps
 from feddpsyn.demo import ServerProcess, dataset, free_port, split_csv
+from feddpsyn.distaim.client import session_info, upload_vector
+from feddpsyn.distaim.operator import create_session, run_session, session_results, session_status
+from feddpsyn.distaim.plan import delta_reserve
+from feddpsyn.distaim.protocol import Layout, client_vector
+from feddpsyn.dp.accounting import rho_to_eps
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import decode_records, encode_csv
 from feddpsyn.progress import ProgressDisplay, Step, wait_for
-from params.schema import Schema
-from params.table_codec import decode_records, encode_csv
-from synthesis.evaluate import workload_error
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.evaluate import workload_error
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 __all__ = ["run_distaim_demo"]
 
@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _synthesize(measurements: list[NoisyMarginal], sizes, rows, seed: int):
-    from synthesis.graphical_model import GraphicalModel
+    from feddpsyn.synthesis.graphical_model import GraphicalModel
     model = GraphicalModel(sizes)
     model.fit(measurements)
     return model.sample(rows, np.random.default_rng(seed))
@@ -181,7 +181,7 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     error = workload_error(union, records, sizes)
 
     t = time.time()
-    from synthesis.aim import PlainOracle, aim
+    from feddpsyn.synthesis.aim import PlainOracle, aim
     rho = Fraction(made.plan["rho"])
     central = aim(PlainOracle(union, sizes), sizes, workload, rho, rounds=rounds,
                   max_rounds=rounds,

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from common import wire
-from dp.accounting import rho_to_eps
-from params.privacy_record import epsilon_after
-from params.modes import SelectionMode
+from feddpsyn.common import wire
+from feddpsyn.dp.accounting import rho_to_eps
+from feddpsyn.params.privacy_record import epsilon_after
+from feddpsyn.params.modes import SelectionMode
 
 __all__ = ["LedgerRow", "ledger_rows", "format_ledger"]
 

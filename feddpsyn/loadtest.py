@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from clients.agent import ClientAgent
-from common import wire
+from feddpsyn.clients.agent import ClientAgent
+from feddpsyn.common import wire
 from feddpsyn.demo import start_servers
 from feddpsyn.operator_api import create_session
-from params.layout import MarginalLayout
-from params.schema import Schema
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
 
 LOAD_SCHEMA = {"name": "load", "columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},

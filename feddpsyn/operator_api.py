@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import httpx
 
-from common import wire
+from feddpsyn.common import wire
 
 __all__ = ["SessionError", "SessionNotReady", "post_session", "wait_ready", "create_session",
            "DEFAULT_TIMEOUT"]

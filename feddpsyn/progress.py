@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from common import wire
+    from feddpsyn.common import wire
 
 __all__ = ["Step", "ProgressDisplay", "wait_for", "session_steps", "detail_steps",
            "format_duration", "eta_seconds", "step_text", "DEFAULT_INTERVAL", "KEEP_FINISHED"]

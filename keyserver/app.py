@@ -14,11 +14,16 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from common import wire
-from common.credentials import member_check, own_client_check, read_or_create_token, role_check
-from common.serving import BackgroundWorker, service_app
-from keyserver.preparation import PrepareFiles
-from keyserver.service import KeyServer
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import (
+    member_check,
+    own_client_check,
+    read_or_create_token,
+    role_check,
+)
+from feddpsyn.common.serving import BackgroundWorker, service_app
+from feddpsyn.keyserver.preparation import PrepareFiles
+from feddpsyn.keyserver.service import KeyServer
 
 log = logging.getLogger("feddpsyn.keyserver")
 

@@ -45,12 +45,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.serving import Database, ServiceError
-from crypto.joint_noise import draw_bits
-from keyserver.offline_pool import KeyFiles, OfflinePool
-from keyserver.sessions import SessionRegistry
-from params.release_chunks import is_packed, possible_chunks
-from params.session_plan import SessionPlan
+from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.crypto.joint_noise import draw_bits
+from feddpsyn.keyserver.offline_pool import KeyFiles, OfflinePool
+from feddpsyn.keyserver.sessions import SessionRegistry
+from feddpsyn.params.release_chunks import is_packed, possible_chunks
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["COINS_SQL", "DrawAndEncryptCoins", "JointCoins", "StoredOnce"]
 

@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 from concrete import fhe
 
-from common.serving import write_private
-from crypto.aggregation import compile_aggregation
-from crypto.indif import digits_of
-from crypto.joint_noise import compile_joint_release
-from crypto.private_selection import (
+from feddpsyn.common.serving import write_private
+from feddpsyn.crypto.aggregation import compile_aggregation
+from feddpsyn.crypto.indif import digits_of
+from feddpsyn.crypto.joint_noise import compile_joint_release
+from feddpsyn.crypto.private_selection import (
     PrivateSelectionShape,
     batch_names,
     compile_private_selection,
     indif_name,
 )
-from params.session_plan import SessionPlan
+from feddpsyn.params.session_plan import SessionPlan
 
 
 def _keys_for(compiled, directory: Path, prefix: str) -> tuple[fhe.Client, bytes, bytes]:

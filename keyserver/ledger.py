@@ -20,10 +20,10 @@ import sqlite3
 import time
 from fractions import Fraction
 
-from common import wire
-from common.serving import Database, ServiceError
-from params.privacy_record import epsilon_after
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.params.privacy_record import epsilon_after
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["LEDGER_SQL", "PrivacyLedger"]
 

@@ -66,22 +66,22 @@ from pathlib import Path
 import numpy as np
 from concrete import fhe
 
-from common import wire
-from common.serving import ServiceError, write_private
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.joint_noise import draw_bits
-from crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_score,
-                                 noise_tail_delta)
-from crypto.private_selection import indif_name
-from keyserver.coins import StoredOnce
-from keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
-from keyserver.ledger import PrivacyLedger
-from keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused
-from keyserver.store import SessionStore
-from params.modes import SelectionMode
-from params.privacy_record import charged_under
-from params.release_spec import SCORE_NOISE
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.serving import ServiceError, write_private
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.joint_noise import draw_bits
+from feddpsyn.crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_score,
+                                          noise_tail_delta)
+from feddpsyn.crypto.private_selection import indif_name
+from feddpsyn.keyserver.coins import StoredOnce
+from feddpsyn.keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
+from feddpsyn.keyserver.ledger import PrivacyLedger
+from feddpsyn.keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused
+from feddpsyn.keyserver.store import SessionStore
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.privacy_record import charged_under
+from feddpsyn.params.release_spec import SCORE_NOISE
+from feddpsyn.params.session_plan import SessionPlan
 
 NOISY_GREEDY_SQL = """
 CREATE TABLE IF NOT EXISTS noisy_greedy (

@@ -66,8 +66,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
-from common.serving import ServiceError
-from common.sigpipe import ignore_sigpipe
+from feddpsyn.common.serving import ServiceError
+from feddpsyn.common.sigpipe import ignore_sigpipe
 
 __all__ = ["KeyFiles", "OfflinePool", "OfflineTask", "TaskRefused", "split_evenly"]
 

@@ -49,9 +49,9 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from common import wire
-from common.credentials import new_token, store_client_tokens
-from common.jobs import (
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import new_token, store_client_tokens
+from feddpsyn.common.jobs import (
     ChildFailed,
     ChildProcesses,
     JobQueue,
@@ -59,14 +59,14 @@ from common.jobs import (
     JobStopped,
     run_in_child,
 )
-from common.serving import Database, ServiceError, write_private
-from dp.noise_pool import draw_pool
-from keyserver.keys import SessionKeys
-from keyserver.offline_pool import KeyFiles
-from keyserver.selection import compiled_bootstraps, create_selection_files
-from keyserver.sessions import PlanMismatch, SessionRegistry, build_plan, confirm_published
-from params.schema import Schema, SchemaError
-from params.session_plan import SessionPlan
+from feddpsyn.common.serving import Database, ServiceError, write_private
+from feddpsyn.dp.noise_pool import draw_pool
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.offline_pool import KeyFiles
+from feddpsyn.keyserver.selection import compiled_bootstraps, create_selection_files
+from feddpsyn.keyserver.sessions import PlanMismatch, SessionRegistry, build_plan, confirm_published
+from feddpsyn.params.schema import Schema, SchemaError
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["SessionPreparation", "prepare_files", "prepare_in_child", "PrepareFiles",
            "MAX_ATTEMPTS"]

@@ -25,17 +25,17 @@ import time
 
 import numpy as np
 
-from common import wire
-from common.serving import Database, ServiceError
-from crypto.aggregation import decode_release, publish_counts
-from crypto.blobs import pack_blobs
-from keyserver.ledger import PrivacyLedger
-from keyserver.selection import SelectionRole
-from keyserver.sessions import SessionRegistry
-from keyserver.uploads import closed_vectors, uploads_closed
-from params.release_chunks import ReleaseChunk
-from params.session_plan import SessionPlan
-from params.shape_record import public_shape
+from feddpsyn.common import wire
+from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.crypto.aggregation import decode_release, publish_counts
+from feddpsyn.crypto.blobs import pack_blobs
+from feddpsyn.keyserver.ledger import PrivacyLedger
+from feddpsyn.keyserver.selection import SelectionRole
+from feddpsyn.keyserver.sessions import SessionRegistry
+from feddpsyn.keyserver.uploads import closed_vectors, uploads_closed
+from feddpsyn.params.release_chunks import ReleaseChunk
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.params.shape_record import public_shape
 
 __all__ = ["RELEASES_SQL", "Releases"]
 

@@ -40,25 +40,25 @@ from pathlib import Path
 
 import numpy as np
 
-from common import wire
-from common.serving import ServiceError, write_private
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.private_selection import PrivateSelectionShape
-from crypto.selection_batches import BatchLayout
-from crypto.selection_randomness import batch_randomness, random_priorities, random_share
-from crypto.tfhe_permute_and_flip import SelectionShape, thresholds
-from keyserver.keys import SelectionKeys
-from keyserver.ledger import PrivacyLedger
-from keyserver.noisy_greedy import (
+from feddpsyn.common import wire
+from feddpsyn.common.serving import ServiceError, write_private
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.private_selection import PrivateSelectionShape
+from feddpsyn.crypto.selection_batches import BatchLayout
+from feddpsyn.crypto.selection_randomness import batch_randomness, random_priorities, random_share
+from feddpsyn.crypto.tfhe_permute_and_flip import SelectionShape, thresholds
+from feddpsyn.keyserver.keys import SelectionKeys
+from feddpsyn.keyserver.ledger import PrivacyLedger
+from feddpsyn.keyserver.noisy_greedy import (
     NOISY_GREEDY_SQL,
     NoisyGreedyRole,
     NoisyScoreKeys,
     create_noisy_score_files,
 )
-from keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused, split_evenly
-from keyserver.store import SessionStore
-from params.modes import SelectionMode
-from params.session_plan import SessionPlan
+from feddpsyn.keyserver.offline_pool import KeyFiles, OfflinePool, TaskRefused, split_evenly
+from feddpsyn.keyserver.store import SessionStore
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.session_plan import SessionPlan
 
 SELECTION_SQL = """
 CREATE TABLE IF NOT EXISTS selection_randomness (

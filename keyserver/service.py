@@ -21,22 +21,22 @@ from pathlib import Path
 
 import numpy as np
 
-from common import wire
-from common.credentials import CLIENT_TOKENS_SQL
-from common.files import sha256_of_file
-from common.serving import Database, ServiceError
-from keyserver.coins import COINS_SQL, JointCoins
-from keyserver.keys import SessionKeys
-from keyserver.ledger import LEDGER_SQL, PrivacyLedger
-from keyserver.offline_pool import OfflinePool
-from keyserver.preparation import PrepareFiles, SessionPreparation
-from keyserver.releases import RELEASES_SQL, Releases
-from keyserver.selection import SELECTION_SQL, SelectionRole
-from keyserver.sessions import SESSIONS_SQL, SessionRegistry
-from keyserver.uploads import UPLOADS_SQL, MaskedUploads
-from params.modes import NoiseMode, SelectionMode
-from params.session_plan import SessionPlan
-from params.shape_record import public_shape
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import CLIENT_TOKENS_SQL
+from feddpsyn.common.files import sha256_of_file
+from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.keyserver.coins import COINS_SQL, JointCoins
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.ledger import LEDGER_SQL, PrivacyLedger
+from feddpsyn.keyserver.offline_pool import OfflinePool
+from feddpsyn.keyserver.preparation import PrepareFiles, SessionPreparation
+from feddpsyn.keyserver.releases import RELEASES_SQL, Releases
+from feddpsyn.keyserver.selection import SELECTION_SQL, SelectionRole
+from feddpsyn.keyserver.sessions import SESSIONS_SQL, SessionRegistry
+from feddpsyn.keyserver.uploads import UPLOADS_SQL, MaskedUploads
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.params.shape_record import public_shape
 
 log = logging.getLogger("feddpsyn.keyserver")
 

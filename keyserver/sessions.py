@@ -40,16 +40,16 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from common import wire
-from common.credentials import store_client_tokens, stored_token_hashes
-from common.serving import Database, ServiceError
-from dp.noise_pool import pool_noise
-from keyserver.keys import SessionKeys
-from keyserver.offline_pool import KeyFiles
-from params.plan_request import PlanRequest
-from params.schema import Schema
-from params.selection_plan import EmSelection
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import store_client_tokens, stored_token_hashes
+from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.dp.noise_pool import pool_noise
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.offline_pool import KeyFiles
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import EmSelection
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["SESSIONS_SQL", "SessionRegistry", "build_plan", "published_plan", "plan_facts",
            "confirm_published", "PlanMismatch", "preparation_of", "not_ready"]

@@ -9,9 +9,9 @@ from typing import Protocol
 
 import numpy as np
 
-from common import wire
-from common.serving import Database
-from params.session_plan import SessionPlan
+from feddpsyn.common import wire
+from feddpsyn.common.serving import Database
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["SessionStore"]
 

@@ -35,13 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from common import wire
-from common.serving import Database, ServiceError, already_stored, write_private
-from crypto.aggregation import chunk_ranges
-from crypto.blobs import pack_blobs
-from keyserver.ledger import PrivacyLedger
-from keyserver.offline_pool import OfflinePool, split_evenly
-from keyserver.sessions import SessionRegistry
+from feddpsyn.common import wire
+from feddpsyn.common.serving import Database, ServiceError, already_stored, write_private
+from feddpsyn.crypto.aggregation import chunk_ranges
+from feddpsyn.crypto.blobs import pack_blobs
+from feddpsyn.keyserver.ledger import PrivacyLedger
+from feddpsyn.keyserver.offline_pool import OfflinePool, split_evenly
+from feddpsyn.keyserver.sessions import SessionRegistry
 
 __all__ = ["UPLOADS_SQL", "EncryptMaskedChunks", "MaskedUploads", "closed_vectors",
            "uploads_closed"]

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import math
 
-from dp.accounting import eps_delta_to_rho
-from params.modes import SelectionMode
-from params.selection_plan import DEFAULT_SPLITS
+from feddpsyn.dp.accounting import eps_delta_to_rho
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.selection_plan import DEFAULT_SPLITS
 
 __all__ = ["FIRST_ONE_WAY_RANGE", "SCORE_PRECISION", "default_split", "first_one_way_share",
            "group_weight"]

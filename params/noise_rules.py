@@ -16,22 +16,22 @@ import functools
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from crypto.joint_noise import check_room, choose_shape
-from crypto.noisy_scores import PASS_LOOKUP_BITS
-from dp.gaussian_domination import mu_at_most, shape_dominated
-from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
-from dp.joint_noise_accounting import (
+from feddpsyn.crypto.joint_noise import check_room, choose_shape
+from feddpsyn.crypto.noisy_scores import PASS_LOOKUP_BITS
+from feddpsyn.dp.gaussian_domination import mu_at_most, shape_dominated
+from feddpsyn.dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
+from feddpsyn.dp.joint_noise_accounting import (
     JointNoiseShape,
     orders_for,
     release_marginals,
     release_matches,
 )
-from dp.privsyn_allocation import allocation_weight, allocation_with_floors
-from params.layout import MarginalLayout
-from params.parameter_sets import ParameterSet
+from feddpsyn.dp.privsyn_allocation import allocation_weight, allocation_with_floors
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.parameter_sets import ParameterSet
 
 if TYPE_CHECKING:
-    from params.release_spec import ReleaseSpec
+    from feddpsyn.params.release_spec import ReleaseSpec
 
 __all__ = ["GAUSSIAN_BOUND_SHARE", "bound_marginals", "smallest_pair_budget",
            "bound_eta", "dominated_shape",

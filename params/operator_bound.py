@@ -10,11 +10,11 @@ the demo does.
 
 from __future__ import annotations
 
-from params.modes import SelectionMode
-from params.plan_request import PlanRequest
-from params.schema import Schema
-from params.selection_plan import max_rows_with_room
-from params.session_plan import SessionPlan
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import max_rows_with_room
+from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["stated_max_rows"]
 

@@ -14,17 +14,17 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from common import wire
-from params.layout import MarginalLayout
-from params.parameter_sets import ParameterSet
-from params.privacy_record import privacy_record
-from params.release_spec import ReleaseSpec
-from params.schema import Schema
-from params.selection_plan import SelectionPlan
-from params.shape_record import public_shape, shape_of
+from feddpsyn.common import wire
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.parameter_sets import ParameterSet
+from feddpsyn.params.privacy_record import privacy_record
+from feddpsyn.params.release_spec import ReleaseSpec
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import SelectionPlan
+from feddpsyn.params.shape_record import public_shape, shape_of
 
 if TYPE_CHECKING:
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["public_record", "plan_fields"]
 

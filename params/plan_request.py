@@ -6,7 +6,7 @@ the whole plan: the key server builds it from a session's creation request, the 
 demo and the benchmarks from their arguments. Its modes are types
 (``params.modes``): a mode given as its string is read once, here.
 
->>> from params.schema import Schema
+>>> from feddpsyn.params.schema import Schema
 >>> schema = Schema.from_dict({"columns": [
 ...     {"name": "a", "type": "categorical", "i2s": ["x", "y"]},
 ...     {"name": "b", "type": "categorical", "i2s": ["u", "v", "w"]}]})
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from params.modes import NoiseMode, SelectionMode
-from params.schema import Schema
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.schema import Schema
 
 __all__ = ["PlanRequest"]
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from common import wire
-from dp.accounting import rho_to_eps
-from dp.pld_accounting import (
+from feddpsyn.common import wire
+from feddpsyn.dp.accounting import rho_to_eps
+from feddpsyn.dp.pld_accounting import (
     DiscreteGaussian,
     GaussianBound,
     Mechanism,
@@ -31,13 +31,13 @@ from dp.pld_accounting import (
     epsilon_of,
     grid_for,
 )
-from params.modes import SelectionMode
-from params.noise_rules import GAUSSIAN_BOUND_SHARE
-from params.release_spec import release_count
-from params.run_time import bounded
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.noise_rules import GAUSSIAN_BOUND_SHARE
+from feddpsyn.params.release_spec import release_count
+from feddpsyn.params.run_time import bounded
 
 if TYPE_CHECKING:
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["plan_mechanisms", "run_time_releases", "privacy_record", "record_mechanisms",
            "accounted_epsilon", "charged_under", "epsilon_after"]

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from params.release_spec import ReleaseSpec
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.release_spec import ReleaseSpec
+    from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["ReleaseChunk", "chunks_of_release", "is_packed", "possible_chunks"]
 

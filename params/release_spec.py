@@ -17,12 +17,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.accounting import gaussian_sigma2
-from dp.joint_noise_accounting import JointNoiseShape, release_marginals
-from dp.noise_pool import NoiseDraw
-from params.layout import MarginalLayout
-from params.modes import NoiseMode, SelectionMode
-from params.noise_rules import JOINT_TAIL
+from feddpsyn.dp.accounting import gaussian_sigma2
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, release_marginals
+from feddpsyn.dp.noise_pool import NoiseDraw
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.noise_rules import JOINT_TAIL
 
 __all__ = ["ReleaseSpec", "NOISE_TAIL_SIGMAS", "SCORE_NOISE", "release_count", "split_share",
            "two_way_rho", "selected_release", "noise_label", "noise_draws"]

@@ -20,20 +20,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from crypto.joint_noise import check_room
-from dp.accounting import gaussian_sigma2
-from dp.gaussian_domination import mu_at_most, shape_dominated
-from dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
-from dp.joint_noise_accounting import JointNoiseShape
-from dp.pair_selection import greedy_select
-from dp.privsyn_allocation import (
+from feddpsyn.crypto.joint_noise import check_room
+from feddpsyn.dp.accounting import gaussian_sigma2
+from feddpsyn.dp.gaussian_domination import mu_at_most, shape_dominated
+from feddpsyn.dp.joint_noise_accounting import MAX_BITS as MAX_SHAPE_BITS
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.dp.pair_selection import greedy_select
+from feddpsyn.dp.privsyn_allocation import (
     allocation_groups,
     floored_groups,
     greedy_select_allocated,
     greedy_select_with_one_ways,
 )
-from params.modes import SelectionMode
-from params.noise_rules import (
+from feddpsyn.params.modes import SelectionMode
+from feddpsyn.params.noise_rules import (
     JOINT_MAX_BITS_PER_CALL,
     bound_eta,
     bound_marginals,
@@ -41,10 +41,10 @@ from params.noise_rules import (
     pair_failure_cap,
     run_time_group_shape,
 )
-from params.release_spec import ReleaseSpec, selected_release
+from feddpsyn.params.release_spec import ReleaseSpec, selected_release
 
 if TYPE_CHECKING:
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["resolve", "bounded", "split_release", "noise_statement", "cell_noises",
            "per_count_variance", "select_pairs", "variance_ratio"]

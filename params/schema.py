@@ -45,7 +45,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
-from params.exact_numbers import (
+from feddpsyn.params.exact_numbers import (
     decimal_places,
     decimal_text,
     exact_number,

@@ -61,19 +61,20 @@ from typing import Any, ClassVar, Literal, Self, TypedDict
 
 import numpy as np
 
-from common import wire
-from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
-from crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
-from dp.joint_noise_accounting import JointNoiseShape
-from crypto.private_selection import batch_names
-from crypto.selection_batches import BatchLayout, batch_layout
-from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
-from crypto.tfhe_permute_and_flip import (SelectionShape, SelectionStep, choose_shape, plan_step,
-                                          thresholds)
-from params.layout import MarginalLayout
-from params.modes import NoiseMode, SelectionMode
-from params.shape_record import public_shape, shape_of
-from params.parameter_sets import DEFAULT_SELECTION_SET, SelectionParameterSet, get_selection_set
+from feddpsyn.common import wire
+from feddpsyn.crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, chunk_bootstraps
+from feddpsyn.crypto.noisy_scores import NoisyScoreShape, noise_offset_bits, noise_tail_probability
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.crypto.private_selection import batch_names
+from feddpsyn.crypto.selection_batches import BatchLayout, batch_layout
+from feddpsyn.crypto.selection_cost import batched_pbs_estimate, pbs_estimate
+from feddpsyn.crypto.tfhe_permute_and_flip import (SelectionShape, SelectionStep, choose_shape,
+                                                   plan_step, thresholds)
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.shape_record import public_shape, shape_of
+from feddpsyn.params.parameter_sets import (DEFAULT_SELECTION_SET, SelectionParameterSet,
+                                            get_selection_set)
 
 __all__ = ["SelectionPlan", "EmSelection", "NoisyGreedySelection", "NoSelection",
            "DEFAULT_SPLITS", "chunk_sizes_for", "indif_chunks", "candidate_batches", "RowBound",

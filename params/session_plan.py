@@ -26,28 +26,28 @@ from fractions import Fraction
 
 import numpy as np
 
-from common import wire
-from crypto.joint_noise import columns_for
-from dp.accounting import eps_delta_to_rho, gaussian_sigma2
-from dp.binomial_accounting import RDP_ORDERS, session_delta_of
-from dp.joint_noise_accounting import JointNoiseShape, orders_for
-from dp.noise_pool import NoiseDraw
-from params import plan_record, run_time
-from params.layout import MarginalLayout
-from params.modes import NoiseMode, SelectionMode
-from dp.pld_accounting import calibrate
-from params.budget_split import default_split
-from params.privacy_record import accounted_epsilon, plan_mechanisms
-from params.noise_rules import (JOINT_TAIL, dominated_envelope, envelope_shape_for, joint_shape_for,
-                                pair_failure_cap, score_shape_for)
-from params.parameter_sets import ParameterSet, get_parameter_set
-from params.plan_request import PlanRequest
-from params.release_chunks import ReleaseChunk, chunks_of_release
-from params.release_spec import (ReleaseSpec, noise_draws, noise_label, release_count,
-                                 split_share, two_way_rho)
-from params.schema import Schema
-from params.selection_plan import (DEFAULT_SPLITS, EmSelection, NoisyGreedySelection, RowBound,
-                                   SelectionPlan, indif_chunks, row_bound)
+from feddpsyn.common import wire
+from feddpsyn.crypto.joint_noise import columns_for
+from feddpsyn.dp.accounting import eps_delta_to_rho, gaussian_sigma2
+from feddpsyn.dp.binomial_accounting import RDP_ORDERS, session_delta_of
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, orders_for
+from feddpsyn.dp.noise_pool import NoiseDraw
+from feddpsyn.params import plan_record, run_time
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.dp.pld_accounting import calibrate
+from feddpsyn.params.budget_split import default_split
+from feddpsyn.params.privacy_record import accounted_epsilon, plan_mechanisms
+from feddpsyn.params.noise_rules import (JOINT_TAIL, dominated_envelope, envelope_shape_for,
+                                         joint_shape_for, pair_failure_cap, score_shape_for)
+from feddpsyn.params.parameter_sets import ParameterSet, get_parameter_set
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.release_chunks import ReleaseChunk, chunks_of_release
+from feddpsyn.params.release_spec import (ReleaseSpec, noise_draws, noise_label, release_count,
+                                          split_share, two_way_rho)
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import (DEFAULT_SPLITS, EmSelection, NoisyGreedySelection,
+                                            RowBound, SelectionPlan, indif_chunks, row_bound)
 
 __all__ = ["SessionPlan"]
 

@@ -4,8 +4,8 @@ whole shape (both widths) alike."""
 
 from __future__ import annotations
 
-from common import wire
-from dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.common import wire
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
 __all__ = ["public_shape", "shape_of"]
 

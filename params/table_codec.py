@@ -36,8 +36,8 @@ from typing import Literal
 
 import numpy as np
 
-from params.exact_numbers import parse_decimal, scaled_text
-from params.schema import CategoricalColumn, ContinuousColumn, Schema, normalise_text
+from feddpsyn.params.exact_numbers import parse_decimal, scaled_text
+from feddpsyn.params.schema import CategoricalColumn, ContinuousColumn, Schema, normalise_text
 
 InvalidPolicy = Literal["error", "clamp", "drop"]
 

@@ -6,7 +6,7 @@ One module here spends budget: ``synthesis.aim``, AIM's mechanism, which measure
 selects only through an oracle (in clear for central AIM, in MPC for DistAIM) and fits
 ``synthesis.graphical_model`` (post-processing) between rounds."""
 
-from synthesis.marginals import NoisyMarginal, combine_repeated, marginals_from_release
-from synthesis.synthesize import synthesize
+from feddpsyn.synthesis.marginals import NoisyMarginal, combine_repeated, marginals_from_release
+from feddpsyn.synthesis.synthesize import synthesize
 
 __all__ = ["NoisyMarginal", "combine_repeated", "marginals_from_release", "synthesize"]

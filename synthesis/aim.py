@@ -97,11 +97,17 @@ from typing import Protocol
 
 import numpy as np
 
-from dp.discrete_gaussian import CSPRNG, ExactSampler
-from dp.exponential_mechanism import em_rho, exponential_mechanism
-from params.layout import completion  # AIM's candidates (re-exported: fedbench, benches)
-from synthesis.graphical_model import Clique, GraphicalModel, cells, marginal_counts, model_size_mb
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.dp.discrete_gaussian import CSPRNG, ExactSampler
+from feddpsyn.dp.exponential_mechanism import em_rho, exponential_mechanism
+from feddpsyn.params.layout import completion  # AIM's candidates (re-exported: fedbench, benches)
+from feddpsyn.synthesis.graphical_model import (
+    Clique,
+    GraphicalModel,
+    cells,
+    marginal_counts,
+    model_size_mb,
+)
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _GRID = 2 ** 20  # public values (model answers, penalties) are rounded to multiples of 2^-20

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from params.session_plan import SessionPlan
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 
 def central_marginals(plan: SessionPlan, records: np.ndarray) -> list[NoisyMarginal]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 
 def _project(m: NoisyMarginal, attr: int) -> np.ndarray:

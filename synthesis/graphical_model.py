@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 Clique = tuple[int, ...]
 
@@ -152,7 +152,7 @@ class GraphicalModel:
         merged = merge_measurements(measurements)
         self.cliques = [tuple(m.attrs) for m in merged]
         if self.backend == "numpy":
-            from synthesis.mirror_descent import MAX_ITERS, MirrorDescentPGM
+            from feddpsyn.synthesis.mirror_descent import MAX_ITERS, MirrorDescentPGM
 
             if self.pgm is None:
                 self.pgm = MirrorDescentPGM(self.domain_sizes)
@@ -162,7 +162,7 @@ class GraphicalModel:
             self._potentials = self.pgm.conditionals()
             self._marginals = list(zip(self.pgm.tree.nodes, self.pgm.beliefs))
             return
-        from synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
+        from feddpsyn.synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
         # isort: split
         from mbi import Domain, LinearMeasurement, estimation
 
@@ -229,7 +229,7 @@ class GraphicalModel:
         # MirrorDescentPGM.potentials says: its draw is kept as mbi makes it.
         if not polish or self.backend != "numpy" or len(self.domain_sizes) < 2:
             return records
-        from synthesis.polish import polish as move_toward
+        from feddpsyn.synthesis.polish import polish as move_toward
 
         wanted = {}
         for a, b in itertools.combinations(range(len(self.domain_sizes)), 2):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 
 def _cell_ids(records: np.ndarray, attrs: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:

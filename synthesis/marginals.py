@@ -22,8 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from common import wire
-from params.schema import Schema
+from feddpsyn.common import wire
+from feddpsyn.params.schema import Schema
 
 
 @dataclass

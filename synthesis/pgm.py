@@ -46,8 +46,8 @@ import math
 
 import numpy as np
 
-from synthesis.graphical_model import GraphicalModel, model_size_mb
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.graphical_model import GraphicalModel, model_size_mb
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 __all__ = ["DEFAULT_ITERS", "DEFAULT_MAX_MODEL_MB", "HELD_OUT_RATIO", "dependence", "fit_model",
            "fit_pgm", "held_out_targets", "kept_pairs"]

@@ -6,10 +6,10 @@ from typing import Literal
 
 import numpy as np
 
-from params.schema import Schema
-from params.table_codec import decode_records
-from synthesis.consistency import make_consistent
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import decode_records
+from feddpsyn.synthesis.consistency import make_consistent
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 Method = Literal["pgm", "gum", "auto"]
 METHODS = ("auto", "gum", "pgm")
@@ -47,11 +47,11 @@ def synthesize_records(schema: Schema, marginals: list[NoisyMarginal], method: M
     consistent, total = make_consistent(marginals, schema.domain_sizes)
     n = int(rows) if rows else max(1, int(round(total)))
     if method == "pgm":
-        from synthesis.pgm import fit_pgm
+        from feddpsyn.synthesis.pgm import fit_pgm
 
         return fit_pgm(marginals, consistent, total, schema.domain_sizes, n, rng)
     if method == "gum":
-        from synthesis.gum import fit_gum
+        from feddpsyn.synthesis.gum import fit_gum
 
         return fit_gum(consistent, schema.domain_sizes, n, rng)
     raise AssertionError(method)  # resolve_method names every method

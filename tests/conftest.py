@@ -98,6 +98,8 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_session_create_waits_with_progress_or_returns_at_once",
             "test_a_real_compile_does_not_stall_the_server",
             "test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready",
+            "test_the_joint_noise_sets_are_made_while_the_module_compiles",
+            "test_a_failed_preparation_drops_the_sets_it_made",
         ],
     },
     "served": {
@@ -158,6 +160,11 @@ TIERS: dict[str, dict[str, list[str]]] = {
         ],
         "test_cli_parameters": ALL,
         "test_free_port": ALL,
+        # The exact enumerations: minutes on a loaded machine, so in the full suite only.
+        "test_gaussian_bound": [
+            "test_every_selection_is_within_the_bound_by_enumeration",
+            "test_the_bounded_plan_spends_the_eps_asked",
+        ],
         "test_joint_noise_accounting": [
             "test_fed_heart_demo_session_keeps_its_epsilon_with_joint_noise",
         ],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keyserver.offline_pool import TaskRefused
+from feddpsyn.keyserver.offline_pool import TaskRefused
 
 
 class EchoKeys:

@@ -8,8 +8,8 @@ import contextlib
 import time
 from pathlib import Path
 
-from clients.agent import ClientAgent
-from common import wire
+from feddpsyn.clients.agent import ClientAgent
+from feddpsyn.common import wire
 from feddpsyn.demo import start_servers
 from feddpsyn.operator_api import create_session
 

@@ -30,17 +30,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dp.discrete_gaussian import ExactSampler  # noqa: E402
-from fedbench.methods.base import budget_rho  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
-from synthesis import mirror_descent  # noqa: E402
-from synthesis.aim import PlainOracle, aim  # noqa: E402
-from synthesis.evaluate import workload_error  # noqa: E402
+from feddpsyn.dp.discrete_gaussian import ExactSampler  # noqa: E402
+from feddpsyn.fedbench.methods.base import budget_rho  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.synthesis import mirror_descent  # noqa: E402
+from feddpsyn.synthesis.aim import PlainOracle, aim  # noqa: E402
+from feddpsyn.synthesis.evaluate import workload_error  # noqa: E402
 
 # The module, not the method of the same name ``fedbench.methods`` exports.
-method = importlib.import_module("fedbench.methods.central_aim")
+method = importlib.import_module("feddpsyn.fedbench.methods.central_aim")
 
 
 def adult_split(attrs: int) -> tuple[np.ndarray, list[int]]:

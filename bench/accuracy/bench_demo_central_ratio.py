@@ -35,13 +35,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.accuracy.bench_served_vs_central import _commit  # noqa: E402
-from fedbench.methods.feddpsyn_served import served_session  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, central_reference, dataset  # noqa: E402
-from params.modes import SelectionMode  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
-from synthesis.evaluate import workload_error  # noqa: E402
-from synthesis.synthesize import synthesize_records  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import served_session  # noqa: E402
+from feddpsyn.params.modes import SelectionMode  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.synthesis.evaluate import workload_error  # noqa: E402
+from feddpsyn.synthesis.synthesize import synthesize_records  # noqa: E402
 
 
 def main() -> None:

@@ -94,43 +94,43 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.accuracy.bench_served_vs_central import _commit, _earlier_rows, _table  # noqa: E402
-from dp.gaussian_domination import gaussian_delta  # noqa: E402
-from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
-from dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
-from dp.privsyn_allocation import (  # noqa: E402
+from feddpsyn.dp.gaussian_domination import gaussian_delta  # noqa: E402
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs, greedy_by_error, indif_scores  # noqa: E402
+from feddpsyn.dp.privsyn_allocation import (  # noqa: E402
     allocation_groups,
     allocation_weight,
     greedy_select_allocated,
     greedy_select_with_one_ways,
 )
-from fedbench.methods import METHODS  # noqa: E402
-from fedbench.methods.base import MethodResult  # noqa: E402
-from fedbench.methods.central_accounting import privsyn_budget  # noqa: E402
-from fedbench.methods.central_privsyn import (  # noqa: E402
+from feddpsyn.fedbench.methods import METHODS  # noqa: E402
+from feddpsyn.fedbench.methods.base import MethodResult  # noqa: E402
+from feddpsyn.fedbench.methods.central_accounting import privsyn_budget  # noqa: E402
+from feddpsyn.fedbench.methods.central_privsyn import (  # noqa: E402
     INDIF_SENSITIVITY,
     SCORE_GRID_BITS,
     indif_grid_scores,
     privsyn_greedy,
 )
-from fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
-from fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
-from fedbench.runner import Setting, run_utility  # noqa: E402
-from params.layout import MarginalLayout  # noqa: E402
-from params.modes import NoiseMode, SelectionMode  # noqa: E402
-from params.noise_rules import (  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
+from feddpsyn.fedbench.runner import Setting, run_utility  # noqa: E402
+from feddpsyn.params.layout import MarginalLayout  # noqa: E402
+from feddpsyn.params.modes import NoiseMode, SelectionMode  # noqa: E402
+from feddpsyn.params.noise_rules import (  # noqa: E402
     GAUSSIAN_BOUND_SHARE,
     JOINT_MAX_BITS_PER_CALL,
     MAX_SHAPE_BITS,
     bound_eta,
     dominated_shape,
 )
-from params.operator_bound import stated_max_rows  # noqa: E402
-from params.plan_request import PlanRequest  # noqa: E402
-from params.run_time import _dominated_group_shape  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.session_plan import SessionPlan  # noqa: E402
-from synthesis.marginals import NoisyMarginal  # noqa: E402
-from synthesis.synthesize import synthesize_records  # noqa: E402
+from feddpsyn.params.operator_bound import stated_max_rows  # noqa: E402
+from feddpsyn.params.plan_request import PlanRequest  # noqa: E402
+from feddpsyn.params.run_time import _dominated_group_shape  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
+from feddpsyn.synthesis.marginals import NoisyMarginal  # noqa: E402
+from feddpsyn.synthesis.synthesize import synthesize_records  # noqa: E402
 
 SCORE_SHARE = Fraction(1, 10)  # both plans give the selection a tenth of rho
 
@@ -960,7 +960,7 @@ def _rerun_shares(results: list[dict], run: int) -> list[dict]:
 
 def _train_rows(csv: Path, schema: Schema) -> int:
     """The training rows of the runner's first repeat (its split: seed 0, repeat 0)."""
-    from params.table_codec import encode_csv
+    from feddpsyn.params.table_codec import encode_csv
 
     records = encode_csv(csv, schema).records
     return int((np.random.default_rng([0, 0]).random(len(records)) >= 0.2).sum())

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
 
 from bench_served_vs_central import _table  # noqa: E402
 
-import params.noise_rules as rules  # noqa: E402
-from fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
-from params.run_time import resolve  # noqa: E402
+import feddpsyn.params.noise_rules as rules  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
+from feddpsyn.params.run_time import resolve  # noqa: E402
 
 
 def main() -> None:
@@ -46,8 +46,8 @@ def main() -> None:
                         help="the default set's envelope at this width (a what-if)")
     args = parser.parse_args()
     if args.envelope_bits:
-        from fedbench.methods.feddpsyn_served import at_envelope_bits
-        from params.parameter_sets import PARAMETER_SETS
+        from feddpsyn.fedbench.methods.feddpsyn_served import at_envelope_bits
+        from feddpsyn.params.parameter_sets import PARAMETER_SETS
         PARAMETER_SETS["default"] = at_envelope_bits(PARAMETER_SETS["default"],
                                                      args.envelope_bits)
     path, schema, _ = _table(args.table)
@@ -60,7 +60,7 @@ def main() -> None:
     search = rules.dominated_shape
     if args.one_width:
         # The resolution calls the search by its module's name: one-width for this run.
-        import params.run_time as run_time
+        import feddpsyn.params.run_time as run_time
 
         def one_width(*a, **k):
             return search(*a, **{**k, "mixed": False})

@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
-from params.privacy_record import accounted_epsilon  # noqa: E402
-from params.schema import Schema  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
+from feddpsyn.params.privacy_record import accounted_epsilon  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
 
 
 def _rows(csv: Path) -> int:

@@ -24,16 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedbench.methods import KINDS, METHODS, WHAT_IF  # noqa: E402
-from fedbench.methods.feddpsyn_served import (  # noqa: E402
+from feddpsyn.demo import data_dir  # noqa: E402
+from feddpsyn.demo import dataset as bundled  # noqa: E402
+from feddpsyn.fedbench.methods import KINDS, METHODS, WHAT_IF  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import (  # noqa: E402
     default_at_envelope_bits,
     default_at_first_share,
 )
-from fedbench.provenance import commit as _commit  # noqa: E402
-from fedbench.runner import Setting, run_utility  # noqa: E402
-from feddpsyn.demo import data_dir  # noqa: E402
-from feddpsyn.demo import dataset as bundled  # noqa: E402
-from params.schema import Schema  # noqa: E402
+from feddpsyn.fedbench.provenance import commit as _commit  # noqa: E402
+from feddpsyn.fedbench.runner import Setting, run_utility  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
 
 # table: (csv, schema, target column for the ML metrics)
 TABLES = {

@@ -59,23 +59,23 @@ sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
 
 from bench_served_vs_central import TABLES, _table  # noqa: E402
 
-from fedbench.methods.feddpsyn_served import default_release  # noqa: E402
-from fedbench.provenance import commit  # noqa: E402
-from fedbench.runner import Setting, partition_owner  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
-from synthesis.consistency import make_consistent  # noqa: E402
-from synthesis.evaluate import marginal, workload_error  # noqa: E402
-from synthesis.gum import fit_gum  # noqa: E402
-from synthesis.marginals import NoisyMarginal  # noqa: E402
-from synthesis.pgm import (  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import default_release  # noqa: E402
+from feddpsyn.fedbench.provenance import commit  # noqa: E402
+from feddpsyn.fedbench.runner import Setting, partition_owner  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.synthesis.consistency import make_consistent  # noqa: E402
+from feddpsyn.synthesis.evaluate import marginal, workload_error  # noqa: E402
+from feddpsyn.synthesis.gum import fit_gum  # noqa: E402
+from feddpsyn.synthesis.marginals import NoisyMarginal  # noqa: E402
+from feddpsyn.synthesis.pgm import (  # noqa: E402
     DEFAULT_MAX_MODEL_MB,
     fit_model,
     fit_pgm,
     held_out_targets,
     kept_pairs,
 )
-from synthesis.synthesize import synthesize_records  # noqa: E402
+from feddpsyn.synthesis.synthesize import synthesize_records  # noqa: E402
 
 
 def _parameter(name: str, default: float) -> float:

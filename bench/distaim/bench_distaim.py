@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim.distaim_common import adult, all_pairs, free_port  # noqa: E402
-from distaim.party import session_modulus, write_client_upload  # noqa: E402
-from distaim.protocol import Layout, client_vector  # noqa: E402
-from dp.accounting import eps_delta_to_rho  # noqa: E402
+from feddpsyn.distaim.party import session_modulus, write_client_upload  # noqa: E402
+from feddpsyn.distaim.protocol import Layout, client_vector  # noqa: E402
+from feddpsyn.dp.accounting import eps_delta_to_rho  # noqa: E402
 
 
 def main() -> None:
@@ -65,7 +65,7 @@ def main() -> None:
     ports = [free_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)
     t = time.time()
-    procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
+    procs = [subprocess.Popen([sys.executable, "-m", "feddpsyn.distaim.party", "--pid", str(pid),
                                "--parties", parties, "--session-dir", str(args.out),
                                "--out", str(args.out / f"party{pid}.json"),
                                "--timeout", "600"], cwd=ROOT)
@@ -88,10 +88,10 @@ def main() -> None:
               f" ms CPU per noisy cell ({sum(x['cells'] for x in mea)} cells)")
     print("selected:", rep["selected"], "rho spent", rep["rho_spent"],
           "extra delta", rep["selection_extra_delta"] + rep["measurement_extra_delta"])
-    from synthesis.aim import PlainOracle, aim
-    from synthesis.evaluate import workload_error
-    from synthesis.graphical_model import GraphicalModel
-    from synthesis.marginals import NoisyMarginal
+    from feddpsyn.synthesis.aim import PlainOracle, aim
+    from feddpsyn.synthesis.evaluate import workload_error
+    from feddpsyn.synthesis.graphical_model import GraphicalModel
+    from feddpsyn.synthesis.marginals import NoisyMarginal
     model = GraphicalModel(sizes)
     model.fit([NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float).reshape(
         [sizes[a] for a in m["clique"]]), m["sigma2"]) for m in rep["measurements"]], 1000)

@@ -82,14 +82,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim.distaim_common import adult_flaim  # noqa: E402
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
-from distaim.oracle import MpcOracle  # noqa: E402
-from distaim.plan import session_rho  # noqa: E402
-from distaim.protocol import Layout, Participation, Schedule, client_vector  # noqa: E402
-from fedbench.partitions import feature_skew, umap_clusters  # noqa: E402
-from synthesis.aim import PlainOracle, aim, completion  # noqa: E402
-from synthesis.evaluate import marginal  # noqa: E402
-from synthesis.graphical_model import marginal_counts  # noqa: E402
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
+from feddpsyn.distaim.oracle import MpcOracle  # noqa: E402
+from feddpsyn.distaim.plan import session_rho  # noqa: E402
+from feddpsyn.distaim.protocol import Layout, Participation, Schedule, client_vector  # noqa: E402
+from feddpsyn.fedbench.partitions import feature_skew, umap_clusters  # noqa: E402
+from feddpsyn.synthesis.aim import PlainOracle, aim, completion  # noqa: E402
+from feddpsyn.synthesis.evaluate import marginal  # noqa: E402
+from feddpsyn.synthesis.graphical_model import marginal_counts  # noqa: E402
 
 FLAIM_TABLE_1 = {"distaim": 0.42, "central_aim": 0.20}
 

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim.distaim_common import run_as_three_parties  # noqa: E402
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, PartyAddress, party_runtime  # noqa: E402
-from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian  # noqa: E402
-from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism  # noqa: E402
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, PartyAddress, party_runtime  # noqa: E402
+from feddpsyn.distaim.secure_noise import GaussianPlan, secure_discrete_gaussian  # noqa: E402
+from feddpsyn.distaim.secure_selection import SelectionPlan, secure_exponential_mechanism  # noqa: E402
 
 
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:

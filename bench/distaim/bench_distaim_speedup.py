@@ -38,15 +38,15 @@ from bench.distaim.distaim_common import (  # noqa: E402
     run_as_three_parties,
     summary,
 )
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, PartyAddress, party_runtime  # noqa: E402
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, PartyAddress, party_runtime  # noqa: E402
 
 
 def _party(pid: int, addresses: list[PartyAddress], args) -> None:
-    from distaim.oracle import MpcOracle
-    from distaim.protocol import Layout, client_vector
-    from synthesis.aim import completion, workload_weights
-    from synthesis.graphical_model import GraphicalModel
-    from synthesis.marginals import NoisyMarginal
+    from feddpsyn.distaim.oracle import MpcOracle
+    from feddpsyn.distaim.protocol import Layout, client_vector
+    from feddpsyn.synthesis.aim import completion, workload_weights
+    from feddpsyn.synthesis.graphical_model import GraphicalModel
+    from feddpsyn.synthesis.marginals import NoisyMarginal
 
     records, sizes = adult()
     d = len(sizes)
@@ -88,10 +88,10 @@ def _party(pid: int, addresses: list[PartyAddress], args) -> None:
 
 
 def _utility(repeats: int) -> None:
-    from distaim.protocol import Layout, client_vector
-    from dp.accounting import eps_delta_to_rho
-    from synthesis.aim import aim
-    from synthesis.evaluate import workload_error
+    from feddpsyn.distaim.protocol import Layout, client_vector
+    from feddpsyn.dp.accounting import eps_delta_to_rho
+    from feddpsyn.synthesis.aim import aim
+    from feddpsyn.synthesis.evaluate import workload_error
 
     records, sizes = adult()
     d = len(sizes)

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.distaim.distaim_common import adult, all_pairs, local_oracle, summary  # noqa: E402
-from distaim.protocol import Layout, client_vector  # noqa: E402
-from dp.accounting import eps_delta_to_rho  # noqa: E402
-from synthesis.aim import PlainOracle, aim  # noqa: E402
-from synthesis.evaluate import workload_error  # noqa: E402
+from feddpsyn.distaim.protocol import Layout, client_vector  # noqa: E402
+from feddpsyn.dp.accounting import eps_delta_to_rho  # noqa: E402
+from feddpsyn.synthesis.aim import PlainOracle, aim  # noqa: E402
+from feddpsyn.synthesis.evaluate import workload_error  # noqa: E402
 
 
 def main() -> None:

@@ -12,11 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
-from distaim.oracle import MpcOracle  # noqa: E402
 from feddpsyn.demo import dataset, free_port  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
+from feddpsyn.distaim.oracle import MpcOracle  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
 
 
 def adult(bins: int = 10) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -81,7 +81,7 @@ def run_as_three_parties(script: str, args, party) -> None:
     as subprocesses of ``script`` on free loopback ports and wait (bounded) for them."""
     import subprocess
 
-    from distaim.mpc_runtime import PartyAddress, exit_after
+    from feddpsyn.distaim.mpc_runtime import PartyAddress, exit_after
 
     if args.pid is not None:
         exit_after(1800)

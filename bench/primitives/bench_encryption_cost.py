@@ -46,13 +46,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedbench.provenance import commit  # noqa: E402
+from feddpsyn.fedbench.provenance import commit  # noqa: E402
 
 CLIENTS = 4
 
 
 def _default_set() -> tuple[int, int]:
-    from params.parameter_sets import get_parameter_set
+    from feddpsyn.params.parameter_sets import get_parameter_set
 
     p = get_parameter_set("default")
     return p.count_bits, p.chunk_cells
@@ -62,8 +62,8 @@ COUNT_BITS, CELLS = _default_set()
 
 
 def _circuit(columns: int, compress: bool) -> Any:
-    from crypto.joint_noise import JointNoiseShape, compile_joint_release
-    from params.parameter_sets import get_parameter_set
+    from feddpsyn.crypto.joint_noise import JointNoiseShape, compile_joint_release
+    from feddpsyn.params.parameter_sets import get_parameter_set
 
     # A shape of 2-bit uniforms as wide as the columns: its weights are the circuit's types.
     shape = JointNoiseShape(columns // 2, 2)
@@ -120,7 +120,7 @@ def two_processes(columns: int, compress: bool, times: int) -> float:
 def cs_run(circuit: Any, columns: int) -> tuple[float, bool]:
     """Seconds of one chunk's run on freshly encrypted inputs, and whether it decrypts to the
     plaintext circuit."""
-    from crypto.joint_noise import joint_release_plaintext
+    from feddpsyn.crypto.joint_noise import joint_release_plaintext
 
     rng = np.random.default_rng(11)
     masked = [rng.integers(0, 1 << 12, CELLS).astype(np.int64) for _ in range(CLIENTS)]

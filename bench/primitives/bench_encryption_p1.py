@@ -23,19 +23,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from concrete import fhe  # noqa: E402
 
-from crypto.aggregation import (  # noqa: E402
+from feddpsyn.crypto.aggregation import (  # noqa: E402
     aggregate_plaintext,
     chunk_ranges,
     compile_aggregation,
     decode_release,
     release_offset,
 )
-from crypto.masking import expand_masks, mask_counts, new_seed  # noqa: E402
-from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
-from params.layout import MarginalLayout  # noqa: E402
-from params.parameter_sets import get_parameter_set  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.crypto.masking import expand_masks, mask_counts, new_seed  # noqa: E402
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
+from feddpsyn.params.layout import MarginalLayout  # noqa: E402
+from feddpsyn.params.parameter_sets import get_parameter_set  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
 
 
 def main() -> None:

@@ -43,14 +43,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from crypto.indif import ADD_COMPLEXITY, CHUNK_COMPLEXITY, digits_of, indif_exact, indif_offset  # noqa: E402
-from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores  # noqa: E402
-from crypto.private_selection import indif_name  # noqa: E402
+from feddpsyn.crypto.indif import (  # noqa: E402
+    ADD_COMPLEXITY,
+    CHUNK_COMPLEXITY,
+    digits_of,
+    indif_exact,
+    indif_offset,
+)
+from feddpsyn.crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores  # noqa: E402
+from feddpsyn.crypto.private_selection import indif_name  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
-from params.layout import MarginalLayout  # noqa: E402
-from params.parameter_sets import CHUNK_SIZES  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.selection_plan import chunk_sizes_for  # noqa: E402
+from feddpsyn.params.layout import MarginalLayout  # noqa: E402
+from feddpsyn.params.parameter_sets import CHUNK_SIZES  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.selection_plan import chunk_sizes_for  # noqa: E402
 
 WIDTHS = {  # (k, score digits) as the session plan derives them from the union's rows
     "fed_heart_disease": (11, 11),   # 740 rows

@@ -65,23 +65,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from concrete import fhe  # noqa: E402
 
-from crypto.aggregation import (compile_aggregation, decode_release, publish_counts,  # noqa: E402
+from feddpsyn.crypto.aggregation import (compile_aggregation, decode_release, publish_counts,  # noqa: E402
                                 release_offset)
-from crypto.joint_noise import (compile_joint_release, draw_bits,  # noqa: E402
+from feddpsyn.crypto.joint_noise import (compile_joint_release, draw_bits,  # noqa: E402
                                 encrypt_key_server_bits, joint_noise_plaintext, joint_operands)
-from dp.accounting import gaussian_sigma2  # noqa: E402
-from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
-from fedbench.methods.feddpsyn_served import served_plan, served_selection  # noqa: E402
-from keyserver.coins import release_chunks  # noqa: E402
-from params.modes import NoiseMode  # noqa: E402
-from params.operator_bound import stated_max_rows  # noqa: E402
-from params.plan_request import PlanRequest  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.release_chunks import ReleaseChunk  # noqa: E402
-from params.release_spec import ReleaseSpec  # noqa: E402
-from params.session_plan import SessionPlan  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
-from synthesis.marginals import NoisyMarginal  # noqa: E402
+from feddpsyn.dp.accounting import gaussian_sigma2  # noqa: E402
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_served import served_plan, served_selection  # noqa: E402
+from feddpsyn.keyserver.coins import release_chunks  # noqa: E402
+from feddpsyn.params.modes import NoiseMode  # noqa: E402
+from feddpsyn.params.operator_bound import stated_max_rows  # noqa: E402
+from feddpsyn.params.plan_request import PlanRequest  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.release_chunks import ReleaseChunk  # noqa: E402
+from feddpsyn.params.release_spec import ReleaseSpec  # noqa: E402
+from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.synthesis.marginals import NoisyMarginal  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 4
@@ -307,7 +307,7 @@ def sweep(plan: SessionPlan, counts: np.ndarray) -> list[dict]:
     """The split release for the m pairs of largest InDif on the union (against expected
     counts from the true 1-ways), m = 1 .. all on a doubling grid: groups, fallback,
     per-count variance against the even two-server release, chunks touched."""
-    from dp.pair_selection import expected_counts_for_pairs, indif_scores
+    from feddpsyn.dp.pair_selection import expected_counts_for_pairs, indif_scores
 
     pairs = [slot.attrs for slot in plan.layout.two_way]
     one_way = [counts[s.offset:s.offset + s.size] for s in plan.layout.one_way]

@@ -76,8 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from concrete import fhe  # noqa: E402
 
-from crypto.joint_noise import draw_bits, joint_noise_plaintext  # noqa: E402
-from crypto.noisy_scores import (  # noqa: E402
+from feddpsyn.crypto.joint_noise import draw_bits, joint_noise_plaintext  # noqa: E402
+from feddpsyn.crypto.noisy_scores import (  # noqa: E402
     NoisyScoreShape,
     compile_noisy_scores,
     decode_joint_score,
@@ -86,7 +86,7 @@ from crypto.noisy_scores import (  # noqa: E402
     noise_operand,
     noisy_score_plaintext,
 )
-from dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DELTA = 1e-5
@@ -144,10 +144,10 @@ class ScoreSession:
 
 def served_session(dataset: str, epsilon: float) -> ScoreSession:
     """The score widths of the servers' plan for noisy-greedy on a bundled table."""
-    from fedbench.methods.feddpsyn_served import served_plan
     from feddpsyn.demo import dataset as demo_dataset
-    from params.schema import Schema
-    from params.table_codec import encode_csv
+    from feddpsyn.fedbench.methods.feddpsyn_served import served_plan
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.table_codec import encode_csv
 
     ds = demo_dataset(dataset)
     schema = Schema.load(ds.schema)

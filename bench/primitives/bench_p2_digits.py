@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.primitives.baseline import module_at  # noqa: E402
-from crypto import indif  # noqa: E402
+from feddpsyn.crypto import indif  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
-from params.modes import SelectionMode  # noqa: E402
-from params.plan_request import PlanRequest  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.session_plan import SessionPlan  # noqa: E402
+from feddpsyn.params.modes import SelectionMode  # noqa: E402
+from feddpsyn.params.plan_request import PlanRequest  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
 
 
 def baseline_module(rev: str):

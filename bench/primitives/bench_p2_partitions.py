@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.scale.bench_scaleout import adult_plan  # noqa: E402
-from crypto.private_selection import PrivateSelectionShape, compile_private_selection  # noqa: E402
-from crypto.tfhe_permute_and_flip import thresholds  # noqa: E402
+from feddpsyn.crypto.private_selection import PrivateSelectionShape, compile_private_selection  # noqa: E402
+from feddpsyn.crypto.tfhe_permute_and_flip import thresholds  # noqa: E402
 
 
 def key_work(p: dict) -> float:

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.primitives.baseline import module_at  # noqa: E402
-from dp import discrete_gaussian  # noqa: E402
+from feddpsyn.dp import discrete_gaussian  # noqa: E402
 
 # The variances of the demo's releases and scores, and Adult's noisy-greedy 2-ways.
 VARIANCES = (Fraction(92), Fraction(2046), Fraction(164, 3), Fraction(1000, 7))
@@ -75,12 +75,12 @@ def main() -> None:
 
 def time_pool(samplers: dict) -> None:
     """One server's noise pool for Adult's noisy-greedy session, with each sampler."""
-    from dp.noise_pool import draw_pool
     from feddpsyn.demo import dataset
-    from params.modes import NoiseMode, SelectionMode
-    from params.plan_request import PlanRequest
-    from params.schema import Schema
-    from params.session_plan import SessionPlan
+    from feddpsyn.dp.noise_pool import draw_pool
+    from feddpsyn.params.modes import NoiseMode, SelectionMode
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.session_plan import SessionPlan
 
     plan = SessionPlan.build(PlanRequest(Schema.load(dataset("adult").schema), 1.0, 1e-5,
                                          50_000, selection=SelectionMode.NOISY_GREEDY,

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from concrete import fhe  # noqa: E402
 
-from crypto.selection_cost import pbs_estimate  # noqa: E402
-from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
-from crypto.tfhe_permute_and_flip import (  # noqa: E402
+from feddpsyn.crypto.selection_cost import pbs_estimate  # noqa: E402
+from feddpsyn.crypto.selection_randomness import random_priorities, random_share  # noqa: E402
+from feddpsyn.crypto.tfhe_permute_and_flip import (  # noqa: E402
     choose_shape,
     clear_arguments,
     compile_selection,

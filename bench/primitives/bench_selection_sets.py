@@ -26,22 +26,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from crypto.selection_randomness import random_priorities, random_share  # noqa: E402
-from crypto.tfhe_permute_and_flip import (  # noqa: E402
+from feddpsyn.crypto.selection_randomness import random_priorities, random_share  # noqa: E402
+from feddpsyn.crypto.tfhe_permute_and_flip import (  # noqa: E402
     SelectionShape,
     acceptance_weights,
     clear_arguments,
     compile_selection,
     thresholds,
 )
-from dp.accounting import eps_delta_to_rho  # noqa: E402
-from dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
 from feddpsyn.demo import DEMO_ROUNDS, dataset  # noqa: E402
-from params.layout import MarginalLayout  # noqa: E402
-from params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.selection_plan import SelectionPlan  # noqa: E402
-from params.table_codec import encode_csv  # noqa: E402
+from feddpsyn.dp.accounting import eps_delta_to_rho  # noqa: E402
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs, indif_scores  # noqa: E402
+from feddpsyn.params.layout import MarginalLayout  # noqa: E402
+from feddpsyn.params.parameter_sets import DEFAULT_SELECTION_SET, SELECTION_SETS  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.selection_plan import SelectionPlan  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv  # noqa: E402
 
 
 def true_scores(name: str) -> tuple[list[int], int]:

@@ -20,8 +20,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from clients.agent import ClientAgent  # noqa: E402
-from common import wire  # noqa: E402
+from feddpsyn.clients.agent import ClientAgent  # noqa: E402
+from feddpsyn.common import wire  # noqa: E402
 from feddpsyn.demo import start_servers  # noqa: E402
 from feddpsyn.operator_api import create_session  # noqa: E402
 

@@ -155,9 +155,9 @@ def time_file(text: str) -> dict:
 
 def projection(measured: dict, overhead_s: float, batch: int) -> dict:
     """The model of the module docstring, per core count."""
-    from crypto.indif import chunk_bootstraps
-    from crypto.selection_batches import batch_layout
-    from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
+    from feddpsyn.crypto.indif import chunk_bootstraps
+    from feddpsyn.crypto.selection_batches import batch_layout
+    from feddpsyn.crypto.selection_cost import batched_pbs_estimate, pbs_estimate
 
     plan = adult_plan()
     cells = [slot.size for slot in plan.layout.two_way]

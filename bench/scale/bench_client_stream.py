@@ -49,11 +49,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from clients.counting import count_csv  # noqa: E402
+from feddpsyn.clients.counting import count_csv  # noqa: E402
+from feddpsyn.params.layout import MarginalLayout  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.table_codec import encode_csv, encode_rows, read_csv  # noqa: E402
 from feddpsyn.peak_memory import status_kb  # noqa: E402
-from params.layout import MarginalLayout  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.table_codec import encode_csv, encode_rows, read_csv  # noqa: E402
 
 DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
 TARGET_MB = 500
@@ -87,8 +87,8 @@ def run_upload(csv_path: Path, table: str, schema_path: Path, workdir: Path,
                rows: int) -> dict:
     """Both servers on loopback, a one-owner session, and ``feddpsyn client upload`` of the
     file under /usr/bin/time -v."""
-    from common import wire
-    from common.files import write_private
+    from feddpsyn.common import wire
+    from feddpsyn.common.files import write_private
     from feddpsyn.demo import start_servers
     from feddpsyn.operator_api import create_session
 

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedbench.provenance import commit  # noqa: E402
+from feddpsyn.fedbench.provenance import commit  # noqa: E402
 from feddpsyn.peak_memory import status_kb  # noqa: E402
 
 CLIENTS = 4
@@ -53,8 +53,12 @@ def _hwm_mb() -> float:
 
 def _case(columns: int, concurrent: int, out: Any) -> None:
     """One case in this (fresh) process: its figures go to ``out``."""
-    from crypto.joint_noise import JointNoiseShape, compile_joint_release, joint_release_plaintext
-    from params.parameter_sets import get_parameter_set
+    from feddpsyn.crypto.joint_noise import (
+        JointNoiseShape,
+        compile_joint_release,
+        joint_release_plaintext,
+    )
+    from feddpsyn.params.parameter_sets import get_parameter_set
 
     p = get_parameter_set("default")
     # A shape of 2-bit uniforms as wide as the columns: its weights are the circuit's types.

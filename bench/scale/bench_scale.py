@@ -94,12 +94,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.scale.bench_scaleout import add_levels  # noqa: E402
-from crypto.indif import chunk_bootstraps  # noqa: E402
-from params.modes import NoiseMode  # noqa: E402
-from params.parameter_sets import PARAMETER_SETS, ParameterSet  # noqa: E402
-from params.plan_request import PlanRequest  # noqa: E402
-from params.schema import Schema  # noqa: E402
-from params.session_plan import SessionPlan  # noqa: E402
+from feddpsyn.crypto.indif import chunk_bootstraps  # noqa: E402
+from feddpsyn.params.modes import NoiseMode  # noqa: E402
+from feddpsyn.params.parameter_sets import PARAMETER_SETS, ParameterSet  # noqa: E402
+from feddpsyn.params.plan_request import PlanRequest  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
+from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
 
 COLUMNS = (5, 10, 15, 20, 30, 45, 60)
 ROWS = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
@@ -183,7 +183,7 @@ def what_if_set(count_bits: int) -> str:
 def served_plan(schema: Schema, rows: int, selection: str,
                 parameter_set: str = DEFAULT_SET) -> SessionPlan:
     """``feddpsyn_served.served_plan`` at a named parameter set."""
-    from params.operator_bound import stated_max_rows
+    from feddpsyn.params.operator_bound import stated_max_rows
 
     max_rows = stated_max_rows(schema, rows, EPSILON, DELTA, selection, None, NoiseMode.AUTO,
                                parameter_set)
@@ -237,7 +237,7 @@ def upload_bytes(cells: int, count_bits: int) -> int:
 
 def plan_figures(plan: SessionPlan, clients: int = CLIENTS) -> dict:
     """Everything the plan alone says about a session's size (module docstring)."""
-    from keyserver.coins import release_chunks
+    from feddpsyn.keyserver.coins import release_chunks
 
     layout, params = plan.layout, plan.parameters
     chunk = params.chunk_cells
@@ -326,8 +326,8 @@ def module_key(plan: SessionPlan) -> str:
 
 def compile_p1(plan: SessionPlan, clients: int = CLIENTS) -> dict:
     """Compile (no keys) the session's P1 circuit: ciphertext bytes per input and output."""
-    from crypto.aggregation import compile_aggregation
-    from crypto.joint_noise import compile_joint_release
+    from feddpsyn.crypto.aggregation import compile_aggregation
+    from feddpsyn.crypto.joint_noise import compile_joint_release
 
     p = plan.parameters
     started = time.process_time()
@@ -348,7 +348,7 @@ def compile_p1(plan: SessionPlan, clients: int = CLIENTS) -> dict:
 def compile_module(plan: SessionPlan) -> dict:
     """Compile (no keys) the session's noisy-score module: key bytes, bootstraps and bytes
     per function, the optimiser's complexity."""
-    from crypto.noisy_scores import compile_noisy_scores
+    from feddpsyn.crypto.noisy_scores import compile_noisy_scores
 
     shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
     started = time.process_time()
@@ -416,8 +416,8 @@ def measure_p1(count_bits: int, cells: int, shapes: list, repeats: int) -> dict:
         chunk_inputs,
         keyed,
     )
-    from crypto.aggregation import compile_aggregation
-    from crypto.joint_noise import JointNoiseShape, columns_for, compile_joint_release
+    from feddpsyn.crypto.aggregation import compile_aggregation
+    from feddpsyn.crypto.joint_noise import JointNoiseShape, columns_for, compile_joint_release
 
     bench_joint_noise.time = CpuClock  # CPU seconds of this process, not wall seconds
     shapes = [JointNoiseShape(u, b) for u, b in shapes]
@@ -467,9 +467,9 @@ def measure_module(shape_fields: dict, p_error: float, calls: int) -> dict:
     from concrete import fhe
 
     from bench.primitives.bench_joint_scores import ScoreVariant
-    from crypto.indif import digits_of, indif_exact, indif_from_bits, indif_offset
-    from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores
-    from dp.joint_noise_accounting import JointNoiseShape
+    from feddpsyn.crypto.indif import digits_of, indif_exact, indif_from_bits, indif_offset
+    from feddpsyn.crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores
+    from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
     fields = dict(shape_fields)
     joint = fields.pop("joint")

@@ -80,7 +80,7 @@ sys.path.insert(0, str(ROOT))
 
 # No concrete import at this level: spawned workers re-import this file as their main
 # module, and concrete must load there only after the worker has pinned its OpenMP threads.
-from computeserver.executor import (  # noqa: E402
+from feddpsyn.computeserver.executor import (  # noqa: E402
     CallTask,
     Circuit,
     InProcessExecutor,
@@ -88,7 +88,7 @@ from computeserver.executor import (  # noqa: E402
     map_streamed,
     map_summed,
 )
-from computeserver.selection import batched_select  # noqa: E402
+from feddpsyn.computeserver.selection import batched_select  # noqa: E402
 
 K, CHUNK = 12, 16
 # The 2-way joint release: a chunk of 32 cells at a 16-bit count width, every cell with 14
@@ -151,9 +151,9 @@ class Recording:
 
 
 def build(candidates: int, batch: int, directory: Path):
-    from crypto.private_selection import PrivateSelectionShape, compile_private_selection
-    from crypto.selection_batches import batch_layout
-    from crypto.tfhe_permute_and_flip import choose_shape, thresholds
+    from feddpsyn.crypto.private_selection import PrivateSelectionShape, compile_private_selection
+    from feddpsyn.crypto.selection_batches import batch_layout
+    from feddpsyn.crypto.tfhe_permute_and_flip import choose_shape, thresholds
 
     selection = choose_shape(candidates, 10, 0.5)
     layout = batch_layout(candidates, batch)
@@ -182,7 +182,7 @@ def build(candidates: int, batch: int, directory: Path):
 
 def batched_bootstraps(module, layout) -> int:
     """A batched round's bootstraps, from the compiled functions' statistics."""
-    from crypto.private_selection import batch_names
+    from feddpsyn.crypto.private_selection import batch_names
 
     count = {stage: getattr(module, name).statistics["programmable_bootstrap_count"]
              for stage, name in batch_names(layout).items()}
@@ -193,7 +193,7 @@ def batched_bootstraps(module, layout) -> int:
 def chunk_groups(module, pairs: tuple[int, ...], seed: int
                  ) -> tuple[list[list[CallTask]], list[int]]:
     """Per pair its chunks' P2 tasks (random counts), and the pair's clear InDif."""
-    from crypto.indif import digits_of, indif_exact, indif_offset
+    from feddpsyn.crypto.indif import digits_of, indif_exact, indif_offset
 
     rng = np.random.default_rng(seed)
     groups, exact = [], []
@@ -216,9 +216,9 @@ def select_round(module, selection, layout, candidates: list[bytes]) -> tuple:
     ``batched_select``'s arguments after the executor, circuit and layout."""
     from dataclasses import replace
 
-    from crypto.private_selection import batch_names
-    from crypto.selection_randomness import batch_randomness, random_share
-    from crypto.tfhe_permute_and_flip import clear_arguments
+    from feddpsyn.crypto.private_selection import batch_names
+    from feddpsyn.crypto.selection_randomness import batch_randomness, random_share
+    from feddpsyn.crypto.tfhe_permute_and_flip import clear_arguments
 
     s, n = selection.candidates, layout.size
     r_ks, priority = batch_randomness(selection, layout)
@@ -244,7 +244,7 @@ def select_round(module, selection, layout, candidates: list[bytes]) -> tuple:
 def batched_one_hot(module, layout, outputs: list[bytes]) -> list[int]:
     from concrete import fhe
 
-    from crypto.private_selection import batch_names
+    from feddpsyn.crypto.private_selection import batch_names
 
     mask = getattr(module, batch_names(layout)["mask"])
     return [int(np.asarray(mask.decrypt(fhe.Value.deserialize(o))).ravel()[0])
@@ -284,7 +284,7 @@ def dask_overhead(circuit: Circuit, chunk: CallTask, partial: bytes
     the worker and load it there (the plugin, then the first task's load)."""
     from distributed import Client, LocalCluster
 
-    from computeserver.dask_executor import DaskExecutor
+    from feddpsyn.computeserver.dask_executor import DaskExecutor
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                       scheduler_port=0, dashboard_address=None, silence_logs=40,
@@ -305,9 +305,9 @@ class JointRelease:
     executor runs the same tasks."""
 
     def __init__(self, chunks: int, directory: Path):
-        from computeserver.release import UploadChunks, chunk_task
-        from crypto.blobs import pack_blobs
-        from crypto.joint_noise import (
+        from feddpsyn.computeserver.release import UploadChunks, chunk_task
+        from feddpsyn.crypto.blobs import pack_blobs
+        from feddpsyn.crypto.joint_noise import (
             JointNoiseShape,
             compile_joint_release,
             encrypt_key_server_bits,
@@ -361,7 +361,7 @@ class JointRelease:
         operands."""
         from concrete import fhe
 
-        from crypto.joint_noise import joint_release_plaintext
+        from feddpsyn.crypto.joint_noise import joint_release_plaintext
 
         out = []
         for c, (task, blob) in enumerate(zip(self.tasks, outputs)):
@@ -381,9 +381,9 @@ class JointScores:
     ``map``."""
 
     def __init__(self, pairs: int, directory: Path):
-        from crypto.joint_noise import draw_bits
-        from crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores
-        from dp.joint_noise_accounting import JointNoiseShape
+        from feddpsyn.crypto.joint_noise import draw_bits
+        from feddpsyn.crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores
+        from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
         self.shape = NoisyScoreShape(count_bits=K, chunk_sizes=(2,), score_bits=SCORE_DIGITS,
                                      noise_bits=1,
@@ -420,7 +420,7 @@ class JointScores:
         """Each call's digits, checked against the plaintext model."""
         from concrete import fhe
 
-        from crypto.noisy_scores import joint_score_plaintext
+        from feddpsyn.crypto.noisy_scores import joint_score_plaintext
 
         out = []
         for x, a, b, blob in zip(self.scores, self.a, self.b, outputs):
@@ -464,10 +464,10 @@ def adult_plan():
     """Adult's session plan at the default parameter set, em with ``ADULT_ROUNDS`` rounds, a
     public bound of 50,000 rows."""
     from feddpsyn.demo import dataset
-    from params.modes import SelectionMode
-    from params.plan_request import PlanRequest
-    from params.schema import Schema
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.modes import SelectionMode
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.session_plan import SessionPlan
 
     return SessionPlan.build(PlanRequest(Schema.load(dataset("adult").schema), 1.0, 1e-5,
                                          50_000, selection=SelectionMode.EM,
@@ -513,9 +513,9 @@ class KeyServerOffline:
     on a session folder written as the key server writes one (``keyserver.keys``, 0600)."""
 
     def __init__(self, coin_chunks: int, upload_chunks: int, directory: Path):
-        from crypto.joint_noise import JointNoiseShape, compile_joint_release
-        from keyserver.keys import SessionKeys, _keys_for
-        from keyserver.offline_pool import KeyFiles
+        from feddpsyn.crypto.joint_noise import JointNoiseShape, compile_joint_release
+        from feddpsyn.keyserver.keys import SessionKeys, _keys_for
+        from feddpsyn.keyserver.offline_pool import KeyFiles
 
         started = time.perf_counter()
         self.compiled = compile_joint_release(1, KS_CELLS, KS_K,
@@ -537,9 +537,9 @@ class KeyServerOffline:
         ``JointCoins.prepare_one``; the upload in one map, as ``MaskedUploads``. The CPU
         span is the busiest worker's CPU seconds per map, summed: the job's length had every
         worker a core of its own."""
-        from keyserver.coins import DrawAndEncryptCoins
-        from keyserver.offline_pool import split_evenly
-        from keyserver.uploads import EncryptMaskedChunks
+        from feddpsyn.keyserver.coins import DrawAndEncryptCoins
+        from feddpsyn.keyserver.offline_pool import split_evenly
+        from feddpsyn.keyserver.uploads import EncryptMaskedChunks
 
         span = 0.0
 
@@ -585,8 +585,8 @@ def keyserver_offline_step(coin_chunks: int, upload_chunks: int, directory: Path
     """Seconds and CPU spans (``KeyServerOffline.run``) of the key server's offline job
     with ``--workers 1`` and 2, per repeat, alternating; each pool's workers spawned and
     keyed before anything is timed."""
-    from keyserver.offline_pool import OfflinePool
-    from keyserver.uploads import EncryptMaskedChunks
+    from feddpsyn.keyserver.offline_pool import OfflinePool
+    from feddpsyn.keyserver.uploads import EncryptMaskedChunks
 
     step = KeyServerOffline(coin_chunks, upload_chunks, directory)
     pools = {"--workers 1": OfflinePool(1), "2 workers": OfflinePool(2)}
@@ -802,7 +802,7 @@ def main() -> None:
           "speed-up, not a wall-clock one)")
 
     # The model (module docstring), applied to Adult's P2.
-    from crypto.indif import chunk_bootstraps
+    from feddpsyn.crypto.indif import chunk_bootstraps
 
     adult, k_adult, digits_adult = adult_p2()
     measured = chunk_bootstraps(CHUNK, K)
@@ -836,8 +836,8 @@ def main() -> None:
         p2_minutes[cores] = (chunk_step + add_step + max(load, dask_register)) / 60
 
     # P3 (module docstring): seconds per bootstrap measured on one worker, one thread.
-    from crypto.selection_batches import batch_layout
-    from crypto.selection_cost import batched_pbs_estimate, pbs_estimate
+    from feddpsyn.crypto.selection_batches import batch_layout
+    from feddpsyn.crypto.selection_cost import batched_pbs_estimate, pbs_estimate
 
     batched_spb = (float(np.median(p3_batched_inside["1 worker"]))
                    / batched_bootstraps(module, layout))

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from params.parameter_sets import DEFAULT_SELECTION_SET, get_selection_set  # noqa: E402
+from feddpsyn.params.parameter_sets import DEFAULT_SELECTION_SET, get_selection_set  # noqa: E402
 
 LOOKUPS = 64
 REPEATS = 3

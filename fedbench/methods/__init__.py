@@ -4,30 +4,30 @@ A method takes the clients' encoded records (``owner`` says which client holds e
 the schema and a budget, and returns synthetic encoded records with its own accounting.
 """
 
-from fedbench.methods.adafedprivsyn import adafedprivsyn
-from fedbench.methods.augflaim_private import augflaim_private
-from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.cape_dpcda import cape_dpcda
-from fedbench.methods.central_aim import central_aim, central_aim_4mb
-from fedbench.methods.central_mst import central_mst
-from fedbench.methods.central_privsyn import central_privsyn, central_privsyn_pgm
-from fedbench.methods.central_privsyn_all import central_privsyn_all
-from fedbench.methods.concat import concat
-from fedbench.methods.distaim_method import distaim
-from fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
-from fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pairs_joint,
-                                           feddpsyn_joint, feddpsyn_noisy_greedy,
-                                           feddpsyn_noisy_greedy_joint,
-                                           feddpsyn_noisy_greedy_joint_privsyn,
-                                           simulated_session)
-from fedbench.methods.feddpsyn_served import (feddpsyn_default, feddpsyn_served_all,
-                                              feddpsyn_served_all_pgm, feddpsyn_served_em,
-                                              feddpsyn_served_em_pgm,
-                                              feddpsyn_served_noisy_greedy,
-                                              feddpsyn_served_noisy_greedy_pgm,
-                                              feddpsyn_served_no_topup)
-from fedbench.methods.fedprivsyn import fedprivsyn
-from fedbench.methods.naive_flaim import naive_flaim
+from feddpsyn.fedbench.methods.adafedprivsyn import adafedprivsyn
+from feddpsyn.fedbench.methods.augflaim_private import augflaim_private
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.fedbench.methods.cape_dpcda import cape_dpcda
+from feddpsyn.fedbench.methods.central_aim import central_aim, central_aim_4mb
+from feddpsyn.fedbench.methods.central_mst import central_mst
+from feddpsyn.fedbench.methods.central_privsyn import central_privsyn, central_privsyn_pgm
+from feddpsyn.fedbench.methods.central_privsyn_all import central_privsyn_all
+from feddpsyn.fedbench.methods.concat import concat
+from feddpsyn.fedbench.methods.distaim_method import distaim
+from feddpsyn.fedbench.methods.dpdsyn import dpdsyn, dpdsyn_dp
+from feddpsyn.fedbench.methods.feddpsyn_sim import (feddpsyn_all_pairs, feddpsyn_all_pairs_joint,
+                                                    feddpsyn_joint, feddpsyn_noisy_greedy,
+                                                    feddpsyn_noisy_greedy_joint,
+                                                    feddpsyn_noisy_greedy_joint_privsyn,
+                                                    simulated_session)
+from feddpsyn.fedbench.methods.feddpsyn_served import (feddpsyn_default, feddpsyn_served_all,
+                                                       feddpsyn_served_all_pgm, feddpsyn_served_em,
+                                                       feddpsyn_served_em_pgm,
+                                                       feddpsyn_served_noisy_greedy,
+                                                       feddpsyn_served_noisy_greedy_pgm,
+                                                       feddpsyn_served_no_topup)
+from feddpsyn.fedbench.methods.fedprivsyn import fedprivsyn
+from feddpsyn.fedbench.methods.naive_flaim import naive_flaim
 
 METHODS = {
     "augflaim-private": augflaim_private,

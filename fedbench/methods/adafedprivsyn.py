@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.heterofedsyn_common import (
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.fedbench.methods.heterofedsyn_common import (
     BYTES_PER_VALUE,
     client_tables,
     indif2_estimate,
@@ -36,10 +36,10 @@ from fedbench.methods.heterofedsyn_common import (
     spend_remainder,
     split_budget,
 )
-from params.schema import Schema
-from synthesis.consistency import make_consistent
-from synthesis.gum import fit_gum
-from synthesis.synthesize import synthesize_records
+from feddpsyn.params.schema import Schema
+from feddpsyn.synthesis.consistency import make_consistent
+from feddpsyn.synthesis.gum import fit_gum
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 UPDATE_EVERY = 10
 SELECTION_FRACTION = 3  # at most one pair in three is selected

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.accounting import eps_delta_to_rho
+from feddpsyn.dp.accounting import eps_delta_to_rho
 
 
 @dataclass

@@ -51,11 +51,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.target import target_column
-from fedbench.partitions import one_hot
-from params.schema import Schema
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.fedbench.methods.target import target_column
+from feddpsyn.fedbench.partitions import one_hot
+from feddpsyn.params.schema import Schema
 
 AGGREGATE_SHARE = Fraction(9, 10)  # of each release's rho spent on Z
 SIGNAL_TO_NOISE = 4  # S * l ~ SIGNAL_TO_NOISE * sigma_Z records per synthetic sample

@@ -62,9 +62,9 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
-from dp.binomial_accounting import LossDistribution
-from dp.gaussian_domination import dominated, mu_at_most
-from fedbench.methods.base import budget_rho
+from feddpsyn.dp.binomial_accounting import LossDistribution
+from feddpsyn.dp.gaussian_domination import dominated, mu_at_most
+from feddpsyn.fedbench.methods.base import budget_rho
 
 __all__ = ["DiscreteGaussianCounts", "GaussianBound", "Mechanism", "GRID", "BAND_LOW",
            "epsilon_of", "calibrate", "discrete_gaussian_pair", "dominated_sigma2",

@@ -60,11 +60,11 @@ import itertools
 
 import numpy as np
 
-from dp.discrete_gaussian import CSPRNG
-from fedbench.methods.base import MethodResult, budget_rho
-from params.schema import Schema
-from synthesis.aim import PlainOracle, aim
-from synthesis.pgm import DEFAULT_MAX_MODEL_MB
+from feddpsyn.dp.discrete_gaussian import CSPRNG
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.params.schema import Schema
+from feddpsyn.synthesis.aim import PlainOracle, aim
+from feddpsyn.synthesis.pgm import DEFAULT_MAX_MODEL_MB
 
 MAX_MODEL_MB = 2.0
 FINAL_ITERS = 1000    # estimator steps after the last round (the reference's final fit)

@@ -35,12 +35,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from dp.exponential_mechanism import em_rho, exponential_mechanism
-from fedbench.methods.base import MethodResult, budget_rho
-from params.layout import MarginalLayout
-from params.schema import Schema
-from synthesis.disjoint_sets import DisjointSets
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.dp.exponential_mechanism import em_rho, exponential_mechanism
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.synthesis.disjoint_sets import DisjointSets
 
 FIT_ITERATIONS = 5000  # MST's final Private-PGM estimate
 RARE_SIGMAS = 3        # MST compresses values whose noisy count is below 3 sigma
@@ -95,7 +95,7 @@ def _selection_scores(counts: np.ndarray, layout: MarginalLayout,
 
 def central_mst(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
                 delta: float, seed: int) -> MethodResult:
-    from synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
+    from feddpsyn.synthesis import _jax_compat  # noqa: F401  (must precede the mbi import)
     # isort: split
     from mbi import Domain, LinearMeasurement, estimation
 

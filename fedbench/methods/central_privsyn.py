@@ -47,14 +47,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from dp.pair_selection import greedy_by_error
-from fedbench.methods.base import MethodResult
-from fedbench.methods.central_accounting import dominated_sigma2, privsyn_budget
-from params.layout import MarginalLayout
-from params.schema import Schema
-from synthesis.marginals import NoisyMarginal
-from synthesis.synthesize import synthesize_records
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.dp.pair_selection import greedy_by_error
+from feddpsyn.fedbench.methods.base import MethodResult
+from feddpsyn.fedbench.methods.central_accounting import dominated_sigma2, privsyn_budget
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 INDIF_SENSITIVITY = 4
 SCORE_GRID_BITS = 0                # scores on a 2^-g grid (exact integers)

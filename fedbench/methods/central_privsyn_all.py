@@ -28,14 +28,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from dp.privsyn_allocation import allocation_weight
-from fedbench.methods.base import MethodResult
-from fedbench.methods.central_accounting import fixed_budget
-from params.layout import MarginalLayout
-from params.schema import Schema
-from synthesis.marginals import NoisyMarginal
-from synthesis.synthesize import synthesize_records
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.dp.privsyn_allocation import allocation_weight
+from feddpsyn.fedbench.methods.base import MethodResult
+from feddpsyn.fedbench.methods.central_accounting import fixed_budget
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 ALLOCATION = "privsyn"  # or "fixed-split": FIXED_SPLIT of rho on the 1-ways, the rest on pairs
 FIXED_SPLIT = Fraction(1, 5)

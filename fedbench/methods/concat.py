@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedbench.methods.base import MethodResult
-from fedbench.methods.central_privsyn_all import central_privsyn_all
-from params.schema import Schema
+from feddpsyn.fedbench.methods.base import MethodResult
+from feddpsyn.fedbench.methods.central_privsyn_all import central_privsyn_all
+from feddpsyn.params.schema import Schema
 
 
 def concat(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedbench.methods.base import MethodResult
-from params.schema import Schema
+from feddpsyn.fedbench.methods.base import MethodResult
+from feddpsyn.params.schema import Schema
 
 ROUNDS = 10
 
 
 def distaim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,
             delta: float, seed: int) -> MethodResult:
-    from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
-    from distaim.oracle import MpcOracle
-    from distaim.plan import delta_reserve, session_rho
-    from distaim.protocol import Layout, client_vector
-    from synthesis.aim import aim
+    from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
+    from feddpsyn.distaim.oracle import MpcOracle
+    from feddpsyn.distaim.plan import delta_reserve, session_rho
+    from feddpsyn.distaim.protocol import Layout, client_vector
+    from feddpsyn.synthesis.aim import aim
 
     sizes = tuple(schema.domain_sizes)
     d = len(sizes)

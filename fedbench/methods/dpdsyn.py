@@ -27,11 +27,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.exact_dp_sgd import predict, train_softmax_regression
-from fedbench.methods.target import target_column
-from params.schema import Schema
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.fedbench.methods.exact_dp_sgd import predict, train_softmax_regression
+from feddpsyn.fedbench.methods.target import target_column
+from feddpsyn.params.schema import Schema
 
 NOT_DP = "not DP (features)"
 

@@ -28,8 +28,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from fedbench.partitions import one_hot
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.fedbench.partitions import one_hot
 
 GRID_BITS = 10
 MAX_SHRINKS = 32

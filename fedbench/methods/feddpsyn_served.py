@@ -42,19 +42,19 @@ from fractions import Fraction
 
 import numpy as np
 
-from crypto.joint_noise import draw_bits, joint_noise_plaintext
-from dp.discrete_gaussian import discrete_gaussian_vector
-from fedbench.methods.base import MethodResult, plan_budget
-from fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores,
-                                           simulate_release)
-from params.operator_bound import stated_max_rows
-from params.schema import Schema
-from params.modes import NoiseMode, SelectionMode
-from params.plan_request import PlanRequest
-from params.selection_plan import DEFAULT_SPLITS
-from params.session_plan import SessionPlan
-from synthesis.marginals import NoisyMarginal, combine_repeated
-from synthesis.synthesize import synthesize_records
+from feddpsyn.crypto.joint_noise import draw_bits, joint_noise_plaintext
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.fedbench.methods.base import MethodResult, plan_budget
+from feddpsyn.fedbench.methods.feddpsyn_sim import (default_rounds, em_picks, pair_scores,
+                                                    simulate_release)
+from feddpsyn.params.operator_bound import stated_max_rows
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.selection_plan import DEFAULT_SPLITS
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.synthesis.marginals import NoisyMarginal, combine_repeated
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 __all__ = ["ServedRelease", "at_envelope_bits", "default_at_first_share", "default_release",
            "feddpsyn_default", "feddpsyn_served_all", "feddpsyn_served_all_pgm",
@@ -208,7 +208,7 @@ def served_rounds(schema: Schema, rows: int, epsilon: float, delta: float) -> in
 
 def _default_selection(schema: Schema, epsilon: float, delta: float):
     """The selection a session request gets by default (``wire.SessionCreate``)."""
-    from common import wire
+    from feddpsyn.common import wire
 
     return wire.SessionCreate(schema=schema.to_dict(), clients=["a"],
                               budget=wire.BudgetSpec(epsilon=epsilon, delta=delta)).selection
@@ -250,7 +250,7 @@ def at_envelope_bits(parameters, bits: int):
     ``JOINT_MAX_BITS_PER_CALL`` bits, as a served set of that width would be (a what-if)."""
     import dataclasses
 
-    from params.noise_rules import JOINT_MAX_BITS_PER_CALL
+    from feddpsyn.params.noise_rules import JOINT_MAX_BITS_PER_CALL
 
     cells = 1 << max(0, (JOINT_MAX_BITS_PER_CALL // bits).bit_length() - 1)
     return dataclasses.replace(parameters, envelope_bits=bits,
@@ -261,7 +261,7 @@ def default_at_envelope_bits(bits: int):
     """A what-if: :func:`feddpsyn_default` at the default parameter set widened by
     :func:`at_envelope_bits`. The set is replaced for the session and restored after it
     (``--jobs 1``: one session at a time)."""
-    from params.parameter_sets import PARAMETER_SETS
+    from feddpsyn.params.parameter_sets import PARAMETER_SETS
 
     def method(records, owner, schema, epsilon, delta, seed) -> MethodResult:
         saved = PARAMETER_SETS["default"]

@@ -43,30 +43,30 @@ from fractions import Fraction
 
 import numpy as np
 
-from common import wire
-from crypto.aggregation import (aggregate_plaintext, decode_release, publish_counts,
-                                release_offset)
-from crypto.joint_noise import (check_room, choose_shape, draw_bits, joint_noise_plaintext,
-                                joint_offset, joint_release_plaintext, signed_weights)
-from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
-from crypto.tfhe_permute_and_flip import em_rounds_model, thresholds
-from dp.accounting import gaussian_sigma2
-from dp.discrete_gaussian import discrete_gaussian_vector
-from dp.binomial_accounting import session_delta_of
-from dp.joint_noise_accounting import JointNoiseShape, release_marginals
-from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
-from dp.privsyn_allocation import allocation_groups, greedy_select_allocated
-from fedbench.methods.base import MethodResult, budget_rho
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.modes import NoiseMode, SelectionMode
-from params.noise_rules import JOINT_DELTA_SHARE, JOINT_TAIL, conditioning_refusal
-from params.plan_request import PlanRequest
-from params.release_spec import ReleaseSpec, split_share, two_way_rho
-from params.selection_plan import DEFAULT_SPLITS, SelectionPlan
-from params.session_plan import SessionPlan
-from synthesis.marginals import NoisyMarginal
-from synthesis.synthesize import synthesize_records
+from feddpsyn.common import wire
+from feddpsyn.crypto.aggregation import (aggregate_plaintext, decode_release, publish_counts,
+                                         release_offset)
+from feddpsyn.crypto.joint_noise import (check_room, choose_shape, draw_bits, joint_noise_plaintext,
+                                         joint_offset, joint_release_plaintext, signed_weights)
+from feddpsyn.crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
+from feddpsyn.crypto.tfhe_permute_and_flip import em_rounds_model, thresholds
+from feddpsyn.dp.accounting import gaussian_sigma2
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.dp.binomial_accounting import session_delta_of
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, release_marginals
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
+from feddpsyn.dp.privsyn_allocation import allocation_groups, greedy_select_allocated
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.noise_rules import JOINT_DELTA_SHARE, JOINT_TAIL, conditioning_refusal
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.release_spec import ReleaseSpec, split_share, two_way_rho
+from feddpsyn.params.selection_plan import DEFAULT_SPLITS, SelectionPlan
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 
 def p1_release_model(masked: list[np.ndarray], mask_sum: np.ndarray, noise_cs: np.ndarray,

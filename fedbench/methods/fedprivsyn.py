@@ -23,8 +23,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.heterofedsyn_common import (
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.fedbench.methods.heterofedsyn_common import (
     BYTES_PER_VALUE,
     Pair,
     client_tables,
@@ -35,8 +35,8 @@ from fedbench.methods.heterofedsyn_common import (
     spend_remainder,
     split_budget,
 )
-from params.schema import Schema
-from synthesis.synthesize import synthesize_records
+from feddpsyn.params.schema import Schema
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 
 def static_selection(scores: dict[Pair, float], cells: dict[Pair, int], clients: int,

@@ -60,11 +60,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import CSPRNG, ExactSampler
-from dp.exponential_mechanism import em_rho, exponential_mechanism
-from synthesis.aim import completion, eps_within, exact_scores, workload_weights
-from synthesis.graphical_model import GraphicalModel, marginal_counts
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.dp.discrete_gaussian import CSPRNG, ExactSampler
+from feddpsyn.dp.exponential_mechanism import em_rho, exponential_mechanism
+from feddpsyn.synthesis.aim import completion, eps_within, exact_scores, workload_weights
+from feddpsyn.synthesis.graphical_model import GraphicalModel, marginal_counts
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 ROUNDS = 10
 SIZE_SHARE = Fraction(1, 100)

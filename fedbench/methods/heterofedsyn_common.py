@@ -57,8 +57,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from synthesis.marginals import NoisyMarginal
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.synthesis.marginals import NoisyMarginal
 
 SKETCH_LENGTH = 20  # HeteroFedSyn Fig. 8 explores 5..30 for the projection dimension
 BYTES_PER_VALUE = 8  # every sent count or sketch coordinate as a 64-bit integer

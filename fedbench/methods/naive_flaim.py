@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dp.discrete_gaussian import CSPRNG
-from fedbench.methods.base import MethodResult, budget_rho
-from fedbench.methods.flaim import flaim
-from params.schema import Schema
+from feddpsyn.dp.discrete_gaussian import CSPRNG
+from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
+from feddpsyn.fedbench.methods.flaim import flaim
+from feddpsyn.params.schema import Schema
 
 
 def naive_flaim(records: np.ndarray, owner: np.ndarray, schema: Schema, epsilon: float,

@@ -6,7 +6,7 @@ name their target ``label`` (Adult) or ``target`` (Fed-Heart-Disease), as
 ``fedbench.runner.TARGETS`` does, and a schema without such a name uses its last column, the
 usual place of a label.
 
->>> from params.schema import Schema
+>>> from feddpsyn.params.schema import Schema
 >>> target_column(Schema.from_dict({"columns": [
 ...     {"name": "label", "type": "categorical", "i2s": ["a", "b"]},
 ...     {"name": "x", "type": "categorical", "i2s": ["a", "b"]}]}))
@@ -15,7 +15,7 @@ usual place of a label.
 
 from __future__ import annotations
 
-from params.schema import Schema
+from feddpsyn.params.schema import Schema
 
 TARGET_NAMES = ("label", "target", "class", "income", "y")
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import params.table_codec as codec
-from clients.counting import count_csv
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import (
+import feddpsyn.params.table_codec as codec
+from feddpsyn.clients.counting import count_csv
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import (
     EncodingTally,
     InvalidValueError,
     encode_csv_chunks,
@@ -257,7 +257,7 @@ def test_the_draft_reads_a_column_past_its_kept_values_for_its_type(tmp_path, mo
     column says it lists only the first ones."""
     from fractions import Fraction
 
-    import clients.schema_draft as draft
+    import feddpsyn.clients.schema_draft as draft
 
     rng = np.random.default_rng(5)
     path = tmp_path / "owner.csv"
@@ -278,7 +278,7 @@ def test_the_draft_reads_a_column_past_its_kept_values_for_its_type(tmp_path, mo
 
 
 def test_the_draft_memory_does_not_grow_with_the_file(tmp_path, data_dir):
-    from clients.schema_draft import draft_schema
+    from feddpsyn.clients.schema_draft import draft_schema
 
     source = data_dir / "computers" / "computers.csv"
     header, *body = source.read_text().splitlines(keepends=True)

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from crypto.aggregation import (
+from feddpsyn.crypto.aggregation import (
     aggregate_plaintext,
     compile_aggregation,
     decode_release,
     release_offset,
 )
-from crypto.masking import expand_masks, mask_counts, new_seed
+from feddpsyn.crypto.masking import expand_masks, mask_counts, new_seed
 
 K, N_CLIENTS, CHUNK = 16, 3, 32
 

@@ -6,8 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from crypto.exp_privacy import bernoulli_product_eta, bound, e_num, exact, numerics_row
-from crypto.tfhe_exp import ExpParams, fixed_point_weight, fixed_point_weights, rounding_constants
+from feddpsyn.crypto.exp_privacy import bernoulli_product_eta, bound, e_num, exact, numerics_row
+from feddpsyn.crypto.tfhe_exp import (
+    ExpParams,
+    fixed_point_weight,
+    fixed_point_weights,
+    rounding_constants,
+)
 
 
 def test_vector_model_equals_the_scalar_big_integer_model():

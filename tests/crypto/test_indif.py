@@ -6,7 +6,7 @@ import secrets
 import numpy as np
 import pytest
 
-from crypto.indif import (
+from feddpsyn.crypto.indif import (
     ADD_COMPLEXITY,
     CHUNK_COMPLEXITY,
     chunk_bootstraps,
@@ -18,9 +18,9 @@ from crypto.indif import (
     indif_offset,
     indif_plaintext,
 )
-from crypto.masking import expand_masks, new_seed
-from dp.pair_selection import expected_counts
-from params.selection_plan import chunk_sizes_for
+from feddpsyn.crypto.masking import expand_masks, new_seed
+from feddpsyn.dp.pair_selection import expected_counts
+from feddpsyn.params.selection_plan import chunk_sizes_for
 
 K, CELLS = 6, 6  # counts of a 2x3 pair, |d| < 2^5
 
@@ -150,7 +150,7 @@ def test_pairs_are_cut_into_the_cheapest_chunks():
 
 def test_digit_tables_are_the_carry_and_the_xor_with_the_sign():
     """The lookups of the digit construction against their definitions, every index."""
-    from crypto.indif import _CARRY, _NEG_EVEN, _NEG_ODD, _TOP_EVEN, _XOR_SIGN
+    from feddpsyn.crypto.indif import _CARRY, _NEG_EVEN, _NEG_ODD, _TOP_EVEN, _XOR_SIGN
     for u in range(8):
         assert _CARRY[u] == (u >= 4)
         v, neg = u & 3, u >> 2

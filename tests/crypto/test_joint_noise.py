@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from crypto.aggregation import decode_release, release_offset
-from crypto.joint_noise import (
+from feddpsyn.crypto.aggregation import decode_release, release_offset
+from feddpsyn.crypto.joint_noise import (
     JointNoiseShape,
     check_room,
     choose_shape,

@@ -1,7 +1,7 @@
 import numpy as np
 from scipy import stats
 
-from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment, unmask_sum
+from feddpsyn.crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment, unmask_sum
 
 
 def test_both_ends_expand_the_same_masks_and_domains_are_separated():

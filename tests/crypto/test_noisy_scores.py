@@ -9,8 +9,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.noisy_scores import (
+from feddpsyn.crypto.indif import digits_of, indif_exact, indif_offset
+from feddpsyn.crypto.noisy_scores import (
     NoiseOutOfRange,
     NoisyScoreShape,
     compile_noisy_scores,
@@ -21,7 +21,7 @@ from crypto.noisy_scores import (
     noise_tail_probability,
     noisy_score_plaintext,
 )
-from crypto.private_selection import add_plaintext, indif_name
+from feddpsyn.crypto.private_selection import add_plaintext, indif_name
 
 K, CELLS, N, B = 6, 6, 6, 4
 SHAPE = NoisyScoreShape(count_bits=K, chunk_sizes=(CELLS,), score_bits=N, noise_bits=B)
@@ -88,9 +88,9 @@ def test_offset_bits_cover_forty_sigmas_and_the_tail_is_counted():
 
 
 def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
-    from params.plan_request import PlanRequest
-    from params.schema import Schema
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.session_plan import SessionPlan
     from tests.servers.test_servers import SCHEMA
 
     plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,

@@ -11,21 +11,21 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.noisy_scores import (
+from feddpsyn.crypto.indif import digits_of, indif_exact, indif_offset
+from feddpsyn.crypto.noisy_scores import (
     PASS_LOOKUP_BITS,
     NoisyScoreShape,
     compile_noisy_scores,
     decode_joint_score,
     joint_score_plaintext,
 )
-from crypto.private_selection import indif_name
-from dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
-from params.noise_rules import JOINT_TAIL, SCORE_LOOKUP_BITS, score_shape_for
-from params.plan_request import PlanRequest
-from params.release_spec import SCORE_NOISE
-from params.schema import Schema
-from params.session_plan import SessionPlan
+from feddpsyn.crypto.private_selection import indif_name
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
+from feddpsyn.params.noise_rules import JOINT_TAIL, SCORE_LOOKUP_BITS, score_shape_for
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.release_spec import SCORE_NOISE
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
 
 K, CELLS, N = 6, 6, 6
 # 22 2-bit uniforms: one pass would total up to 34 (6-bit lookups), so they are added in

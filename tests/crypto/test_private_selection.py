@@ -7,15 +7,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.private_selection import (
+from feddpsyn.crypto.indif import digits_of, indif_exact, indif_offset
+from feddpsyn.crypto.private_selection import (
     PrivateSelectionShape,
     add_plaintext,
     compile_private_selection,
     indif_name,
 )
-from crypto.selection_randomness import random_priorities, random_share
-from crypto.tfhe_permute_and_flip import (
+from feddpsyn.crypto.selection_randomness import random_priorities, random_share
+from feddpsyn.crypto.tfhe_permute_and_flip import (
     SelectionShape,
     clear_arguments,
     select_plaintext,

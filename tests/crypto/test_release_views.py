@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from crypto.aggregation import decode_release, publish_counts
+from feddpsyn.crypto.aggregation import decode_release, publish_counts
 
 K = 5
 SIGMA2 = 4.0

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from crypto.selection_cost import pbs_estimate
-from crypto.selection_randomness import random_priorities, random_share
-from crypto.tfhe_permute_and_flip import (
+from feddpsyn.crypto.selection_cost import pbs_estimate
+from feddpsyn.crypto.selection_randomness import random_priorities, random_share
+from feddpsyn.crypto.tfhe_permute_and_flip import (
     SelectionShape,
     acceptance_weights,
     choose_shape,
@@ -25,7 +25,7 @@ from crypto.tfhe_permute_and_flip import (
     threshold_bits,
     thresholds,
 )
-from dp.permute_and_flip import pf_probabilities_exact
+from feddpsyn.dp.permute_and_flip import pf_probabilities_exact
 
 # 20 selections a call: two calls give 40 draws (expected counts 23 / 6 / 11 for the first
 # test's scores, enough for its chi-square); the circuit's cost grows with the batch.

@@ -12,11 +12,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.private_selection import PrivateSelectionShape, batch_names, compile_private_selection
-from crypto.selection_batches import BatchLayout, batch_layout, batched_select_plaintext
-from crypto.selection_cost import batched_pbs_estimate
-from crypto.selection_randomness import batch_randomness, random_share
-from crypto.tfhe_permute_and_flip import (
+from feddpsyn.crypto.private_selection import (
+    PrivateSelectionShape,
+    batch_names,
+    compile_private_selection,
+)
+from feddpsyn.crypto.selection_batches import BatchLayout, batch_layout, batched_select_plaintext
+from feddpsyn.crypto.selection_cost import batched_pbs_estimate
+from feddpsyn.crypto.selection_randomness import batch_randomness, random_share
+from feddpsyn.crypto.tfhe_permute_and_flip import (
     SelectionShape,
     clear_arguments,
     select_plaintext,
@@ -172,7 +176,7 @@ def test_the_plan_batches_large_rounds_and_counts_every_call():
     (B batch maxima, picks and masks, one combine and one least). No circuit."""
     from dataclasses import replace
 
-    from params.selection_plan import SelectionPlan, candidate_batches
+    from feddpsyn.params.selection_plan import SelectionPlan, candidate_batches
 
     plan = SelectionPlan.build("em", pairs=66, max_rows=740, rho=Fraction(1, 10), rounds=4)
     layout = plan.batches

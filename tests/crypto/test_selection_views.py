@@ -35,8 +35,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.selection_batches import BatchLayout, batched_select_plaintext
-from crypto.tfhe_permute_and_flip import SelectionShape, select_plaintext, step_eta, thresholds
+from feddpsyn.crypto.selection_batches import BatchLayout, batched_select_plaintext
+from feddpsyn.crypto.tfhe_permute_and_flip import (
+    SelectionShape,
+    select_plaintext,
+    step_eta,
+    thresholds,
+)
 
 # 3 candidates, 2-digit scores, 2 bits of A, 1 + 2 random bits per candidate: every value of
 # both servers' bits (2^9 each) and every order and priority permutation (3! each).

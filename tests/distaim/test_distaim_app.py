@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from distaim import sharing
-from distaim.app import create_app
-from distaim.party import session_modulus
+from feddpsyn.distaim import sharing
+from feddpsyn.distaim.app import create_app
+from feddpsyn.distaim.party import session_modulus
 
 SCHEMA = {"name": "t", "columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import distaim.client as client
-from clients.counting import count_csv
-from distaim.protocol import Layout, client_vector
-from params.schema import Schema
-from params.table_codec import encode_csv
+import feddpsyn.distaim.client as client
+from feddpsyn.clients.counting import count_csv
+from feddpsyn.distaim.protocol import Layout, client_vector
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import encode_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "params" / "schemas" / "fed_heart_disease.schema.json"

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distaim.party import session_modulus, write_client_upload
-from distaim.plan import schedule_of
-from distaim.protocol import Layout, client_vector
+from feddpsyn.distaim.party import session_modulus, write_client_upload
+from feddpsyn.distaim.plan import schedule_of
+from feddpsyn.distaim.protocol import Layout, client_vector
 from tests.ports import loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run_parties(session_dir, timeout=150):
     ports = [loopback_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)
-    procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
+    procs = [subprocess.Popen([sys.executable, "-m", "feddpsyn.distaim.party", "--pid", str(pid),
                                "--parties", parties, "--session-dir", str(session_dir),
                                "--out", str(session_dir / f"party{pid}.json"), "--timeout",
                                "60"],
@@ -119,7 +119,7 @@ def test_a_lost_peer_aborts_the_others_at_once(tmp_path):
     write_client_upload(tmp_path, "k1", "c0", client_vector(records, layout), modulus)
     ports = [loopback_port() for _ in range(3)]
     parties = ",".join(f"127.0.0.1:{p}" for p in ports)
-    procs = [subprocess.Popen([sys.executable, "-m", "distaim.party", "--pid", str(pid),
+    procs = [subprocess.Popen([sys.executable, "-m", "feddpsyn.distaim.party", "--pid", str(pid),
                                "--parties", parties, "--session-dir", str(tmp_path),
                                "--out", str(tmp_path / f"party{pid}.json")],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -211,7 +211,7 @@ def test_three_parties_with_sampled_clients(tmp_path, rate, schedule):
             values, sigma2 = values / scale, sigma2 / scale ** 2
         records = (np.concatenate([data[c] for c in read]) if read
                    else np.zeros((0, 3), dtype=np.int64))
-        from synthesis.graphical_model import marginal_counts
+        from feddpsyn.synthesis.graphical_model import marginal_counts
         exact = marginal_counts(records, tuple(m["clique"]), sizes).ravel()
         assert np.all(np.abs(values - exact) < 6 * np.sqrt(sigma2)), (k, read)
     if grows:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from distaim.party import session_modulus, write_client_upload
-from distaim.protocol import Layout, client_vector
-from synthesis.graphical_model import marginal_counts
+from feddpsyn.distaim.party import session_modulus, write_client_upload
+from feddpsyn.distaim.protocol import Layout, client_vector
+from feddpsyn.synthesis.graphical_model import marginal_counts
 from tests.distaim.test_distaim_loopback import _run_parties
 
 ROOT = Path(__file__).resolve().parents[2]

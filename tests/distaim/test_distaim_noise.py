@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from distaim.mpc_runtime import SECINT_BITS, local_runtime
-from distaim.secure_noise import (
+from feddpsyn.distaim.mpc_runtime import SECINT_BITS, local_runtime
+from feddpsyn.distaim.secure_noise import (
     AliasTable,
     GaussianPlan,
     convolution_tv,

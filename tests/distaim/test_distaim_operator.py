@@ -15,18 +15,18 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
-from distaim.app import create_app
-from distaim.client import read_token_file, session_info, upload_vector
-from distaim.operator import (
+from feddpsyn.distaim.app import create_app
+from feddpsyn.distaim.client import read_token_file, session_info, upload_vector
+from feddpsyn.distaim.operator import (
     OperatorError,
     create_session,
     delete_session,
     run_session,
     session_status,
 )
-from distaim.party import EXIT_PLAN_MISMATCH, session_modulus, write_client_upload
-from distaim.plan import SessionRequest, derive_plan, plan_digest
-from distaim.protocol import Layout, client_vector
+from feddpsyn.distaim.party import EXIT_PLAN_MISMATCH, session_modulus, write_client_upload
+from feddpsyn.distaim.plan import SessionRequest, derive_plan, plan_digest
+from feddpsyn.distaim.protocol import Layout, client_vector
 from tests.ports import loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,7 +237,7 @@ def test_parties_refuse_to_run_different_plans(tmp_path):
         write_client_upload(folder, "mm", "h0", np.zeros(layout.length, dtype=np.int64),
                             modulus)
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "distaim.party", "--pid", str(pid), "--parties",
+            [sys.executable, "-m", "feddpsyn.distaim.party", "--pid", str(pid), "--parties",
              ",".join(f"127.0.0.1:{p}" for p in ports), "--session-dir", str(folder),
              "--out", str(folder / "out.json"), "--timeout", "60"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))

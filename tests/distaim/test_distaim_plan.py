@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from distaim.plan import (
+from feddpsyn.distaim.plan import (
     LEGACY_SCHEDULE,
     AnnealingPlan,
     FixedRoundsPlan,
@@ -16,7 +16,7 @@ from distaim.plan import (
     plan_digest,
     schedule_of,
 )
-from distaim.wire import DistSessionCreated
+from feddpsyn.distaim.wire import DistSessionCreated
 
 SCHEMA = {"name": "t", "columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},

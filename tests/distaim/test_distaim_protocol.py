@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
-from distaim.oracle import MpcOracle, score_penalty
-from distaim.protocol import Layout, Participation, aggregate, client_vector
-from synthesis.aim import aim
-from synthesis.graphical_model import marginal_counts
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
+from feddpsyn.distaim.oracle import MpcOracle, score_penalty
+from feddpsyn.distaim.protocol import Layout, Participation, aggregate, client_vector
+from feddpsyn.synthesis.aim import aim
+from feddpsyn.synthesis.graphical_model import marginal_counts
 
 ALPHA = 1e-6
 
@@ -115,7 +115,7 @@ def _fixed_oracle(seed: bytes, grid_bits: int = 8):
 def test_measure_opens_exact_counts_plus_the_same_noise_bit_for_bit():
     """Where the randomness is fixed (the PRSS key), the opened measurement equals the
     plaintext reference: the exact counts plus the noise the same randomness draws."""
-    from distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
+    from feddpsyn.distaim.secure_noise import GaussianPlan, secure_discrete_gaussian
     rt, _, _, oracle, records, sizes, _ = _fixed_oracle(b"same-randomness")
     opened = oracle.measure((0, 1), Fraction(400))
     ref_rt = local_runtime(prss_seed=b"same-randomness")
@@ -129,7 +129,7 @@ def test_measure_opens_exact_counts_plus_the_same_noise_bit_for_bit():
 def test_select_equals_the_mechanism_on_the_plaintext_scores(grid_bits):
     """The in-MPC selection's opened index equals the same sampler run on the plaintext
     integer scores with the same randomness (the scores' own random bits consumed first)."""
-    from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
+    from feddpsyn.distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
     rng = np.random.default_rng(5)
     for trial in range(3):
         seed = b"select-%d-%d" % (grid_bits, trial)

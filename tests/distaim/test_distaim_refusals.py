@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from distaim.app import create_app
-from distaim.party import ReserveExceeded, _within_reserve
-from distaim.plan import SessionRequest, build_plan
-from distaim.reserve import least_tv, tv_to_delta
-from distaim.service import DistServer
-from distaim.validation import validation_tv
+from feddpsyn.distaim.app import create_app
+from feddpsyn.distaim.party import ReserveExceeded, _within_reserve
+from feddpsyn.distaim.plan import SessionRequest, build_plan
+from feddpsyn.distaim.reserve import least_tv, tv_to_delta
+from feddpsyn.distaim.service import DistServer
+from feddpsyn.distaim.validation import validation_tv
 
 SCHEMA = {"name": "t", "columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},
@@ -60,11 +60,11 @@ def test_a_plan_over_its_reserve_is_refused_with_a_remedy_that_builds():
 
 @pytest.mark.parametrize("rounds", [3, None], ids=["fixed-rounds", "annealing"])
 def test_the_floor_is_below_what_a_run_adds(rounds):
-    from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
-    from distaim.oracle import MpcOracle
-    from distaim.protocol import client_vector
-    from params.layout import MarginalLayout
-    from synthesis.aim import aim
+    from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
+    from feddpsyn.distaim.oracle import MpcOracle
+    from feddpsyn.distaim.protocol import client_vector
+    from feddpsyn.params.layout import MarginalLayout
+    from feddpsyn.synthesis.aim import aim
 
     rng = np.random.default_rng(0)
     records = np.stack([rng.integers(0, s, 300) for s in (3, 2, 4)], 1)

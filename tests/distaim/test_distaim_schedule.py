@@ -12,12 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.distaim.bench_distaim_flaim import SubsetOracle  # noqa: E402
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
-from distaim.oracle import MpcOracle  # noqa: E402
-from distaim.plan import SessionRequest, build_plan, plan_digest  # noqa: E402
-from distaim.protocol import Layout, Participation, Schedule, client_vector  # noqa: E402
-from dp.discrete_gaussian import ExactSampler  # noqa: E402
-from synthesis.aim import PlainOracle, aim  # noqa: E402
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime  # noqa: E402
+from feddpsyn.distaim.oracle import MpcOracle  # noqa: E402
+from feddpsyn.distaim.plan import SessionRequest, build_plan, plan_digest  # noqa: E402
+from feddpsyn.distaim.protocol import Layout, Participation, Schedule, client_vector  # noqa: E402
+from feddpsyn.dp.discrete_gaussian import ExactSampler  # noqa: E402
+from feddpsyn.synthesis.aim import PlainOracle, aim  # noqa: E402
 
 CLIENTS = [f"c{i:03d}" for i in range(200)]
 TENTH = Participation(b"k" * 32, Fraction(1, 10))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
-from distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
+from feddpsyn.distaim.mpc_runtime import EM_SECINT_BITS, SECINT_BITS, local_runtime
+from feddpsyn.distaim.secure_selection import SelectionPlan, secure_exponential_mechanism
 
 ALPHA = 1e-6
 

@@ -5,7 +5,7 @@ import secrets
 import numpy as np
 import pytest
 
-from distaim.sharing import (
+from feddpsyn.distaim.sharing import (
     challenge_vector,
     check_value,
     collinear,

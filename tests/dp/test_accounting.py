@@ -3,7 +3,7 @@ from fractions import Fraction
 
 import pytest
 
-from dp.accounting import eps_delta_to_rho, gaussian_rho, gaussian_sigma2, rho_to_eps
+from feddpsyn.dp.accounting import eps_delta_to_rho, gaussian_rho, gaussian_sigma2, rho_to_eps
 
 
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0, 2.0, 8.0])

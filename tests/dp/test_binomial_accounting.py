@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from dp.accounting import rho_to_eps
-from dp.binomial_accounting import (
+from feddpsyn.dp.accounting import rho_to_eps
+from feddpsyn.dp.binomial_accounting import (
     PrivacyLossDistribution,
     binomial_delta,
     conditioned_renyi,

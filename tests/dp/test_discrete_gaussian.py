@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dp.discrete_gaussian import ExactSampler, bernoulli_exp, discrete_gaussian
+from feddpsyn.dp.discrete_gaussian import ExactSampler, bernoulli_exp, discrete_gaussian
 
 ALPHA = 1e-6
 
@@ -107,7 +107,7 @@ def test_floats_are_refused_and_csprng_default_works():
 
 
 def test_a_broken_random_source_fails_closed():
-    from dp.discrete_gaussian import SamplerExhausted
+    from feddpsyn.dp.discrete_gaussian import SamplerExhausted
 
     stuck = ExactSampler(lambda n: 0)  # always 0: every Bernoulli(p > 0) succeeds forever
     with pytest.raises(SamplerExhausted):

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from dp.discrete_gaussian import ExactSampler
+from feddpsyn.dp.discrete_gaussian import ExactSampler
 
 
 class _FractionForm:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dp.discrete_gaussian import ExactSampler, SamplerExhausted
-from dp.exponential_mechanism import em_probabilities, em_rho, exponential_mechanism
+from feddpsyn.dp.discrete_gaussian import ExactSampler, SamplerExhausted
+from feddpsyn.dp.exponential_mechanism import em_probabilities, em_rho, exponential_mechanism
 
 
 @pytest.mark.parametrize("scores, eps, sens", [

@@ -14,14 +14,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dp.gaussian_domination import bound_delta, dominated, mu_at_most, shape_dominated
-from dp.joint_noise_accounting import JointNoiseShape
-from dp.privsyn_allocation import allocation_weight
-from params.noise_rules import GAUSSIAN_BOUND_SHARE, bound_eta, dominated_shape
-from params.plan_request import PlanRequest
-from params.privacy_record import accounted_epsilon, plan_mechanisms
-from params.schema import Schema
-from params.session_plan import SessionPlan
+from feddpsyn.dp.gaussian_domination import bound_delta, dominated, mu_at_most, shape_dominated
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.dp.privsyn_allocation import allocation_weight
+from feddpsyn.params.noise_rules import GAUSSIAN_BOUND_SHARE, bound_eta, dominated_shape
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.privacy_record import accounted_epsilon, plan_mechanisms
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
 
 MIXED = Schema.from_dict({"name": "mixed", "columns": [
     {"name": f"m{i}", "type": "categorical", "i2s": list("abcdef"[:size])}

@@ -6,10 +6,10 @@ from fractions import Fraction
 
 import pytest
 
-from dp.binomial_accounting import (RDP_ORDERS, LossDistribution, PrivacyLossDistribution,
-                                    rdp_to_delta, session_delta_of, session_epsilon_of)
-from dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, orders_for,
-                                       release_marginals, release_matches, smallest_coins)
+from feddpsyn.dp.binomial_accounting import (RDP_ORDERS, LossDistribution, PrivacyLossDistribution,
+                                             rdp_to_delta, session_delta_of, session_epsilon_of)
+from feddpsyn.dp.joint_noise_accounting import (JointNoiseShape, cheapest_uniforms, orders_for,
+                                                release_marginals, release_matches, smallest_coins)
 
 SMALL = [JointNoiseShape(6, 1), JointNoiseShape(2, 3), JointNoiseShape(4, 2),
          JointNoiseShape(2, 4),
@@ -185,11 +185,11 @@ def test_fed_heart_demo_session_keeps_its_epsilon_with_joint_noise():
     """The demo's plan (eps 1, delta 1e-5, em with 4 rounds): each release's matched noise,
     composed with em's pure rounds by the pessimistic PLD, spends the planned eps 1 and no
     more (calibrated), on over a tenth more rho than the zCDP conversion gives."""
-    from dp.accounting import eps_delta_to_rho
-    from params.privacy_record import accounted_epsilon
-    from params.schema import Schema
-    from params.plan_request import PlanRequest
-    from params.session_plan import SessionPlan
+    from feddpsyn.dp.accounting import eps_delta_to_rho
+    from feddpsyn.params.privacy_record import accounted_epsilon
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.session_plan import SessionPlan
 
     schema = Schema.load("params/schemas/fed_heart_disease.schema.json")
     plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection="em", rounds=4,

@@ -6,9 +6,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from crypto.tfhe_permute_and_flip import em_rounds_model, thresholds
-from dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
-from params.selection_plan import SelectionPlan
+from feddpsyn.crypto.tfhe_permute_and_flip import em_rounds_model, thresholds
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
+from feddpsyn.params.selection_plan import SelectionPlan
 
 
 def test_plan_charges_at_most_its_budget_and_counts_the_numerical_loss():

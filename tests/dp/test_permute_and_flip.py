@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dp.discrete_gaussian import ExactSampler
-from dp.permute_and_flip import permute_and_flip, pf_probabilities
+from feddpsyn.dp.discrete_gaussian import ExactSampler
+from feddpsyn.dp.permute_and_flip import permute_and_flip, pf_probabilities
 
 
 @pytest.mark.parametrize("scores, eps", [([0.0, 1.0, 2.5, 0.5], "1"), ([3.0, 3.0, 0.0], "2/3"),

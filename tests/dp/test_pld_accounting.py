@@ -5,8 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from dp.joint_noise_accounting import JointNoiseShape
-from dp.pld_accounting import (
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.dp.pld_accounting import (
     GRID,
     DiscreteGaussian,
     PureStep,

@@ -20,9 +20,9 @@ from bench.accuracy.bench_gap_sources import (  # noqa: E402
     _waterfill,
     gaussian_pld_rho,
 )
-from dp.gaussian_domination import gaussian_delta  # noqa: E402
-from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
-from fedbench.methods.base import budget_rho  # noqa: E402
+from feddpsyn.dp.gaussian_domination import gaussian_delta  # noqa: E402
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
+from feddpsyn.fedbench.methods.base import budget_rho  # noqa: E402
 
 
 def test_each_rung_changes_one_more_factor_and_the_ladder_ends_at_the_curator():

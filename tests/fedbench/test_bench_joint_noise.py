@@ -21,10 +21,10 @@ from bench.primitives.bench_joint_noise import (  # noqa: E402
     keyed,
     summarise,
 )
-from crypto.aggregation import compile_aggregation  # noqa: E402
-from crypto.joint_noise import JointNoiseShape, compile_joint_release  # noqa: E402
-from params.release_chunks import ReleaseChunk  # noqa: E402
-from params.release_spec import ReleaseSpec  # noqa: E402
+from feddpsyn.crypto.aggregation import compile_aggregation  # noqa: E402
+from feddpsyn.crypto.joint_noise import JointNoiseShape, compile_joint_release  # noqa: E402
+from feddpsyn.params.release_chunks import ReleaseChunk  # noqa: E402
+from feddpsyn.params.release_spec import ReleaseSpec  # noqa: E402
 
 K_BITS, CELLS = 12, 8
 SHAPES = [JointNoiseShape(4, 2), JointNoiseShape(6, 1)]

@@ -22,8 +22,8 @@ from bench.primitives.bench_joint_scores import (  # noqa: E402
     summarise,
     table,
 )
-from crypto.noisy_scores import NoisyScoreShape  # noqa: E402
-from dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
+from feddpsyn.crypto.noisy_scores import NoisyScoreShape  # noqa: E402
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape  # noqa: E402
 
 # A smaller cut of tests/crypto/test_noisy_scores_joint.py's tiny module: 2-bit counts, one 2-cell
 # chunk, 3-bit scores (the bound 2 max_rows = 6); four 1-bit uniforms (3-bit lookups); the

@@ -25,8 +25,8 @@ from bench.scale.bench_scale import (  # noqa: E402
     step_seconds,
     upload_bytes,
 )
-from crypto.indif import chunk_bootstraps  # noqa: E402
-from params.selection_plan import chunk_sizes_for  # noqa: E402
+from feddpsyn.crypto.indif import chunk_bootstraps  # noqa: E402
+from feddpsyn.params.selection_plan import chunk_sizes_for  # noqa: E402
 
 COLUMNS = [("a", 3), ("b", 4), ("c", 5), ("d", 2)]
 

@@ -17,15 +17,15 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
-from dp.gaussian_domination import dominated, mu_at_most
-from dp.privsyn_allocation import allocation_weight
-from fedbench.methods.central_accounting import (
+from feddpsyn.dp.gaussian_domination import dominated, mu_at_most
+from feddpsyn.dp.privsyn_allocation import allocation_weight
+from feddpsyn.fedbench.methods.central_accounting import (
     discrete_gaussian_pair,
     dominated_sigma2,
     fixed_budget,
     privsyn_budget,
 )
-from fedbench.methods.central_privsyn_all import marginal_weights
+from feddpsyn.fedbench.methods.central_privsyn_all import marginal_weights
 
 DELTA = 1e-5
 
@@ -106,9 +106,9 @@ def test_a_little_more_variance_makes_the_discrete_gaussian_gaussian_dominated(r
 
 
 def test_central_privsyn_spends_its_calibrated_budget_on_a_small_table():
-    from fedbench.methods import METHODS
-    from fedbench.runner import check_budget
-    from params.schema import Schema
+    from feddpsyn.fedbench.methods import METHODS
+    from feddpsyn.fedbench.runner import check_budget
+    from feddpsyn.params.schema import Schema
 
     rng = np.random.default_rng(5)
     a = rng.integers(0, 3, 600)

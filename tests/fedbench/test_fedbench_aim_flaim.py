@@ -6,10 +6,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dp.discrete_gaussian import ExactSampler
-from fedbench.methods import METHODS
-from fedbench.methods.flaim import flaim
-from params.schema import Schema
+from feddpsyn.dp.discrete_gaussian import ExactSampler
+from feddpsyn.fedbench.methods import METHODS
+from feddpsyn.fedbench.methods.flaim import flaim
+from feddpsyn.params.schema import Schema
 
 SCHEMA = Schema.from_dict({"columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},
@@ -41,7 +41,7 @@ def test_method_spends_exactly_its_budget_and_stays_in_domain(method):
     if method != "central-aim":
         assert result.bytes_per_client > 0
     if method == "distaim":  # a session's budget: delta / 1000 reserved for the samplers
-        from distaim.plan import delta_reserve, session_rho
+        from feddpsyn.distaim.plan import delta_reserve, session_rho
         assert result.rho_budget == session_rho(1.0, 1e-6)
         assert 0 < result.notes["extra_delta"] <= delta_reserve(1e-6)
 

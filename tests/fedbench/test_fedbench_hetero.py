@@ -6,22 +6,22 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dp.discrete_gaussian import discrete_gaussian_vector
-from fedbench.methods import METHODS
-from fedbench.methods.cape_dpcda import cape_noise
-from fedbench.methods.exact_dp_sgd import (
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
+from feddpsyn.fedbench.methods import METHODS
+from feddpsyn.fedbench.methods.cape_dpcda import cape_noise
+from feddpsyn.fedbench.methods.exact_dp_sgd import (
     GRID_BITS,
     _rounded_class_vectors,
     predict,
     train_softmax_regression,
 )
-from fedbench.methods.fedprivsyn import static_selection
-from fedbench.methods.heterofedsyn_common import (
+from feddpsyn.fedbench.methods.fedprivsyn import static_selection
+from feddpsyn.fedbench.methods.heterofedsyn_common import (
     indif2_estimate,
     marginal_counts,
     share_marginals,
 )
-from params.schema import Schema
+from feddpsyn.params.schema import Schema
 
 SCHEMA = Schema.from_dict({"columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from crypto.aggregation import compile_aggregation
-from crypto.masking import expand_masks, mask_counts, new_seed
-from fedbench.methods import METHODS
-from fedbench.methods.feddpsyn_sim import p1_release_model
-from fedbench.runner import Setting, read_results, run_utility
-from params.schema import Schema
+from feddpsyn.crypto.aggregation import compile_aggregation
+from feddpsyn.crypto.masking import expand_masks, mask_counts, new_seed
+from feddpsyn.fedbench.methods import METHODS
+from feddpsyn.fedbench.methods.feddpsyn_sim import p1_release_model
+from feddpsyn.fedbench.runner import Setting, read_results, run_utility
+from feddpsyn.params.schema import Schema
 
 SCHEMA = Schema.from_dict({"columns": [
     {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},
@@ -116,8 +116,8 @@ def test_runner_in_worker_processes_keeps_row_order_and_plots_heterogeneity(tmp_
 def test_runner_refuses_a_method_that_underspends_without_saying_why():
     from fractions import Fraction
 
-    from fedbench.methods import MethodResult
-    from fedbench.runner import check_budget
+    from feddpsyn.fedbench.methods import MethodResult
+    from feddpsyn.fedbench.runner import check_budget
 
     records = np.zeros((1, 3), dtype=np.int64)
     check_budget("m", MethodResult(records, Fraction(1, 3), Fraction(1, 3)))
@@ -132,8 +132,8 @@ def test_runner_refuses_a_method_that_underspends_without_saying_why():
 
 
 def test_central_privsyn_selects_dependent_pairs_and_mst_compresses_rare_values():
-    from fedbench.methods.central_mst import compression_map, undo_compression
-    from fedbench.methods.central_privsyn import central_privsyn
+    from feddpsyn.fedbench.methods.central_mst import compression_map, undo_compression
+    from feddpsyn.fedbench.methods.central_privsyn import central_privsyn
 
     rng = np.random.default_rng(3)
     a = rng.integers(0, 3, 4000)
@@ -151,7 +151,7 @@ def test_central_privsyn_selects_dependent_pairs_and_mst_compresses_rare_values(
     back = undo_compression(np.array([2] * 3000 + [0, 1]), mapping, rng)
     assert set(back[:3000]) == {1, 2, 4} and back[-2:].tolist() == [0, 3]
     # the averaging decoder keeps a mixture's 1-way proportions (argmax kept only its mode)
-    from fedbench.methods.cape_dpcda import decode_mixtures
+    from feddpsyn.fedbench.methods.cape_dpcda import decode_mixtures
     out = decode_mixtures(np.array([[70, 30, 0]]), (3,), np.array([1]), [20000], rng)
     share = np.bincount(out[:, 0], minlength=3) / 20000
     assert abs(share[0] - 0.7) < 0.02 and share[2] == 0 and set(out[:, 1]) == {1}
@@ -162,8 +162,8 @@ def test_simulated_joint_release_carries_the_shapes_variance():
     decoded as the key server would): published - true over 20,000 cells has mean 0 and the
     shape's variance, within the 4.9-sigma bounds of a two-sided test at alpha = 1e-6 (the
     sample variance of a near-Gaussian noise has relative sd sqrt(2 / n))."""
-    from dp.joint_noise_accounting import JointNoiseShape
-    from fedbench.methods.feddpsyn_sim import joint_release_model
+    from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+    from feddpsyn.fedbench.methods.feddpsyn_sim import joint_release_model
     k, cells, clients = 20, 20_000, 3
     shape = JointNoiseShape(uniforms=24, bits=5)
     rng = np.random.default_rng(4)
@@ -181,8 +181,8 @@ def test_noisy_greedy_joint_scores_and_releases_carry_one_noise_each_within_delt
     """feddpsyn-noisy-greedy-joint: the scores' joint noise is matched to the selection's rho
     over every pair, the session's delta at the requested eps (conditioning rule over every
     order, failure masses included) is within the requested delta, and it spends the budget."""
-    from dp.joint_noise_accounting import JointNoiseShape
-    from fedbench.methods.feddpsyn_sim import joint_session_delta
+    from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+    from feddpsyn.fedbench.methods.feddpsyn_sim import joint_session_delta
     rng = np.random.default_rng(5)
     records = np.stack([rng.integers(0, 3, 600), rng.integers(0, 3, 600),
                         rng.integers(0, 2, 600)], axis=1)
@@ -219,9 +219,9 @@ def test_a_one_pair_joint_release_whose_edge_outweighs_delta_keeps_two_gaussians
     only one neighbour can produce. The simulation refused the session (delta 0.0039 > 1e-5)
     once in ~30 runs on a small user table; as the servers' rule, the release now keeps its
     two Gaussians, composed as zCDP, and the session is within delta."""
-    import fedbench.methods.feddpsyn_sim as sim
-    from crypto.joint_noise import choose_shape
-    from dp.joint_noise_accounting import release_marginals
+    import feddpsyn.fedbench.methods.feddpsyn_sim as sim
+    from feddpsyn.crypto.joint_noise import choose_shape
+    from feddpsyn.dp.joint_noise_accounting import release_marginals
 
     schema = Schema.from_dict({"columns": [
         {"name": "a", "type": "categorical", "i2s": ["x", "y", "z"]},
@@ -234,7 +234,7 @@ def test_a_one_pair_joint_release_whose_edge_outweighs_delta_keeps_two_gaussians
     monkeypatch.setattr(sim, "simulate_selection", lambda *a, **k: [(1, 2)])
     # The case needs the 2-way release's budget at PrivSyn's 80% of rho: a one-pair group
     # whose matching shape's edge is too heavy at that budget.
-    from params.modes import SelectionMode
+    from feddpsyn.params.modes import SelectionMode
     monkeypatch.setitem(sim.DEFAULT_SPLITS, SelectionMode.NOISY_GREEDY,
                         {"one_way": 0.1, "selection": 0.1, "two_way": 0.8})
     result = sim.feddpsyn_noisy_greedy_joint(records, owner, schema, 1.0, 1e-5, seed=0)
@@ -262,9 +262,9 @@ def test_privsyn_allocation_shares_the_two_way_rho_exactly_by_pair_size():
     2-way rho, each pair's sigma2 = M / (2 rho_group) equal to PrivSyn's W / (2 rho w_i)."""
     from fractions import Fraction
 
-    from dp.accounting import gaussian_sigma2
-    from fedbench.methods.central_privsyn import allocation_weight
-    from fedbench.methods.feddpsyn_sim import allocation_groups
+    from feddpsyn.dp.accounting import gaussian_sigma2
+    from feddpsyn.fedbench.methods.central_privsyn import allocation_weight
+    from feddpsyn.fedbench.methods.feddpsyn_sim import allocation_groups
     cells = {(0, 1): 90, (0, 2): 100, (1, 2): 90, (0, 3): 420}
     chosen = [(0, 1), (0, 3), (1, 2)]
     rho_two = Fraction(3, 1000)
@@ -283,9 +283,9 @@ def test_the_envelope_what_if_widens_the_split_release_and_restores_the_set(monk
     """feddpsyn-default@envelope=<bits>: the session's plan is built with the wider envelope
     (its 2-way envelope may carry more encrypted bits a count, its calls at most the cap's
     bits), and the default parameter set is the same after it as before."""
-    from fedbench.methods import feddpsyn_served
-    from params.noise_rules import JOINT_MAX_BITS_PER_CALL
-    from params.parameter_sets import PARAMETER_SETS
+    from feddpsyn.fedbench.methods import feddpsyn_served
+    from feddpsyn.params.noise_rules import JOINT_MAX_BITS_PER_CALL
+    from feddpsyn.params.parameter_sets import PARAMETER_SETS
 
     built = []
     real = feddpsyn_served.served_plan

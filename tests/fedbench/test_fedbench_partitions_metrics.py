@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
-from fedbench.partitions import PartitionError, dirichlet_label, feature_skew, natural, uniform
+from feddpsyn.fedbench.metrics import random_range_queries, range_query_error, wasserstein_one_way
+from feddpsyn.fedbench.partitions import (
+    PartitionError,
+    dirichlet_label,
+    feature_skew,
+    natural,
+    uniform,
+)
 
 
 def test_uniform_fills_every_client_and_is_roughly_balanced():
@@ -71,7 +77,7 @@ def test_wasserstein_by_hand():
 
 
 def test_ml_efficacy_rewards_tables_that_keep_the_label_relation():
-    from fedbench.ml_efficacy import ml_efficacy
+    from feddpsyn.fedbench.ml_efficacy import ml_efficacy
 
     rng = np.random.default_rng(0)
     n = 3000

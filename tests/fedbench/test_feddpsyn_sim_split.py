@@ -2,10 +2,10 @@
 takes its shapes, or its even two-server fallback, from the servers' own rule
 (``fedbench.methods.feddpsyn_sim.servers_split`` calls ``SessionPlan.split_release``)."""
 
-from fedbench.methods.feddpsyn_sim import servers_split
-from params.plan_request import PlanRequest
-from params.schema import Schema
-from params.session_plan import SessionPlan
+from feddpsyn.fedbench.methods.feddpsyn_sim import servers_split
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
 
 SCHEMA = Schema.from_dict({"name": "sim", "columns": [
     {"name": f"m{i}", "type": "categorical", "i2s": list("abcdef"[:size])}

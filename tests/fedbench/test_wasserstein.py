@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from fedbench.metrics import wasserstein_one_way
-from fedbench.wasserstein import wasserstein_pair, wasserstein_two_way
+from feddpsyn.fedbench.metrics import wasserstein_one_way
+from feddpsyn.fedbench.wasserstein import wasserstein_pair, wasserstein_two_way
 
 
 def _point(shape, *cells_and_mass):

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common import wire
-from params.schema import Schema
-from params.table_codec import InvalidValueError, decode_records, encode_csv, encode_rows
+from feddpsyn.common import wire
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import InvalidValueError, decode_records, encode_csv, encode_rows
 
 
 def write_schema(tmp_path, text: str, name="schema.json"):

@@ -7,14 +7,14 @@ from fractions import Fraction
 
 import pytest
 
-from dp.binomial_accounting import session_delta_of
-from dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
-from dp.privsyn_allocation import allocation_weight
-from params.schema import Schema
-from params.noise_rules import JOINT_MAX_BITS_PER_CALL, JOINT_TAIL, pair_failure_cap
-from params.release_spec import release_count
-from params.plan_request import PlanRequest
-from params.session_plan import SessionPlan
+from feddpsyn.dp.binomial_accounting import session_delta_of
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, orders_for, release_matches
+from feddpsyn.dp.privsyn_allocation import allocation_weight
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.noise_rules import JOINT_MAX_BITS_PER_CALL, JOINT_TAIL, pair_failure_cap
+from feddpsyn.params.release_spec import release_count
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.session_plan import SessionPlan
 
 SCHEMA = Schema.from_dict({"name": "plan", "columns": [
     {"name": f"c{i}", "type": "categorical", "i2s": list("abcdef")} for i in range(5)]})
@@ -189,9 +189,9 @@ def test_a_group_the_rule_refuses_falls_back_to_the_even_two_server_release():
 
 
 def test_the_key_server_decrypts_a_run_time_release_only_if_both_servers_decided_alike():
-    from common import wire
-    from common.serving import ServiceError
-    from keyserver.releases import Releases
+    from feddpsyn.common import wire
+    from feddpsyn.common.serving import ServiceError
+    from feddpsyn.keyserver.releases import Releases
 
     plan = mixed_plan(2.0, split=PRIVSYN_SPLIT)
     pairs = [s.attrs for s in plan.layout.two_way]

@@ -16,28 +16,28 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from common import wire
-from dp.gaussian_domination import dominated, mu_at_most
-from dp.pld_accounting import GaussianBound
-from dp.privsyn_allocation import (
+from feddpsyn.common import wire
+from feddpsyn.dp.gaussian_domination import dominated, mu_at_most
+from feddpsyn.dp.pld_accounting import GaussianBound
+from feddpsyn.dp.privsyn_allocation import (
     allocation_weight,
     allocation_with_floors,
     floored_groups,
     greedy_select_with_one_ways,
 )
-from keyserver.coins import release_chunks
-from params.noise_rules import (
+from feddpsyn.keyserver.coins import release_chunks
+from feddpsyn.params.noise_rules import (
     GAUSSIAN_BOUND_SHARE,
     bound_eta,
     bound_marginals,
     smallest_pair_budget,
 )
-from params.plan_request import PlanRequest
-from params.privacy_record import accounted_epsilon, plan_mechanisms
-from params.run_time import variance_ratio
-from params.schema import Schema
-from params.session_plan import SessionPlan
-from synthesis.marginals import NoisyMarginal, combine_repeated, marginals_from_release
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.privacy_record import accounted_epsilon, plan_mechanisms
+from feddpsyn.params.run_time import variance_ratio
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.synthesis.marginals import NoisyMarginal, combine_repeated, marginals_from_release
 
 # One 8-valued column and two binary ones: the 1-way of 8 cells is topped up by most
 # selections, the binary ones by few.

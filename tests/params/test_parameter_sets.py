@@ -5,14 +5,14 @@ from fractions import Fraction
 
 import pytest
 
-from dp.accounting import eps_delta_to_rho
-from params.parameter_sets import (
+from feddpsyn.dp.accounting import eps_delta_to_rho
+from feddpsyn.params.parameter_sets import (
     DEFAULT_SELECTION_SET,
     SELECTION_SETS,
     get_parameter_set,
     get_selection_set,
 )
-from params.selection_plan import SelectionPlan
+from feddpsyn.params.selection_plan import SelectionPlan
 
 RHO = eps_delta_to_rho(1.0, 1e-5) / 10
 

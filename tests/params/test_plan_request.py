@@ -5,11 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from params.modes import NoiseMode, SelectionMode
-from params.plan_request import PlanRequest
-from params.schema import Schema
-from params.selection_plan import EmSelection, NoisyGreedySelection, NoSelection, SelectionPlan
-from params.session_plan import SessionPlan
+from feddpsyn.params.modes import NoiseMode, SelectionMode
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import (
+    EmSelection,
+    NoisyGreedySelection,
+    NoSelection,
+    SelectionPlan,
+)
+from feddpsyn.params.session_plan import SessionPlan
 
 SCHEMA = Schema.load(Path(__file__).resolve().parents[2] / "params" / "schemas"
                      / "fed_heart_disease.schema.json")

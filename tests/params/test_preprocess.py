@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import InvalidValueError, encode_csv
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import InvalidValueError, encode_csv
 
 SCHEMA = Schema.from_dict({"columns": [
     {"name": "age", "type": "continuous", "min": 0, "max": 100, "bins": 4},

@@ -14,10 +14,10 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
-from params.plan_request import PlanRequest
-from params.privacy_record import epsilon_after
-from params.schema import Schema
-from params.session_plan import SessionPlan
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.privacy_record import epsilon_after
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
 
 FED_HEART = "params/schemas/fed_heart_disease.schema.json"
 

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from params.schema import ContinuousColumn, Schema, SchemaError
-from params.table_codec import decode_records
+from feddpsyn.params.schema import ContinuousColumn, Schema, SchemaError
+from feddpsyn.params.table_codec import decode_records
 
 
 def test_reads_the_synmeter_adult_schema(data_dir):
@@ -85,7 +85,7 @@ def run_cli(*args):
 
 
 def test_schema_draft_guesses_types_and_never_reads_bounds(tmp_path):
-    from params.table_codec import encode_csv
+    from feddpsyn.params.table_codec import encode_csv
 
     table = tmp_path / "t.csv"
     lines = ["bmi,flag,city,age,visit_id"]

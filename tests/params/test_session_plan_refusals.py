@@ -10,10 +10,10 @@ replaced is kept for a p_error that cannot be lowered, and shown here with it pi
 
 import pytest
 
-from common import wire
-from keyserver.sessions import build_plan
-from params.schema import Schema
-from params.selection_plan import SelectionPlan
+from feddpsyn.common import wire
+from feddpsyn.keyserver.sessions import build_plan
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import SelectionPlan
 
 TINY = Schema.from_dict({"name": "tiny", "columns": [
     {"name": f"t{i}", "type": "categorical", "i2s": list("abcd"[:size])}

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from params.plan_request import PlanRequest
-from params.schema import Schema
-from params.session_plan import SessionPlan
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
 
 SCHEMA = Schema.load(Path(__file__).resolve().parents[2] / "params" / "schemas"
                      / "fed_heart_disease.schema.json")

@@ -170,8 +170,8 @@ def write_user_table(directory: Path, rows: int = 400) -> tuple[Path, Path]:
 
 
 def test_demo_on_a_table_written_by_the_test(tmp_path):
-    from params.schema import Schema
-    from params.table_codec import encode_csv
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.table_codec import encode_csv
 
     table, schema = write_user_table(tmp_path)
     out = tmp_path / "out"
@@ -247,7 +247,7 @@ def test_demo_and_bench_refuse_bad_user_tables_by_name_row_and_column(tmp_path):
 
 
 def test_bench_runs_every_method_on_a_user_table(tmp_path):
-    from fedbench.methods import METHODS
+    from feddpsyn.fedbench.methods import METHODS
 
     table, schema = write_user_table(tmp_path)
     # The owner column is no schema column: the bench reads the table as the schema says.
@@ -272,8 +272,8 @@ def test_bench_runs_every_method_on_a_user_table(tmp_path):
 def test_the_bench_target_reaches_the_classifier_methods():
     import dataclasses
 
-    from fedbench.methods.target import target_column
-    from params.schema import Schema
+    from feddpsyn.fedbench.methods.target import target_column
+    from feddpsyn.params.schema import Schema
 
     schema = Schema.from_dict({"columns": [
         {"name": "outcome", "type": "categorical", "i2s": ["a", "b"]},

@@ -115,7 +115,7 @@ def test_benchmarks_page_lists_every_script_and_every_method_with_its_kind():
     """docs/benchmarks.md names every script in bench/ by its path (``bench/<topic>/x.py``)
     and every registered method with the kind ``fedbench.methods.KINDS`` gives it (served
     plan, central reference, ...)."""
-    from fedbench.methods import KINDS, METHODS
+    from feddpsyn.fedbench.methods import KINDS, METHODS
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     scripts = [p.relative_to(ROOT).as_posix() for p in _bench_scripts()]
     assert len(scripts) > 20

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -74,11 +75,11 @@ CLIENT_SCRIPT = BLOCKER + textwrap.dedent("""
     # The client's CSV-to-counts path itself, as ClientAgent.encode runs it, and a synthetic
     # table from those counts (feddpsyn synthesize's numpy methods).
     import numpy as np
-    from clients.agent import ClientAgent  # noqa: F401  (the agent imports cleanly)
-    from params.layout import MarginalLayout
-    from params.schema import Schema
-    from params.table_codec import encode_csv
-    from synthesis import NoisyMarginal, synthesize
+    from feddpsyn.clients.agent import ClientAgent  # noqa: F401  (the agent imports cleanly)
+    from feddpsyn.params.layout import MarginalLayout
+    from feddpsyn.params.schema import Schema
+    from feddpsyn.params.table_codec import encode_csv
+    from feddpsyn.synthesis import NoisyMarginal, synthesize
 
     s = Schema.load(schema)
     table = encode_csv(csv, s)
@@ -178,9 +179,73 @@ def test_extras_module_agrees_with_pyproject_and_requirements_nodeps():
 
 def test_a_wheel_holds_every_package_of_the_tree():
     # pip install . (not -e) copies only the packages listed: a subpackage left out is
-    # missing from every install but a development one.
+    # missing from every install but a development one. Each layer's folder is installed as
+    # feddpsyn.<folder> (package-dir), and feddpsyn/<folder> is the checkout's link to it.
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
-    found = {".".join(init.parent.relative_to(ROOT).parts)
-             for top in listed if "." not in top
-             for init in (ROOT / top).rglob("__init__.py")}
+    package_dir = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    found = {"feddpsyn"}
+    for name, folder in package_dir.items():
+        assert name == f"feddpsyn.{folder}"
+        assert (ROOT / "feddpsyn" / folder).resolve() == (ROOT / folder).resolve(), folder
+        found |= {".".join(["feddpsyn", *init.parent.relative_to(ROOT).parts])
+                  for init in (ROOT / folder).rglob("__init__.py")}
     assert found == listed
+
+
+def test_a_wheel_installs_one_top_level_package_and_runs_the_owners_commands(tmp_path):
+    """Build the wheel, install it into a clean venv, and list what lands in site-packages.
+    The owner's commands then run from that install alone (its dependencies read from the
+    development venv's site-packages, which holds no feddpsyn), with the server extra's
+    modules blocked."""
+    # Built from a copy of what the wheel reads: a build in the checkout would leave build/
+    # there, whose stale files a later build would package.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "LICENSE", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for folder in ["feddpsyn", *PYPROJECT["tool"]["setuptools"]["package-dir"].values()]:
+        shutil.copytree(ROOT / folder, source / folder, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(wheels), str(source)], check=True, capture_output=True,
+                   timeout=300, cwd=tmp_path)
+    (wheel,) = wheels.glob("feddpsyn-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True,
+                   timeout=300)
+    (site,) = venv.glob("lib/python*/site-packages")
+    top = sorted(p.name for p in site.iterdir() if not p.name.startswith(("_", ".")))
+    assert [n for n in top if not n.endswith(".dist-info")] == ["feddpsyn"], top
+    installed = site / "feddpsyn"
+    assert {p.name for p in installed.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "common", "dp", "crypto", "params", "clients", "synthesis", "keyserver",
+        "computeserver", "distaim", "fedbench"}
+    assert not any(p.is_symlink() for p in installed.rglob("*"))
+    assert (installed / "params" / "schemas").is_dir()
+    (dist,) = site.glob("feddpsyn-*.dist-info")
+    meta = (dist / "METADATA").read_text()
+    assert "License-Expression: Apache-2.0" in meta
+    assert (dist / "licenses" / "LICENSE").is_file()
+
+    dev_site = next(Path(p) for p in sys.path if p.endswith("site-packages")
+                    and (Path(p) / "numpy").is_dir())
+    script = BLOCKER + textwrap.dedent("""
+        import feddpsyn
+        from feddpsyn.cli import main
+        print("FROM", feddpsyn.__file__)
+        sys.argv = ["feddpsyn", *sys.argv[1:]]
+        main()
+    """)
+    env = {**os.environ, "PYTHONPATH": str(dev_site), "COLUMNS": "80"}
+    for args in (["--version"], ["client", "--help"]):
+        done = subprocess.run([str(python), "-c", script, "concrete,fastapi,mpyc,jax", *args],
+                              capture_output=True, text=True, cwd=tmp_path, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"FROM {installed / '__init__.py'}" in done.stdout
+    assert "Usage: feddpsyn client" in done.stdout

@@ -32,12 +32,28 @@ def _packages() -> list[str]:
                   and any(p.glob("*.py")))
 
 
+def _sources(package: str) -> list[Path]:
+    """The package's own files: feddpsyn/'s links to the layers are not its files."""
+    return sorted(path for path in (ROOT / package).rglob("*.py")
+                  if not any((ROOT / parent).is_symlink()
+                             for parent in path.relative_to(ROOT).parents))
+
+
+def _package_of(module: str) -> str:
+    """The floor's package a module name belongs to: the layers are installed as
+    ``feddpsyn.<layer>`` and the rest of ``feddpsyn`` is the CLI's floor."""
+    parts = module.split(".")
+    if parts[0] == "feddpsyn" and len(parts) > 1 and parts[1] in FLOOR and parts[1] != "bench":
+        return parts[1]
+    return parts[0]
+
+
 def _imports(package: str) -> list[tuple[str, str, int]]:
     """(importing file, imported top-level package, line) for every absolute import of
     another top-level package of this project in ``package``."""
     known = set(_packages())
     found = []
-    for path in sorted((ROOT / package).rglob("*.py")):
+    for path in _sources(package):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -47,10 +63,30 @@ def _imports(package: str) -> list[tuple[str, str, int]]:
             else:
                 continue
             for module in modules:
-                top = module.split(".")[0]
+                top = _package_of(module)
                 if top in known and top != package:
                     found.append((str(path.relative_to(ROOT)), top, node.lineno))
     return found
+
+
+def test_every_import_names_the_installed_package():
+    """A layer is installed as ``feddpsyn.<layer>`` only: ``import crypto`` would work in a
+    checkout (the folder is on the path) and fail in every install."""
+    bare = []
+    for package in _packages():
+        for path in _sources(package):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules = [node.module]
+                else:
+                    continue
+                bare += [f"{path.relative_to(ROOT)}:{node.lineno} imports {module}"
+                         for module in modules
+                         if module.split(".")[0] in FLOOR
+                         and module.split(".")[0] not in ("feddpsyn", "bench")]
+    assert not bare, "import the layers as feddpsyn.<layer>:\n" + "\n".join(bare)
 
 
 def test_every_package_has_a_floor():

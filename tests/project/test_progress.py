@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from common import wire
+from feddpsyn.common import wire
 from feddpsyn.progress import (
     KEEP_FINISHED,
     ProgressDisplay,

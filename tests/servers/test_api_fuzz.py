@@ -24,15 +24,15 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 
-from common import wire
-from common.serving import write_private
-from computeserver.app import create_app as create_compute_app
-from distaim.app import create_app as create_distaim_app
-from distaim.plan import SessionRequest
+from feddpsyn.common import wire
+from feddpsyn.common.serving import write_private
+from feddpsyn.computeserver.app import create_app as create_compute_app
 from feddpsyn.demo import ServerProcess, free_port
+from feddpsyn.distaim.app import create_app as create_distaim_app
+from feddpsyn.distaim.plan import SessionRequest
+from feddpsyn.keyserver.app import create_app as create_key_app
 from feddpsyn.operator_api import create_session
-from keyserver.app import create_app as create_key_app
-from params.parameter_sets import PARAMETER_SETS, SELECTION_SETS
+from feddpsyn.params.parameter_sets import PARAMETER_SETS, SELECTION_SETS
 
 # schemathesis 4.32's lazy schemas (``from_fixture``) read and rename ``item._nodeid``, which
 # pytest 9.2's items no longer have (their id is ``item.nodeid``). This alias lets them run;

@@ -16,11 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common import wire
-from common.serving import Database
-from keyserver.coins import COINS_SQL, JointCoins, StoredOnce, ahead_of_time, release_chunks
-from keyserver.offline_pool import KeyFiles
-from keyserver.sessions import build_plan
+from feddpsyn.common import wire
+from feddpsyn.common.serving import Database
+from feddpsyn.keyserver.coins import (
+    COINS_SQL,
+    JointCoins,
+    StoredOnce,
+    ahead_of_time,
+    release_chunks,
+)
+from feddpsyn.keyserver.offline_pool import KeyFiles
+from feddpsyn.keyserver.sessions import build_plan
 
 SID = "s-order"
 SCHEMA = {"name": "five", "columns": [

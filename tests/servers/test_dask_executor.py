@@ -18,25 +18,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from computeserver.dask_executor import DaskExecutor
-from computeserver.executor import (
+from feddpsyn.computeserver.dask_executor import DaskExecutor
+from feddpsyn.computeserver.executor import (
     CallTask,
     Circuit,
     InProcessExecutor,
     LocalPoolExecutor,
     map_summed,
 )
-from computeserver.selection import batched_select
-from crypto.indif import digits_of, indif_exact, indif_offset
-from crypto.private_selection import (
+from feddpsyn.computeserver.selection import batched_select
+from feddpsyn.crypto.indif import digits_of, indif_exact, indif_offset
+from feddpsyn.crypto.private_selection import (
     PrivateSelectionShape,
     batch_names,
     compile_private_selection,
     indif_name,
 )
-from crypto.selection_batches import BatchLayout
-from crypto.selection_randomness import batch_randomness, random_priorities, random_share
-from crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, thresholds
+from feddpsyn.crypto.selection_batches import BatchLayout
+from feddpsyn.crypto.selection_randomness import batch_randomness, random_priorities, random_share
+from feddpsyn.crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, thresholds
 
 # The smallest module with every function the compute server sends to workers: P2 on chunks
 # of 2 and 4 cells at k = 4, add, and P3 over three candidates, as one call and in two

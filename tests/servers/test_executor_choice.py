@@ -2,8 +2,8 @@
 
 import pytest
 
-from computeserver.executor import InProcessExecutor, LocalPoolExecutor
-from computeserver.executor_choice import make_executor
+from feddpsyn.computeserver.executor import InProcessExecutor, LocalPoolExecutor
+from feddpsyn.computeserver.executor_choice import make_executor
 
 
 def test_the_flags_choose_the_executor():

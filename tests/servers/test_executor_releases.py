@@ -17,18 +17,14 @@ import httpx
 import numpy as np
 import pytest
 
-from common.serving import Database
-from computeserver.dask_executor import DaskExecutor
-from computeserver.executor import Circuit, InProcessExecutor, map_streamed
-from computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
-from computeserver.release import UploadChunks, chunk_task
-from crypto.aggregation import (
-    aggregate_plaintext,
-    compile_aggregation,
-    decode_release,
-)
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.joint_noise import (
+from feddpsyn.common.serving import Database
+from feddpsyn.computeserver.dask_executor import DaskExecutor
+from feddpsyn.computeserver.executor import Circuit, InProcessExecutor, map_streamed
+from feddpsyn.computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRole
+from feddpsyn.computeserver.release import UploadChunks, chunk_task
+from feddpsyn.crypto.aggregation import aggregate_plaintext, compile_aggregation, decode_release
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.joint_noise import (
     JointNoiseShape,
     compile_joint_release,
     encrypt_key_server_bits,
@@ -36,7 +32,7 @@ from crypto.joint_noise import (
     joint_release_plaintext,
     padded_weights,
 )
-from crypto.noisy_scores import (
+from feddpsyn.crypto.noisy_scores import (
     NoisyScoreShape,
     compile_noisy_scores,
     decode_joint_score,
@@ -261,7 +257,7 @@ def test_noisy_greedys_joint_scores_on_dask_decrypt_to_the_in_process_ones(
     for name, executor in (("in-process", InProcessExecutor()),
                            ("dask", DaskExecutor(client=dask_cluster))):
         seeded = random.Random(8).randbytes
-        monkeypatch.setattr("computeserver.noisy_greedy.draw_bits",
+        monkeypatch.setattr("feddpsyn.computeserver.noisy_greedy.draw_bits",
                             lambda cells, shape, seeded=seeded: _draw_bits(cells, shape, seeded))
         (tmp_path / name / "s" / "outputs").mkdir(parents=True)
         store = FakeStore(tmp_path / name, a_encrypted)
@@ -281,6 +277,6 @@ def test_noisy_greedys_joint_scores_on_dask_decrypt_to_the_in_process_ones(
 
 
 def _draw_bits(cells, shape, token_bytes):
-    from crypto.joint_noise import draw_bits
+    from feddpsyn.crypto.joint_noise import draw_bits
 
     return draw_bits(cells, shape, token_bytes)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from common import wire
-from dp.joint_noise_accounting import JointNoiseShape
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import encode_csv
+from feddpsyn.common import wire
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import encode_csv
 from tests.served import serve
 
 # Five 6-valued columns: 30 one-way cells, 10 pairs x 36 = 360 two-way cells.
@@ -162,8 +162,8 @@ def test_a_large_eps_session_stays_two_server(joint_session, tmp_path):
     """At eps 50 a matching joint shape is tiny: its conditioning mass would take far more
     than its share of delta (or its variance would not be lower); the rule keeps the two
     servers' Gaussians."""
-    from params.plan_request import PlanRequest
-    from params.session_plan import SessionPlan
+    from feddpsyn.params.plan_request import PlanRequest
+    from feddpsyn.params.session_plan import SessionPlan
 
     plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 50.0, 1e-6, 1000,
                                          parameter_set="test-small", noise="auto"))
@@ -175,7 +175,7 @@ def test_a_large_eps_session_stays_two_server(joint_session, tmp_path):
 
 
 def test_synthesis_weighs_each_count_by_its_stated_variance(joint_session):
-    from synthesis import marginals_from_release
+    from feddpsyn.synthesis import marginals_from_release
 
     _, _, _, _, document = joint_session
     _, noisy = marginals_from_release(document)

@@ -6,7 +6,7 @@ import httpx
 import numpy as np
 import pytest
 
-from clients.agent import ClientAgent
+from feddpsyn.clients.agent import ClientAgent
 from feddpsyn.demo import start_servers
 from feddpsyn.loadtest import run_load
 from tests.servers.test_servers import (
@@ -61,8 +61,8 @@ def test_kill_9_during_encryption_aggregation_or_release(tmp_path, victim, delay
 @pytest.fixture(scope="module")
 def lone_key_server(tmp_path_factory):
     """A key server with no compute server: the test plays the peer."""
-    from common.credentials import new_token
-    from common.serving import write_private
+    from feddpsyn.common.credentials import new_token
+    from feddpsyn.common.serving import write_private
     from feddpsyn.demo import ServerProcess, free_port
 
     directory = tmp_path_factory.mktemp("lone")
@@ -83,7 +83,7 @@ def foreign_ciphertext(chunk_cells: int, count_bits: int) -> bytes:
 
     from concrete import fhe
 
-    from crypto.aggregation import compile_aggregation
+    from feddpsyn.crypto.aggregation import compile_aggregation
 
     circuit = compile_aggregation(3, chunk_cells, count_bits, 2.0 ** -40)
     client = fhe.Client(circuit.client.specs)
@@ -99,8 +99,8 @@ def foreign_ciphertext(chunk_cells: int, count_bits: int) -> bytes:
 
 
 def one_way_chunks(created) -> list[int]:
-    from params.layout import MarginalLayout
-    from params.schema import Schema
+    from feddpsyn.params.layout import MarginalLayout
+    from feddpsyn.params.schema import Schema
 
     layout = MarginalLayout.build(Schema.from_dict(created.session.schema_).domain_sizes)
     chunk = created.session.parameter_set["chunk_cells"]
@@ -113,8 +113,8 @@ def close_uploads(ks_url: str, created, peer: str) -> None:
     before it sums: a release is registered only on closed uploads."""
     import secrets as pysecrets
 
-    from params.layout import MarginalLayout
-    from params.schema import Schema
+    from feddpsyn.params.layout import MarginalLayout
+    from feddpsyn.params.schema import Schema
 
     sid = created.session.session_id
     cells = MarginalLayout.build(Schema.from_dict(created.session.schema_).domain_sizes,
@@ -177,7 +177,7 @@ def test_fifty_parallel_decryption_requests_charge_the_release_once(lone_key_ser
     import hashlib
     from concurrent.futures import ThreadPoolExecutor
 
-    from common import wire
+    from feddpsyn.common import wire
     from tests.served import post_session
 
     ks, peer, operator = lone_key_server

@@ -22,21 +22,21 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from common import wire
-from common.serving import ServiceError
-from crypto.blobs import unpack_blobs
-from crypto.masking import seed_commitment
-from keyserver.coins import StoredOnce
-from keyserver.offline_pool import (
+from feddpsyn.common import wire
+from feddpsyn.common.serving import ServiceError
+from feddpsyn.crypto.blobs import unpack_blobs
+from feddpsyn.crypto.masking import seed_commitment
+from feddpsyn.keyserver.coins import StoredOnce
+from feddpsyn.keyserver.offline_pool import (
     NICENESS,
     NICENESS_VARIABLE,
     KeyFiles,
     OfflinePool,
     offline_niceness,
 )
-from keyserver.preparation import prepare_files
-from keyserver.service import KeyServer
-from keyserver.sessions import build_plan
+from feddpsyn.keyserver.preparation import prepare_files
+from feddpsyn.keyserver.service import KeyServer
+from feddpsyn.keyserver.sessions import build_plan
 from tests import offline_targets as targets
 
 # A spawned worker imports the stand-in tasks by name: it gets this process's sys.path.
@@ -282,7 +282,7 @@ def test_idle_workers_are_ended_and_the_next_map_spawns_new_ones():
 
 
 def test_noise_bits_are_drawn_in_each_worker_and_never_twice():
-    from keyserver.noisy_greedy import DrawAndEncryptScoreBits
+    from feddpsyn.keyserver.noisy_greedy import DrawAndEncryptScoreBits
 
     pool = OfflinePool(2)
     try:

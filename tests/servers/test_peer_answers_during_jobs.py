@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common import wire
-from common.credentials import new_token
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import new_token
 from feddpsyn.demo import ServerProcess
 from tests.ports import loopback_port
 

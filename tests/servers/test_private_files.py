@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from common.files import sha256_of_file, write_private, write_private_stream
+from feddpsyn.common.files import sha256_of_file, write_private, write_private_stream
 
 
 def test_a_streamed_body_is_kept_only_when_its_digest_matches(tmp_path):

@@ -14,13 +14,13 @@ import httpx
 import numpy as np
 import pytest
 
-from clients.agent import AgentError, ClientAgent
-from common import wire
 from feddpsyn import operator_api
+from feddpsyn.clients.agent import AgentError, ClientAgent
+from feddpsyn.common import wire
 from feddpsyn.demo import start_servers
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.table_codec import encode_csv
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.table_codec import encode_csv
 from tests.served import post_session, run_session, running_servers, serve, wait_released
 
 SCHEMA = {"name": "tiny", "columns": [
@@ -107,7 +107,7 @@ def test_release_is_the_true_union_plus_two_small_noises(released_session):
 
 
 def test_release_document_feeds_synthesis(released_session, tmp_path):
-    from synthesis import marginals_from_release, synthesize
+    from feddpsyn.synthesis import marginals_from_release, synthesize
 
     _, _, _, document, _ = released_session
     schema, noisy = marginals_from_release(document)
@@ -203,8 +203,8 @@ def test_ledger_refuses_a_second_decryption_and_unregistered_releases(servers, r
 
 
 def test_budget_overspend_is_refused_and_concurrent_charges_never_overspend(tmp_path):
-    from keyserver.service import KeyServer, ServiceError
-    from params.release_spec import ReleaseSpec
+    from feddpsyn.keyserver.service import KeyServer, ServiceError
+    from feddpsyn.params.release_spec import ReleaseSpec
 
     service = KeyServer(tmp_path / "ks")
     request = wire.SessionCreate(schema=SCHEMA, clients=["a"], parameter_set="test-small",
@@ -334,8 +334,8 @@ def test_kill_both_servers_mid_session_and_finish(tmp_path):
 
 
 def test_compute_server_says_when_the_key_server_is_unreachable(tmp_path):
-    from common.credentials import new_token
-    from common.serving import write_private
+    from feddpsyn.common.credentials import new_token
+    from feddpsyn.common.serving import write_private
     from feddpsyn.demo import ServerProcess, free_port
 
     token = tmp_path / "peer.token"
@@ -400,8 +400,8 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
     """Both servers over TLS; the compute server and the agent verify with the CA file."""
     import subprocess
 
-    from common.credentials import new_token
-    from common.serving import write_private
+    from feddpsyn.common.credentials import new_token
+    from feddpsyn.common.serving import write_private
     from feddpsyn.demo import ServerProcess, free_port
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

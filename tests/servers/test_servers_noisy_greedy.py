@@ -25,17 +25,17 @@ import pytest
 from concrete import fhe
 from scipy import stats
 
-from common import wire
-from crypto.blobs import pack_blobs, unpack_blobs
-from crypto.noisy_scores import decode_score
-from dp.joint_noise_accounting import JointNoiseShape
-from dp.pair_selection import expected_counts_for_pairs
+from feddpsyn.common import wire
+from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
+from feddpsyn.crypto.noisy_scores import decode_score
 from feddpsyn.demo import _selection_summary
-from keyserver.keys import SessionKeys
-from params.plan_request import PlanRequest
-from params.schema import Schema
-from params.session_plan import SessionPlan
-from synthesis import marginals_from_release
+from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.synthesis import marginals_from_release
 from tests.served import serve
 from tests.servers.test_servers import true_counts
 

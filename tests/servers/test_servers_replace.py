@@ -13,14 +13,14 @@ import httpx
 import numpy as np
 import pytest
 
-from clients.agent import AgentError, ClientAgent
-from common import wire
-from dp.noise_pool import pool_noise
+from feddpsyn.clients.agent import AgentError, ClientAgent
+from feddpsyn.common import wire
 from feddpsyn.demo import start_servers
-from params.layout import MarginalLayout
-from params.schema import Schema
-from params.session_plan import SessionPlan
-from params.table_codec import encode_csv
+from feddpsyn.dp.noise_pool import pool_noise
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.params.table_codec import encode_csv
 from tests.served import post_session, wait_released
 
 SCHEMA = {"name": "tiny", "columns": [

@@ -28,19 +28,19 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from clients.agent import ClientAgent
-from common import wire
-from computeserver.executor import Circuit, InProcessExecutor
-from computeserver.selection import batched_select
-from crypto.blobs import unpack_blobs
-from crypto.private_selection import batch_names
-from crypto.selection_batches import BatchLayout
-from crypto.selection_randomness import batch_randomness, random_share
-from crypto.tfhe_permute_and_flip import select_plaintext, thresholds
-from dp.pair_selection import expected_counts_for_pairs
+from feddpsyn.clients.agent import ClientAgent
+from feddpsyn.common import wire
+from feddpsyn.computeserver.executor import Circuit, InProcessExecutor
+from feddpsyn.computeserver.selection import batched_select
+from feddpsyn.crypto.blobs import unpack_blobs
+from feddpsyn.crypto.private_selection import batch_names
+from feddpsyn.crypto.selection_batches import BatchLayout
+from feddpsyn.crypto.selection_randomness import batch_randomness, random_share
+from feddpsyn.crypto.tfhe_permute_and_flip import select_plaintext, thresholds
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.operator_api import wait_ready
-from params.parameter_sets import DEFAULT_SELECTION_SET
-from params.session_plan import SessionPlan
+from feddpsyn.params.parameter_sets import DEFAULT_SELECTION_SET
+from feddpsyn.params.session_plan import SessionPlan
 from tests.project.test_demo_and_cli import cli
 from tests.served import running_servers
 from tests.servers.test_servers import (

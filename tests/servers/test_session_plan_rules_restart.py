@@ -19,18 +19,18 @@ from dataclasses import replace
 
 import pytest
 
-import params.selection_plan
-from common import wire
-from common.credentials import CLIENT_TOKENS_SQL
-from common.serving import Database, ServiceError
-from crypto.selection_batches import BatchLayout
-from keyserver.keys import SessionKeys
-from keyserver.service import KeyServer
-from keyserver.sessions import (SESSIONS_SQL, SessionRegistry, build_plan, confirm_published,
-                                plan_facts)
-from params.schema import Schema
-from params.selection_plan import EmSelection
-from params.session_plan import SessionPlan
+import feddpsyn.params.selection_plan as selection_plan_module
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import CLIENT_TOKENS_SQL
+from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.crypto.selection_batches import BatchLayout
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.service import KeyServer
+from feddpsyn.keyserver.sessions import (SESSIONS_SQL, SessionRegistry, build_plan,
+                                         confirm_published, plan_facts)
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.selection_plan import EmSelection
+from feddpsyn.params.session_plan import SessionPlan
 
 TINY = Schema.from_dict({"name": "tiny", "columns": [
     {"name": f"t{i}", "type": "categorical", "i2s": list("abcd"[:size])}
@@ -157,7 +157,7 @@ def test_em_batches_the_record_states_survive_a_rule_change(sessions, tmp_path, 
     request, plan, public = sessions["em"]
     assert public.selection.batch_size == 2
     em_id = _create(_registry(tmp_path), sessions["em"])
-    monkeypatch.setattr(params.selection_plan, "candidate_batches", lambda candidates: None)
+    monkeypatch.setattr(selection_plan_module, "candidate_batches", lambda candidates: None)
     assert build_plan(request).selection.batches is None  # a rebuild would now differ
     again = KeyServer(tmp_path).plan(em_id)
     assert again.selection.batches == BatchLayout(candidates=3, size=2)
@@ -196,7 +196,7 @@ def test_a_rule_the_record_does_not_state_refuses_the_session(sessions, tmp_path
     em_id = _create(registry, (request, plan, legacy))
     other_id = _create(registry, sessions["noisy-greedy"])
     assert sessions["em"][1].selection.batches == BatchLayout(candidates=3, size=2)
-    monkeypatch.setattr(params.selection_plan, "candidate_batches", lambda candidates: None)
+    monkeypatch.setattr(selection_plan_module, "candidate_batches", lambda candidates: None)
     restarted = KeyServer(tmp_path)  # the key server on the same state directory
     with pytest.raises(ServiceError) as refused:
         restarted.plan(em_id)
@@ -221,8 +221,8 @@ def test_a_record_read_otherwise_refuses_the_session(sessions, tmp_path, monkeyp
     """A rule that the record's derived values depend on (here the selection's row-bound
     delta term): the record no longer publishes as stored, so the session is refused."""
     session_id = _create(_registry(tmp_path), sessions["em"])
-    monkeypatch.setattr(params.selection_plan, "ROW_BOUND_SHARE",
-                        params.selection_plan.ROW_BOUND_SHARE / 2)
+    monkeypatch.setattr(selection_plan_module, "ROW_BOUND_SHARE",
+                        selection_plan_module.ROW_BOUND_SHARE / 2)
     with pytest.raises(ServiceError) as refused:
         _registry(tmp_path).plan(session_id)
     assert refused.value.status == 409

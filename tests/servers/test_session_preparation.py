@@ -25,16 +25,16 @@ import numpy as np
 import pytest
 from concrete import fhe
 
-from common import wire
-from common.credentials import new_token
-from common.jobs import ChildFailed, JobStopped, run_in_child
-from common.serving import Database, ServiceError, write_private
-from computeserver.progress import ProgressReporter
-from dp.noise_pool import draw_pool
-from keyserver.coins import ahead_of_time
-from keyserver.keys import SessionKeys
-from keyserver.preparation import MAX_ATTEMPTS, prepare_files
-from keyserver.service import KeyServer
+from feddpsyn.common import wire
+from feddpsyn.common.credentials import new_token
+from feddpsyn.common.jobs import ChildFailed, JobStopped, run_in_child
+from feddpsyn.common.serving import Database, ServiceError, write_private
+from feddpsyn.computeserver.progress import ProgressReporter
+from feddpsyn.dp.noise_pool import draw_pool
+from feddpsyn.keyserver.coins import ahead_of_time
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.preparation import MAX_ATTEMPTS, prepare_files
+from feddpsyn.keyserver.service import KeyServer
 from tests import job_targets
 from tests.ports import loopback_port
 
@@ -323,7 +323,7 @@ class InProcessKeyServer:
     def __init__(self, state: Path, gate: Gate):
         import uvicorn
 
-        from keyserver.app import create_app
+        from feddpsyn.keyserver.app import create_app
 
         self.state = state
         self.app = create_app(state, PEER, prepare=gate)

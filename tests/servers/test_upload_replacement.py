@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from clients.agent import AgentError, ClientAgent
-from common import wire
-from common.serving import ServiceError
-from computeserver.app import create_app as create_cs_app
-from computeserver.service import ComputeServer
-from crypto.blobs import unpack_blobs
-from crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
-from keyserver.app import create_app as create_ks_app
-from keyserver.keys import SessionKeys
-from keyserver.sessions import build_plan
+from feddpsyn.clients.agent import AgentError, ClientAgent
+from feddpsyn.common import wire
+from feddpsyn.common.serving import ServiceError
+from feddpsyn.computeserver.app import create_app as create_cs_app
+from feddpsyn.computeserver.service import ComputeServer
+from feddpsyn.crypto.blobs import unpack_blobs
+from feddpsyn.crypto.masking import expand_masks, mask_counts, new_seed, seed_commitment
+from feddpsyn.keyserver.app import create_app as create_ks_app
+from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.sessions import build_plan
 
 SCHEMA = {"name": "tiny", "columns": [
     {"name": "age", "type": "continuous", "min": 0, "max": 100, "bins": 4},

@@ -7,18 +7,18 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from dp.discrete_gaussian import ExactSampler
-from dp.exponential_mechanism import em_probabilities
-from synthesis.aim import PlainOracle, aim, completion, workload_weights
-from synthesis.graphical_model import (
+from feddpsyn.dp.discrete_gaussian import ExactSampler
+from feddpsyn.dp.exponential_mechanism import em_probabilities
+from feddpsyn.synthesis.aim import PlainOracle, aim, completion, workload_weights
+from feddpsyn.synthesis.graphical_model import (
     GraphicalModel,
     eliminate,
     junction_tree_cells,
     marginal_counts,
     merge_measurements,
 )
-from synthesis.marginals import NoisyMarginal
-from synthesis.mirror_descent import MirrorDescentPGM
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.mirror_descent import MirrorDescentPGM
 
 SIZES = (3, 2, 4, 2)
 
@@ -110,8 +110,8 @@ def test_each_mode_fits_its_rounds_as_documented(monkeypatch):
     """AIM's mode caps each round's fit at ANNEALING_ROUND_ITERS steps (annealing reads how
     far the fit moved: synthesis.aim's docstring) and lets the final fit converge; FLAIM's
     fixed-T mode converges every round; explicit caps win."""
-    from synthesis import aim as engine
-    from synthesis import mirror_descent
+    from feddpsyn.synthesis import aim as engine
+    from feddpsyn.synthesis import mirror_descent
 
     caps = []
     fit = mirror_descent.MirrorDescentPGM.fit

@@ -3,9 +3,9 @@ measurements, against its former fixed-count rule, and warm starts pay off."""
 
 import numpy as np
 
-from synthesis.graphical_model import GraphicalModel, marginal_counts, merge_measurements
-from synthesis.marginals import NoisyMarginal
-from synthesis.mirror_descent import MirrorDescentPGM
+from feddpsyn.synthesis.graphical_model import GraphicalModel, marginal_counts, merge_measurements
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.mirror_descent import MirrorDescentPGM
 
 SIZES = (4, 3, 5, 2, 3)
 
@@ -90,7 +90,7 @@ def test_answers_across_cliques_survive_parameters_that_drift_apart():
     """exp(theta) per clique underflows where overlapping cliques' parameters drift apart on
     a shared attribute (the same distribution, another parameterisation); the conditionals
     the model answers from do not, and give the exact marginal of the beliefs."""
-    from synthesis.graphical_model import eliminate
+    from feddpsyn.synthesis.graphical_model import eliminate
 
     records = table(3000, 4)
     pgm = MirrorDescentPGM(SIZES)

@@ -8,9 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
-from synthesis.graphical_model import GraphicalModel, marginal_counts
-from synthesis.marginals import NoisyMarginal
-from synthesis.polish import distance, polish
+from feddpsyn.synthesis.graphical_model import GraphicalModel, marginal_counts
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.polish import distance, polish
 
 SIZES = (3, 4, 2, 5)
 
@@ -99,7 +99,7 @@ def test_the_models_sample_is_no_further_from_the_model_with_the_search():
 
 
 def test_a_table_too_large_for_one_sweep_keeps_its_draw(monkeypatch):
-    import synthesis.polish as module
+    import feddpsyn.synthesis.polish as module
 
     truth = table(1000, 12)
     start = table(1000, 13)
@@ -121,8 +121,8 @@ def _released(truth: np.ndarray, pairs, sd: float, seed: int) -> list[NoisyMargi
 
 
 def test_left_out_pairs_the_model_misses_become_the_searchs_targets():
-    from synthesis.consistency import make_consistent
-    from synthesis.pgm import fit_model, fit_pgm, held_out_targets
+    from feddpsyn.synthesis.consistency import make_consistent
+    from feddpsyn.synthesis.pgm import fit_model, fit_pgm, held_out_targets
 
     rng = np.random.default_rng(20)
     truth = table(4000, 21)

@@ -5,11 +5,11 @@ import itertools
 import numpy as np
 import pytest
 
-from params.layout import MarginalLayout
-from synthesis.consistency import make_consistent, norm_sub
-from synthesis.evaluate import marginal, workload_error
-from synthesis.marginals import NoisyMarginal
-from synthesis.synthesize import synthesize_records
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.synthesis.consistency import make_consistent, norm_sub
+from feddpsyn.synthesis.evaluate import marginal, workload_error
+from feddpsyn.synthesis.marginals import NoisyMarginal
+from feddpsyn.synthesis.synthesize import synthesize_records
 
 SIZES = (3, 4, 2, 3)
 
@@ -73,7 +73,7 @@ def test_synthesis_recovers_correlations_from_low_noise_marginals(method):
 
 
 def _schema():
-    from params.schema import Schema
+    from feddpsyn.params.schema import Schema
 
     return Schema.from_dict({"columns": [
         {"name": f"c{j}", "type": "categorical", "i2s": [str(v) for v in range(s)]}
@@ -101,8 +101,8 @@ def test_three_way_sample_is_fixed():
 
 
 def test_pgm_keeps_the_most_dependent_pairs_within_its_model_size():
-    from synthesis.graphical_model import model_size_mb
-    from synthesis.pgm import dependence, kept_pairs
+    from feddpsyn.synthesis.graphical_model import model_size_mb
+    from feddpsyn.synthesis.pgm import dependence, kept_pairs
 
     records = correlated_records(3000)
     consistent, _ = make_consistent(noisy_marginals(records, variance=4.0), SIZES)
@@ -119,7 +119,7 @@ def test_pgm_keeps_the_most_dependent_pairs_within_its_model_size():
 
 
 def test_pgm_refuses_a_non_positive_model_size():
-    from synthesis.pgm import fit_pgm
+    from feddpsyn.synthesis.pgm import fit_pgm
 
     released = noisy_marginals(correlated_records(100), 4.0)
     consistent, total = make_consistent(released, SIZES)
@@ -129,7 +129,7 @@ def test_pgm_refuses_a_non_positive_model_size():
 
 
 def test_auto_synthesis_is_gum_for_every_pair_at_one_scale_and_pgm_otherwise():
-    from synthesis.synthesize import resolve_method
+    from feddpsyn.synthesis.synthesize import resolve_method
 
     every = noisy_marginals(correlated_records(200), 4.0)
     assert resolve_method("auto", every, SIZES) == "gum"
@@ -148,7 +148,7 @@ def test_gum_from_records_that_already_fit_leaves_them_and_refuses_a_bad_start()
     """Started from records whose exact marginals it is given, GUM has nothing to move: the
     records come back as they were (and the start is not modified); a start of the wrong
     width is refused."""
-    from synthesis.gum import fit_gum
+    from feddpsyn.synthesis.gum import fit_gum
 
     rng = np.random.default_rng(4)
     sizes = (3, 2, 4)
