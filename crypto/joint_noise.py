@@ -253,7 +253,8 @@ def joint_offset(shape: JointNoiseShape, mask_sum: Array, cs_bits: Array,
 def joint_operands(shapes: Sequence[JointNoiseShape | None], cs_bits: Array,
                    select: Array, columns: int) -> tuple[Array, Array]:
     """The CS's clear operands for a chunk whose cells carry different shapes (one per cell;
-    None: no joint noise on that cell): the multipliers w_j (1 - 2 b_j) as
+    None only on an unselected cell, a padding one: a selected cell without a shape is an
+    error): the multipliers w_j (1 - 2 b_j) as
     :func:`signed_weights`, and each cell's clear half sum_j w_j b_j - span/2 (to pass to
     ``release_offset`` as its noise). Cell by cell this is :func:`signed_weights` and
     :func:`joint_offset` of that cell's shape over the first K of its ``columns`` bits, so a
@@ -262,6 +263,11 @@ def joint_operands(shapes: Sequence[JointNoiseShape | None], cs_bits: Array,
     if bits.shape != (len(shapes), columns):
         raise ValueError(f"need {len(shapes)} x {columns} bits, got {bits.shape}")
     chosen = np.asarray(select, dtype=np.int64) != 0
+    # Fail closed: a selected cell without a shape would be released with no noise at all.
+    shapeless = [cell for cell, shape in enumerate(shapes) if shape is None and chosen[cell]]
+    if shapeless:
+        raise ValueError(f"cells {shapeless[:8]} are selected but carry no joint noise shape; "
+                         "a joint release never runs a count without its noise")
     weights = np.zeros((len(shapes), columns), dtype=np.int64)
     clear = np.zeros(len(shapes), dtype=np.int64)
     rows_of: dict[JointNoiseShape, list[int]] = {}

@@ -57,15 +57,21 @@ def session_create(keyserver: str = typer.Option(...),
                                             "encryption) | none (every pair)"),
                    rounds: Optional[int] = typer.Option(
                        None, help="pairs the em selection chooses (default: half the pairs)"),
+                   noise: str = typer.Option(
+                       "auto", help="auto: one joint noise neither server knows on every "
+                                    "release that fits, two-server elsewhere | joint: every "
+                                    "release or refuse | two-server: each server its own "
+                                    "discrete Gaussian (docs/threat-model.md says when to "
+                                    "choose which)"),
                    one_way_share: Optional[float] = typer.Option(
-                       None, help="share of rho for 1-ways (default 0.1 with selection, 0.2 "
-                                  "without)"),
+                       None, help="share of the budget for the 1-ways (default, by "
+                                  "selection: noisy-greedy 0.1 to 0.3 by the budget and "
+                                  "--max-rows; em 0.1; none: by cell counts)"),
                    selection_share: float = typer.Option(
                        0.1, help="share of rho for the selection (em, noisy-greedy)"),
                    selection_parameters: Optional[str] = typer.Option(
                        None, help="selection parameter set: precise | lean (default: "
-                                  "params.parameter_sets.DEFAULT_SELECTION_SET; see "
-                                  "`feddpsyn params`)"),
+                                  "precise; see `feddpsyn params`)"),
                    one_way_topup: Optional[bool] = typer.Option(
                        None, "--one-way-topup/--no-one-way-topup",
                        help="noisy-greedy: the 2-way release also tops up the 1-ways to "
@@ -91,6 +97,10 @@ def session_create(keyserver: str = typer.Option(...),
     from feddpsyn.params.schema import Schema, SchemaError
     from feddpsyn.progress import ProgressDisplay, session_steps
 
+    from feddpsyn.params.modes import NoiseMode
+
+    if noise not in tuple(NoiseMode):
+        fail(f"--noise is auto, joint or two-server, not {noise!r}")
     try:
         s = Schema.load(schema)
     except SchemaError as exc:
@@ -103,7 +113,8 @@ def session_create(keyserver: str = typer.Option(...),
             parameter_set=parameter_set, max_rows=max_rows,
             selection=wire.SelectionRequest(mode=selection, rounds=rounds,
                                             parameter_set=selection_parameters,
-                                            one_way_topup=one_way_topup))
+                                            one_way_topup=one_way_topup),
+            noise=noise)
     except ValueError as exc:
         fail(f"invalid session request: {exc}")
     token = read_token(operator_token_file)

@@ -34,6 +34,7 @@ from feddpsyn.keyserver.selection import SelectionRole
 from feddpsyn.keyserver.sessions import SessionRegistry
 from feddpsyn.keyserver.uploads import closed_vectors, uploads_closed
 from feddpsyn.params.release_chunks import ReleaseChunk
+from feddpsyn.params.run_time import MissingNoise
 from feddpsyn.params.session_plan import SessionPlan
 from feddpsyn.params.shape_record import public_shape
 
@@ -262,6 +263,12 @@ class Releases:
         # Manifest order is release order: layout chunks ascending, or packed 0, 1, ...
         noised_by_cs = np.concatenate([parts[c] for c in sorted(parts)])
         cells = np.concatenate([c.cells for c in self.release_chunks(session_id, plan, name)])
+        try:
+            # Fail closed: every count of a joint release has its shape (a missing one is an
+            # error, nothing published), and a two-server one its pool noise (below).
+            plan.cell_noises(spec)
+        except MissingNoise as exc:
+            raise ServiceError(500, str(exc)) from None
         if spec.joint is not None:
             # One noise neither server knows is already in: nothing of this server's to add.
             released = decode_release(noised_by_cs, plan.parameters.count_bits)
@@ -307,6 +314,11 @@ class Releases:
         pos = 0
         for slot in plan.slots_of(spec):
             part = group.get(slot.key)
+            if spec.parts and (part is None or (spec.joint is not None and part.joint is None)):
+                # A split release states each count's noise; one it cannot is not published.
+                raise ServiceError(500, str(MissingNoise(
+                    f"release {spec.name!r}: marginal {slot.key} is in no group with a joint "
+                    "shape; nothing is released")))
             marginals[slot.key] = wire.ReleasedMarginal(
                 attrs=[plan.schema.names[a] for a in slot.attrs], shape=list(slot.shape),
                 counts=released[pos:pos + slot.size].tolist(),

@@ -47,7 +47,13 @@ if TYPE_CHECKING:
     from feddpsyn.params.session_plan import SessionPlan
 
 __all__ = ["resolve", "bounded", "split_release", "noise_statement", "cell_noises",
+           "MissingNoise",
            "per_count_variance", "select_pairs", "variance_ratio"]
+
+
+class MissingNoise(RuntimeError):
+    """A released count whose noise cannot be found: a privacy failure, never a count with
+    less noise (fail closed)."""
 
 
 def resolve(plan: SessionPlan, release: ReleaseSpec,
@@ -223,11 +229,32 @@ def noise_statement(release: ReleaseSpec) -> str:
 def cell_noises(plan: SessionPlan,
                 release: ReleaseSpec) -> list[tuple[np.ndarray, JointNoiseShape | None]]:
     """(cell positions, joint shape or None) covering a resolved release's cells: one
-    entry, or one per group of a split release."""
+    entry, or one per group of a split release.
+
+    Fails closed: on a joint release, a group without a shape, or a cell of the release in no
+    group, raises :class:`MissingNoise` (a count must never be released without its noise);
+    None is returned only for a two-server release, whose noise is each server's own."""
     if release.parts:
-        return [(plan.layout.cells_of(plan.slots_of(part)), part.joint)
-                for part in release.parts]
-    return [(plan.layout.cells_of(plan.slots_of(release)), release.joint)]
+        parts = [(plan.layout.cells_of(plan.slots_of(part)), part.joint)
+                 for part in release.parts]
+    else:
+        parts = [(plan.layout.cells_of(plan.slots_of(release)), release.joint)]
+    if release.joint is None:  # two-server: each server's own noise, no shape
+        if any(part.joint is not None for part in release.parts):
+            raise MissingNoise(f"release {release.name!r} is two-server but a group of it "
+                               "carries a joint shape; nothing is released")
+        return parts
+    shapeless = [part.name for part in release.parts if part.joint is None]
+    if shapeless:
+        raise MissingNoise(f"release {release.name!r}: no joint noise shape for its groups "
+                           f"{shapeless}; nothing is released")
+    covered = np.concatenate([positions for positions, _ in parts]) if parts else np.zeros(0)
+    cells = plan.layout.cells_of(plan.slots_of(release))
+    if len(covered) != len(cells) or set(covered.tolist()) != set(cells.tolist()):
+        raise MissingNoise(f"release {release.name!r}: its groups' noise covers "
+                           f"{len(set(covered.tolist()) & set(cells.tolist()))} of its "
+                           f"{len(cells)} cells; nothing is released")
+    return parts
 
 
 def per_count_variance(plan: SessionPlan, release: ReleaseSpec) -> Fraction:

@@ -432,10 +432,19 @@ def test_session_create_waits_with_progress_or_returns_at_once(gated, tmp_path):
               "none"]
     # --no-wait: accepted, tokens written, back at once (the gate is shut).
     result = feddpsyn("session", "create", *common, "--tokens-dir", str(tmp_path / "a"),
-                      "--no-wait")
+                      "--no-wait", "--noise", "two-server")
     assert result.returncode == 0, result.stderr
     assert "accepted, preparing" in result.stdout and gate.finished == 0
     sid = result.stdout.split()[1].rstrip(":")
+    # --noise reaches the request the key server keeps; a bad value is refused before it.
+    with server.app.state.service.db.connect() as conn:
+        stored = conn.execute("SELECT request_json FROM session_preparation WHERE id = ?",
+                              (sid,)).fetchone()
+    assert json.loads(stored["request_json"])["noise"] == "two-server"
+    refused = feddpsyn("session", "create", *common, "--tokens-dir", str(tmp_path / "x"),
+                       "--no-wait", "--noise", "loud")
+    assert refused.returncode == 2 and "--noise is auto, joint or two-server" in refused.stderr
+    assert not (tmp_path / "x").exists()
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["alice.token", "bob.token"]
     status = feddpsyn("session", "status", "--keyserver", server.url, "--session", sid,
                       "--operator-token-file", operator)
