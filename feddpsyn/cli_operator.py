@@ -94,10 +94,9 @@ def session_create(keyserver: str = typer.Option(...),
     from feddpsyn.common import wire
     from feddpsyn.common.serving import write_private
     from feddpsyn.operator_api import SessionError, post_session, wait_ready
+    from feddpsyn.params.modes import NoiseMode
     from feddpsyn.params.schema import Schema, SchemaError
     from feddpsyn.progress import ProgressDisplay, session_steps
-
-    from feddpsyn.params.modes import NoiseMode
 
     if noise not in tuple(NoiseMode):
         fail(f"--noise is auto, joint or two-server, not {noise!r}")
