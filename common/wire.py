@@ -21,7 +21,8 @@ from pydantic import (
     field_validator,
 )
 
-ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+from feddpsyn.common.ids import ID_PATTERN as ID_PATTERN  # the servers' path parameters
+
 SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
 
 # A client id in a body: the path's pattern (ClientId).

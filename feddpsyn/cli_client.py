@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from feddpsyn.terminal import fail, read_token
+from feddpsyn.terminal import check_id, check_url, fail, read_token
 
 
 def _count_local(csv_path: Path, schema: Path, on_invalid: str):
@@ -57,8 +57,13 @@ def client_counts(csv_path: Path = typer.Option(..., "--csv"), schema: Path = ty
     typer.echo(f"wrote {len(doc)} marginals to {out}")
 
 
-def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer.Option(...),
-                  session: str = typer.Option(...), client_id: str = typer.Option(...),
+def client_upload(keyserver: str = typer.Option(..., callback=check_url,
+                                                help="the key server's base URL"),
+                  computeserver: str = typer.Option(..., callback=check_url,
+                                                    help="the compute server's base URL"),
+                  session: str = typer.Option(..., callback=check_id, help="the session id"),
+                  client_id: str = typer.Option(..., callback=check_id,
+                                                help="this owner's id in the session"),
                   token_file: Path = typer.Option(...), csv_path: Path = typer.Option(..., "--csv"),
                   on_invalid: str = "error",
                   state_dir: Path = typer.Option(Path(".feddpsyn-client")),
@@ -92,8 +97,12 @@ def client_upload(keyserver: str = typer.Option(...), computeserver: str = typer
                f"{result.bytes_sent} bytes, {result.seconds:.2f} s")
 
 
-def client_release(keyserver: str = typer.Option(...), session: str = typer.Option(...),
-                   client_id: str = typer.Option(...), token_file: Path = typer.Option(...),
+def client_release(keyserver: str = typer.Option(..., callback=check_url,
+                                                 help="the key server's base URL"),
+                   session: str = typer.Option(..., callback=check_id, help="the session id"),
+                   client_id: str = typer.Option(..., callback=check_id,
+                                                 help="this owner's id in the session"),
+                   token_file: Path = typer.Option(...),
                    out: Path = typer.Option(...),
                    ca_file: Path | None = typer.Option(
                        None, help="CA certificate to verify an HTTPS key server")) -> None:

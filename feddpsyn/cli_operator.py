@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from feddpsyn.terminal import fail, read_token
+from feddpsyn.terminal import check_id, check_ids, check_url, fail, read_token
 
 
 def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
@@ -42,11 +42,13 @@ def _split(selection: str, one_way: float | None, selection_share: float) -> dic
             "two_way": 1 - one_way - selection_share}
 
 
-def session_create(keyserver: str = typer.Option(...),
+def session_create(keyserver: str = typer.Option(..., callback=check_url,
+                                                 help="the key server's base URL"),
                    operator_token_file: Path = typer.Option(
                        ..., help="the key server's STATE_DIR/operator.token"),
                    schema: Path = typer.Option(...),
-                   clients: str = typer.Option(..., help="comma-separated client ids"),
+                   clients: str = typer.Option(..., callback=check_ids,
+                                               help="comma-separated client ids"),
                    epsilon: float = typer.Option(...), delta: float = typer.Option(...),
                    parameter_set: str = "default",
                    max_rows: int = typer.Option(100_000, help="public bound on union rows"),
@@ -145,7 +147,9 @@ def session_create(keyserver: str = typer.Option(...),
                f"{public.total_cells} cells; tokens in {tokens_dir}/")
 
 
-def session_status(keyserver: str = typer.Option(...), session: str = typer.Option(...),
+def session_status(keyserver: str = typer.Option(..., callback=check_url,
+                                                 help="the key server's base URL"),
+                   session: str = typer.Option(..., callback=check_id, help="the session id"),
                    operator_token_file: Path = typer.Option(...),
                    as_json: bool = typer.Option(False, "--json",
                                                 help="the status and ledger as JSON")) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from feddpsyn.terminal import fail, read_token
+from feddpsyn.terminal import check_url, fail, read_token
 
 
 def keyserver(host: str = "127.0.0.1", port: int = 8700,
@@ -52,7 +52,8 @@ def _serve(app, host: str, port: int, log_level: str, certfile: Path | None,
 
 def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   state_dir: Path = typer.Option(...),
-                  keyserver: str = typer.Option(..., help="the key server's base URL"),
+                  keyserver: str = typer.Option(..., callback=check_url,
+                                                help="the key server's base URL"),
                   peer_token_file: Path | None = typer.Option(
                       None, help="token shared with the key server (default: "
                                  "STATE_DIR/peer.token, a copy of the key server's)"),

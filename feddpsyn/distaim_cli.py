@@ -24,7 +24,7 @@ from pathlib import Path
 
 import typer
 
-from feddpsyn.terminal import fail, read_token
+from feddpsyn.terminal import check_id, fail, read_token
 
 app = typer.Typer(help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers",
                   no_args_is_help=True)
@@ -108,7 +108,8 @@ def session_create(
         schedule: str = typer.Option("deferred", help=_SCHEDULE_HELP),
         rows_bound: int = typer.Option(1 << 20, help=("public bound on any one client's "
                                                        "rows (checked inside MPC)")),
-        session: str = typer.Option(None, help="session id (default: a fresh one)"),
+        session: str = typer.Option(None, callback=check_id,
+                                    help="session id (default: a fresh one)"),
         tokens_dir: Path = typer.Option(Path("distaim-tokens"),
                                         help="where each client's token file is written"),
         mpc_deadline: float = typer.Option(3600, help="bound on the whole MPC run (s)"),
@@ -158,7 +159,7 @@ def session_create(
 
 @session_app.command("status")
 def session_status_cmd(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
-                       session: str = typer.Option(...)):
+                       session: str = typer.Option(..., callback=check_id, help="the session id")):
     """The session's state at each server; exit 1 unless the three hold the same plan."""
     from feddpsyn.distaim.operator import OperatorError, session_status
     try:
@@ -180,7 +181,7 @@ def session_status_cmd(servers: str = _SERVERS, operator_token_file: str = _OPER
 
 @session_app.command("run")
 def session_run(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
-                session: str = typer.Option(...)):
+                session: str = typer.Option(..., callback=check_id, help="the session id")):
     """Close the intake and start the MPC run at the three servers."""
     from feddpsyn.distaim.operator import OperatorError, run_session
     try:
@@ -192,7 +193,8 @@ def session_run(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
 
 @session_app.command("result")
 def session_result(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
-                   session: str = typer.Option(...), out: Path = typer.Option(...)):
+                   session: str = typer.Option(..., callback=check_id, help="the session id"),
+                   out: Path = typer.Option(...)):
     """Write the release once the three servers are done (they must have opened the same
     values)."""
     from feddpsyn.distaim.operator import OperatorError, session_results
@@ -210,7 +212,7 @@ def session_result(servers: str = _SERVERS, operator_token_file: str = _OPERATOR
 
 @session_app.command("delete")
 def session_delete(servers: str = _SERVERS, operator_token_file: str = _OPERATOR,
-                   session: str = typer.Option(...)):
+                   session: str = typer.Option(..., callback=check_id, help="the session id")):
     """Delete the session (and its uploads) at every server holding it (not while running)."""
     from feddpsyn.distaim.operator import OperatorError, delete_session
     try:
@@ -233,8 +235,9 @@ def party(pid: int = typer.Option(...), parties: str = typer.Option(
 
 
 @app.command()
-def upload(servers: str = _SERVERS, session: str = typer.Option(...),
-           client_id: str = typer.Option(...),
+def upload(servers: str = _SERVERS,
+           session: str = typer.Option(..., callback=check_id, help="the session id"),
+           client_id: str = typer.Option(..., callback=check_id, help="this owner's id"),
            token_file: Path = typer.Option(..., help="the client's tokens: one per server, "
                                                      "one a line"),
            csv: Path = typer.Option(...), schema: Path = typer.Option(...),
@@ -253,7 +256,8 @@ def upload(servers: str = _SERVERS, session: str = typer.Option(...),
 
 
 @app.command()
-def share(session_dir: Path = typer.Option(...), client_id: str = typer.Option(...),
+def share(session_dir: Path = typer.Option(...),
+          client_id: str = typer.Option(..., callback=check_id, help="this owner's id"),
           csv: Path = typer.Option(...), schema: Path = typer.Option(...)):
     """Encode a CSV with the schema, count the session's workload marginals and write the
     seed-compressed shares for the three servers."""

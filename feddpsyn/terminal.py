@@ -8,7 +8,9 @@ from typing import NoReturn
 
 import typer
 
-__all__ = ["fail", "read_token"]
+from feddpsyn.common.ids import id_problem, url_problem
+
+__all__ = ["fail", "read_token", "check_id", "check_ids", "check_url"]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -25,3 +27,32 @@ def read_token(path: Path, code: int = 2) -> str:
     if not token:
         fail(f"token file {path} is empty", code)
     return token
+
+
+# Option callbacks: a malformed id or URL is refused in one line, before anything is read or
+# sent (``common.ids``); None (an option left out) passes.
+def _flag(param: typer.CallbackParam) -> str:
+    return max(param.opts, key=len) if param.opts else str(param.name)
+
+
+def check_id(param: typer.CallbackParam, value: str | None) -> str | None:
+    problem = None if value is None else id_problem(value)
+    if problem:
+        fail(f"{_flag(param)}: {problem}")
+    return value
+
+
+def check_ids(param: typer.CallbackParam, value: str | None) -> str | None:
+    """A comma-separated list of ids (blanks around the commas allowed)."""
+    for part in [] if value is None else [p.strip() for p in value.split(",") if p.strip()]:
+        problem = id_problem(part)
+        if problem:
+            fail(f"{_flag(param)}: {problem}")
+    return value
+
+
+def check_url(param: typer.CallbackParam, value: str | None) -> str | None:
+    problem = None if value is None else url_problem(value)
+    if problem:
+        fail(f"{_flag(param)}: {problem}")
+    return value
