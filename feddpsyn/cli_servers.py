@@ -23,19 +23,36 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
                           "of uploads and of P2's inputs) over this many local worker "
                           "processes, never the server's own (each holds the session's keys: "
                           "up to 2.4 GB at Adult's widths)"),
+              max_columns: int = typer.Option(
+                  64, min=2, help="refuse a session of more columns (422, at once)"),
+              max_categories: int = typer.Option(
+                  4096, min=1, help="refuse a session with a column of more categories or "
+                                    "bins"),
+              max_cells: int = typer.Option(
+                  200_000, min=1, help="refuse a session of more 1-way and 2-way counts "
+                                       "(Adult: 12,090)"),
+              max_clients: int = typer.Option(
+                  1000, min=1, help="refuse a session of more data owners"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
     from feddpsyn.common.credentials import read_or_create_token
     from feddpsyn.common.serving import configure_logging
     from feddpsyn.keyserver.app import create_app
+    from feddpsyn.keyserver.limits import SessionLimits
 
     if workers < 1:
         fail("--workers is a positive number of worker processes")
+    limits = SessionLimits(max_columns=max_columns, max_categories=max_categories,
+                           max_cells=max_cells, max_clients=max_clients)
     configure_logging(log_level.upper())
     state_dir.mkdir(parents=True, exist_ok=True)
     peer = read_or_create_token(peer_token_file or state_dir / "peer.token")
-    _serve(create_app(state_dir, peer, offline_workers=workers), host, port, log_level,
-           ssl_certfile, ssl_keyfile)
+    _serve(create_app(state_dir, peer, offline_workers=workers, limits=limits), host, port,
+           log_level, ssl_certfile, ssl_keyfile)
+
+
+# Seconds a stopping server gives the requests in flight (module ``_serve``).
+GRACEFUL_S = 5
 
 
 def _serve(app, host: str, port: int, log_level: str, certfile: Path | None,
@@ -46,8 +63,11 @@ def _serve(app, host: str, port: int, log_level: str, certfile: Path | None,
 
     if (certfile is None) != (keyfile is None):
         fail("--ssl-certfile and --ssl-keyfile go together")
+    # A SIGTERM ends the server within seconds whatever it is doing: requests still open
+    # after GRACEFUL_S are cut (a client retries; every state change is committed first).
     uvicorn.run(BodyLimit(app, app.state.max_body_bytes), host=host, port=port,
-                log_level=log_level, ssl_certfile=certfile, ssl_keyfile=keyfile)
+                log_level=log_level, ssl_certfile=certfile, ssl_keyfile=keyfile,
+                timeout_graceful_shutdown=GRACEFUL_S)
 
 
 def computeserver(host: str = "127.0.0.1", port: int = 8701,

@@ -91,7 +91,7 @@ def serve(state_dir: Path = typer.Option(..., help="this server's state (created
                              operator_token_file=operator_token_file, mpc_tls=mpc_tls)
     uvicorn.run(BodyLimit(application, application.state.max_body_bytes), host=host,
                 port=port, log_level=log_level, ssl_certfile=ssl_certfile,
-                ssl_keyfile=ssl_keyfile)
+                ssl_keyfile=ssl_keyfile, timeout_graceful_shutdown=5)
 
 
 @session_app.command("create")

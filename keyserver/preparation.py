@@ -4,12 +4,21 @@ pool run afterwards as a job.
 
 Design concerns:
 
-* **Refused at once, or accepted for good.** Everything that depends only on the request
-  and the plan is checked before the answer (the schema, the plan and its budget, the
-  public record giving back the plan: ``keyserver.sessions``), so a bad request is refused
-  with 4xx and nothing is stored. An accepted session is a row in ``session_preparation``
-  (state ``preparing``, the phase it is in, the request and the record drafted from it)
-  and its clients' token hashes, written in one transaction before the answer.
+* **An answer within a second or two, whatever the request.** The request is first held
+  to this server's limits on its JSON alone (``keyserver.limits``: columns, categories,
+  cells, clients; 422 naming the limit), before any schema or plan is built: a schema of a
+  million categories costs the parse of its body, nothing more. Then the schema's own rules
+  and the budget split (409), and the queue (503).
+* **Refused at once, or accepted and failed with the reason.** The plan (its budget
+  calibrated on exact privacy-loss distributions, the noise rules, the public record giving
+  back the plan: ``keyserver.sessions``) is built on a planning thread; the request waits
+  for it :data:`ACCEPT_WAIT_S` at most. A plan refused within that time is a 409 and
+  nothing is stored. A plan that takes longer (a wide table, a server just started) is
+  accepted: the job waits for the plan first, and a refusal then fails the preparation
+  with the same reason, which the session's status and ``session create`` show. An
+  accepted session is a row in ``session_preparation`` (state ``preparing``, the phase it
+  is in, the request and, once planned, the record drafted from it) and its clients' token
+  hashes, written in one transaction before the answer.
 * **Off the request path, and off the interpreter.** The job runs on the server's
   :class:`common.jobs.JobQueue` (one session at a time by default; a full queue refuses
   new sessions with 503), and its heavy step, :func:`prepare_files`, in a child process
@@ -45,6 +54,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -62,6 +73,7 @@ from feddpsyn.common.jobs import (
 from feddpsyn.common.serving import Database, ServiceError, write_private
 from feddpsyn.dp.noise_pool import draw_pool
 from feddpsyn.keyserver.keys import SessionKeys
+from feddpsyn.keyserver.limits import LimitExceeded, SessionLimits
 from feddpsyn.keyserver.offline_pool import KeyFiles
 from feddpsyn.keyserver.selection import compiled_bootstraps, create_selection_files
 from feddpsyn.keyserver.sessions import PlanMismatch, SessionRegistry, build_plan, confirm_published
@@ -77,6 +89,13 @@ log = logging.getLogger("feddpsyn.keyserver")
 MAX_ATTEMPTS = 3
 
 QUEUED = "queued"
+PLANNING = "building the plan (its budget calibrated)"
+
+# How long ``POST /sessions`` waits for the plan before it accepts the session and leaves the
+# plan to the job (module docstring).
+ACCEPT_WAIT_S = 1.0
+
+Planned = tuple[SessionPlan, wire.SessionPublic]
 
 
 def prepare_files(plan: SessionPlan, n_clients: int, directory: Path, *,
@@ -133,10 +152,15 @@ class SessionPreparation:
 
     def __init__(self, db: Database, sessions: SessionRegistry, *,
                  prepare: PrepareFiles | None = None, workers: int = 1,
-                 max_pending: int = 8, ahead: WhileCompiling | None = None):
+                 max_pending: int = 8, ahead: WhileCompiling | None = None,
+                 limits: SessionLimits | None = None):
         self.db = db
         self.sessions = sessions
         self._ahead = ahead
+        self.limits = limits or SessionLimits()
+        # Plans are built here, one at a time, so a request waits for its plan a bounded time
+        # (ACCEPT_WAIT_S) and a slow one goes on for the job.
+        self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planning")
         # One child spawned ahead, concrete imported: a job starts compiling at once.
         self.children = ChildProcesses(preload=(__name__,))
         self._in_child = prepare is None
@@ -145,10 +169,16 @@ class SessionPreparation:
 
     # ------------------------------------------------------------ the request
     def accept(self, request: wire.SessionCreate) -> wire.SessionAccepted:
-        """Check the request and its plan, record the session as preparing, queue its job."""
-        # The body has the documented shape (else FastAPI's 422); what the document cannot
-        # say (the schema's own rules, pairs within it, a plan that fits the parameter sets
-        # and the budget) is refused with 409, its message naming the rule or the remedy.
+        """Check the request (and its plan, if it is built within :data:`ACCEPT_WAIT_S`),
+        record the session as preparing, queue its job (module docstring)."""
+        # The body has the documented shape (else FastAPI's 422). This server's limits are
+        # checked on that JSON before anything is built from it (422); what the document
+        # cannot say (the schema's own rules, pairs within it, a plan that fits the parameter
+        # sets and the budget) is refused with 409, its message naming the rule or remedy.
+        try:
+            self.limits.check(request.schema_, len(request.clients), request.pairs)
+        except LimitExceeded as exc:
+            raise ServiceError(422, str(exc)) from None
         try:
             Schema.from_dict(request.schema_)  # a clear message before anything else
         except SchemaError as exc:
@@ -156,41 +186,52 @@ class SessionPreparation:
         refusal = wire.split_refusal(request.budget.split)
         if refusal is not None:
             raise ServiceError(409, refusal)
-        try:
-            plan = build_plan(request)
-        except ValueError as exc:
-            raise ServiceError(409, str(exc)) from None
-        session_id = "s-" + secrets.token_hex(8)
-        draft = plan.to_public(session_id, request.clients)
-        try:
-            # Before anything is compiled: the public record must give back this plan, as
-            # it will after a restart (keyserver.sessions); the final record is checked again.
-            confirm_published(plan, draft)
-        except PlanMismatch as exc:
-            raise ServiceError(500, f"session not created: {exc}") from None
         if self.jobs.full():
             raise ServiceError(503, f"{self.jobs.pending()} sessions are being prepared at "
                                     "this key server; create this one when one of them is "
                                     "ready")
+        session_id = "s-" + secrets.token_hex(8)
+        planning = self._planner.submit(self._plan, session_id, request)
+        draft: wire.SessionPublic | None = None
+        try:
+            plan, draft = planning.result(timeout=ACCEPT_WAIT_S)
+        except FutureTimeout:
+            plan = None  # the job waits for it, and fails with the reason if it is refused
+        except ValueError as exc:
+            raise ServiceError(409, str(exc)) from None
+        except PlanMismatch as exc:
+            raise ServiceError(500, f"session not created: {exc}") from None
         tokens = {c: new_token() for c in request.clients}
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO session_preparation VALUES (?, ?, ?, ?, 'preparing', ?, "
                          "NULL, ?, NULL, 0)",
                          (session_id, request.model_dump_json(by_alias=True),
-                          draft.model_dump_json(by_alias=True), json.dumps(request.clients),
-                          QUEUED, time.time()))
+                          "" if draft is None else draft.model_dump_json(by_alias=True),
+                          json.dumps(request.clients), QUEUED if plan else PLANNING,
+                          time.time()))
             store_client_tokens(conn, session_id, tokens)
-        self._submit(session_id, request, plan, force=True)
-        log.info("session %s accepted: %d clients, %d cells; preparing", session_id,
-                 len(request.clients), plan.layout.total_cells)
+        self._submit(session_id, request, planning, force=True)
+        log.info("session %s accepted: %d clients, %s; preparing", session_id,
+                 len(request.clients), "planning" if plan is None
+                 else f"{plan.layout.total_cells} cells")
         return wire.SessionAccepted(session_id=session_id,
                                     status_url=f"/sessions/{session_id}/status",
                                     client_tokens=tokens)
 
-    def _submit(self, session_id: str, request: wire.SessionCreate, plan: SessionPlan, *,
-                force: bool = False) -> None:
+    @staticmethod
+    def _plan(session_id: str, request: wire.SessionCreate) -> Planned:
+        """The session's plan and the public record drafted from it, which must give back
+        this plan, as it will after a restart (``keyserver.sessions``); the final record
+        is checked again when the session is recorded."""
+        plan = build_plan(request)
+        draft = plan.to_public(session_id, request.clients)
+        confirm_published(plan, draft)
+        return plan, draft
+
+    def _submit(self, session_id: str, request: wire.SessionCreate,
+                planning: Future[Planned], *, force: bool = False) -> None:
         try:
-            self.jobs.submit(session_id, lambda stop: self._run(session_id, request, plan,
+            self.jobs.submit(session_id, lambda stop: self._run(session_id, request, planning,
                                                                 stop), force=force)
         except JobsBusy:  # only without force; accept() checks first
             raise ServiceError(503, "too many sessions are being prepared; retry later"
@@ -208,8 +249,31 @@ class SessionPreparation:
                   finished=time.time())
         log.warning("session %s: preparation failed (%s): %s", session_id, phase, reason)
 
-    def _run(self, session_id: str, request: wire.SessionCreate, plan: SessionPlan,
+    def _planned(self, session_id: str, planning: Future[Planned],
+                 stop: threading.Event) -> SessionPlan | None:
+        """The job's first step: the plan, once built (its draft recorded if the request did
+        not wait for it); None if it was refused (the session failed with the reason) or
+        the server stopped."""
+        while True:  # bounded: the planning thread builds one plan, then this returns
+            try:
+                plan, draft = planning.result(timeout=0.5)
+                break
+            except FutureTimeout:
+                if stop.is_set():
+                    return None
+            except (ValueError, PlanMismatch) as exc:
+                self._fail(session_id, PLANNING, f"the plan is refused: {exc}"[:500])
+                return None
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE session_preparation SET draft_json = ? WHERE id = ? AND "
+                         "draft_json = ''", (draft.model_dump_json(by_alias=True), session_id))
+        return plan
+
+    def _run(self, session_id: str, request: wire.SessionCreate, planning: Future[Planned],
              stop: threading.Event) -> None:
+        plan = self._planned(session_id, planning, stop)
+        if plan is None:
+            return
         with self.db.transaction() as conn:
             conn.execute("UPDATE session_preparation SET attempts = attempts + 1, phase = ? "
                          "WHERE id = ?", ("starting the preparation process", session_id))
@@ -325,6 +389,12 @@ class SessionPreparation:
                            "server stopped while it ran); create a new session")
                 continue
             request = wire.SessionCreate.model_validate_json(row["request_json"])
+            if not row["draft_json"]:
+                # Stopped before its plan was built: it is planned as a new one would be.
+                self._set(session_id, phase=PLANNING)
+                self._submit(session_id, request,
+                             self._planner.submit(self._plan, session_id, request), force=True)
+                continue
             try:
                 plan = build_plan(request)
                 again = plan.to_public(session_id, request.clients)
@@ -342,7 +412,9 @@ class SessionPreparation:
             self._set(session_id, phase=QUEUED)
             log.info("session %s: preparation resumed after a restart (attempt %d)",
                      session_id, row["attempts"] + 1)
-            self._submit(session_id, request, plan, force=True)
+            done: Future[Planned] = Future()
+            done.set_result((plan, again))
+            self._submit(session_id, request, done, force=True)
 
     def _clean_work_folders(self, session_id: str) -> None:
         for folder in (self.sessions.state_dir / "sessions").glob(f".{session_id}.*"):
@@ -351,6 +423,7 @@ class SessionPreparation:
     def close(self) -> None:
         self.jobs.close()
         self.children.close()
+        self._planner.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------ waiting (in-process)
     def wait_ready(self, session_id: str, timeout: float = 600) -> wire.SessionPublic:

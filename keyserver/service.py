@@ -28,6 +28,7 @@ from feddpsyn.common.serving import Database, ServiceError
 from feddpsyn.keyserver.coins import COINS_SQL, JointCoins
 from feddpsyn.keyserver.keys import SessionKeys
 from feddpsyn.keyserver.ledger import LEDGER_SQL, PrivacyLedger
+from feddpsyn.keyserver.limits import SessionLimits
 from feddpsyn.keyserver.offline_pool import OfflinePool
 from feddpsyn.keyserver.preparation import PrepareFiles, SessionPreparation
 from feddpsyn.keyserver.releases import RELEASES_SQL, Releases
@@ -46,11 +47,13 @@ class KeyServer:
     the ledger (:attr:`privacy_ledger`) and the selection (:attr:`selection`)."""
 
     def __init__(self, state_dir: Path, *, prepare: PrepareFiles | None = None,
-                 preparation_workers: int = 1, offline_workers: int = 1):
+                 preparation_workers: int = 1, offline_workers: int = 1,
+                 limits: SessionLimits | None = None):
         """``prepare``: how a session's circuits, keys and noise pool are made (default: in a
         child process, ``keyserver.preparation.prepare_in_child``); ``offline_workers``: the
         local processes the offline job's chunks are spread over, never the server's own
-        (``keyserver.offline_pool``)."""
+        (``keyserver.offline_pool``); ``limits``: what one session may ask
+        (``keyserver.limits``)."""
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
@@ -65,7 +68,8 @@ class KeyServer:
         self.releases = Releases(self.sessions, self.privacy_ledger, self.selection)
         self.coins = JointCoins(self.sessions, self.offline_pool, self.releases.decided_chunks)
         self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
-                                              workers=preparation_workers, ahead=self.coins)
+                                              workers=preparation_workers, ahead=self.coins,
+                                              limits=limits)
         # The compute server's latest report of a long step, per session (status only).
         self._progress: dict[str, tuple[wire.WorkProgress, float]] = {}
         self._progress_lock = threading.Lock()

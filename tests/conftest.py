@@ -49,6 +49,9 @@ DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
 ALL = ["*"]
 TIERS: dict[str, dict[str, list[str]]] = {
     "fhe": {
+        "test_session_limits": [
+            "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",
+        ],
         "test_aggregation": ALL,
         "test_api_fuzz": ALL,
         "test_bench_joint_noise": ALL,
@@ -103,6 +106,10 @@ TIERS: dict[str, dict[str, list[str]]] = {
         ],
     },
     "served": {
+        "test_session_limits": [
+            "test_a_million_categories_are_refused_at_once_by_a_real_server",
+            "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",
+        ],
         "test_api_fuzz": ALL,
         "test_dask_executor": ALL,
         "test_executor_releases": ALL,
