@@ -42,6 +42,7 @@ import numpy as np
 from feddpsyn.clients.counting import count_csv
 from feddpsyn.common import wire
 from feddpsyn.common.files import write_private
+from feddpsyn.common.version import VERSION, VERSION_HEADER, VersionMismatch, check_answer
 from feddpsyn.crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
 from feddpsyn.params.layout import MarginalLayout
 from feddpsyn.params.schema import Schema
@@ -73,11 +74,14 @@ class ClientAgent:
         self.client_id = client_id
         self.state_dir = state_dir
         self.attempts = attempts
-        headers = {"Authorization": f"Bearer {token}"}
+        # Each request names this agent's version; a server of a version that does not meet
+        # it is refused on its first answer (``common.version``), before any count is sent.
+        headers = {"Authorization": f"Bearer {token}", VERSION_HEADER: VERSION}
         self._ks = httpx.Client(base_url=keyserver_url, headers=headers, timeout=timeout,
                                 verify=verify)
         self._cs = httpx.Client(base_url=computeserver_url, headers=headers, timeout=timeout,
                                 verify=verify)
+        self._peers = {id(self._ks): "key server", id(self._cs): "compute server"}
 
     def close(self) -> None:
         self._ks.close()
@@ -99,6 +103,11 @@ class ClientAgent:
                     raise AgentError(f"{client.base_url}{url}: unreachable after {attempt} "
                                      f"attempts ({type(exc).__name__})") from None
             else:
+                try:
+                    check_answer(response.headers, self._peers.get(id(client), "server"),
+                                 VERSION)
+                except VersionMismatch as exc:
+                    raise AgentError(str(exc)) from None
                 if response.status_code < 500:
                     if response.status_code >= 400:
                         raise AgentError(f"{method} {url}: {response.status_code} "

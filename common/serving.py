@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Re-exported: the servers import it from here; the client agent from common.files.
 from feddpsyn.common.files import write_private as write_private
+from feddpsyn.common.version import VERSION, VERSION_HEADER, compatible, refusal
 
 log = logging.getLogger("feddpsyn")
 
@@ -103,7 +104,41 @@ def service_app(title: str, description: str, worker: BackgroundWorker,
         return await http_exception_handler(request, exc)
 
     app.state.max_body_bytes = max_body_bytes
+    app.add_middleware(VersionGate)
     return app
+
+
+class VersionGate:
+    """ASGI middleware: a request whose :data:`VERSION_HEADER` names a version that does not
+    meet this server's is refused with 409 and one line saying which versions meet, before
+    any route runs; every answer carries this server's version (``common.version``)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+        self._header = VERSION_HEADER.lower().encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        theirs = next((value.decode("latin-1") for name, value in scope.get("headers", [])
+                       if name == self._header), None)
+        ours = (self._header, VERSION.encode())
+        if theirs is not None and not compatible(theirs, VERSION):
+            body = JSONResponse(status_code=409, content={
+                "detail": refusal(theirs, "caller", VERSION)}).body
+            await send({"type": "http.response.start", "status": 409,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode()), ours]})
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def send_with_version(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), ours]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_version)
 
 
 def _allowed_methods(request: Request) -> list[str]:

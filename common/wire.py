@@ -479,6 +479,8 @@ class PrivacyRecord(StrictModel):
     mechanisms: list[PrivacyMechanism]
     run_time: list[str] = Field(default_factory=list,
                                 description="releases whose noise is decided at run time")
+    version: str | None = Field(default=None, description="the feddpsyn release that planned "
+                                                          "the session (absent before 0.2.0)")
 
 
 class SessionPublic(StrictModel):
@@ -506,6 +508,8 @@ class SessionPublic(StrictModel):
         default=False, description="noisy-greedy's split 2-way release also tops up the "
                                    "1-ways to their c^(2/3) share of the publication: the "
                                    "release then holds a second measurement of those 1-ways")
+    version: str | None = Field(default=None, description="the feddpsyn release that planned "
+                                                          "the session (absent before 0.2.0)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -811,6 +815,8 @@ class ReleaseDocument(StrictModel):
     noise: dict[str, Any]
     accounting: ReleaseAccounting
     releases: list[ReleaseResult]
+    version: str | None = Field(default=None, description="the feddpsyn release of the key "
+                                                          "server that published it")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

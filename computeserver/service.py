@@ -47,6 +47,7 @@ from concrete import fhe
 from feddpsyn.common import wire
 from feddpsyn.common.files import sha256_of_file, write_private_stream
 from feddpsyn.common.serving import Database, ServiceError, already_stored, write_private
+from feddpsyn.common.version import VERSION, VERSION_HEADER, check_answer
 from feddpsyn.computeserver.executor import (
     CallTask,
     Circuit,
@@ -91,6 +92,10 @@ CREATE TABLE IF NOT EXISTS uploads_closed (
 
 
 
+
+def _check_key_server_version(response: httpx.Response) -> None:
+    check_answer(response.headers, "key server", VERSION)
+
 class ComputeServer:
     """The compute server's sessions and its job; its selection is :attr:`selection`, built
     from this server as its store (``computeserver.store.SessionStore``) and the executor
@@ -103,8 +108,13 @@ class ComputeServer:
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
         self.db = Database(state_dir / "computeserver.sqlite", _SCHEMA_SQL + SELECTION_SQL)
+        # Every peer call names this server's version, and an answer of a key server whose
+        # version does not meet it stops the call (``common.version``): the two must derive
+        # the same plan from the public record.
         self._http_options = dict(base_url=keyserver_url, timeout=timeout, verify=verify,
-                                  headers={"Authorization": f"Bearer {peer_token}"})
+                                  headers={"Authorization": f"Bearer {peer_token}",
+                                           VERSION_HEADER: VERSION},
+                                  event_hooks={"response": [_check_key_server_version]})
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._plans: dict[str, SessionPlan] = {}

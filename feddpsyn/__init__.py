@@ -30,8 +30,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The release: `feddpsyn --version`, the wheel's (pyproject.toml reads it from here).
-__version__ = "0.2.0"
+# The release (`feddpsyn --version`); written once, in feddpsyn.common.version, which the
+# wheel's metadata reads too.
+from feddpsyn.common.version import VERSION
+
+__version__ = VERSION
 
 # By task, in the order of the module docstring.
 __all__ = [

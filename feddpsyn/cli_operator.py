@@ -17,8 +17,9 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
     import httpx
 
     from feddpsyn.common import wire
+    from feddpsyn.common.version import VERSION, VERSION_HEADER
 
-    headers = {"Authorization": f"Bearer {read_token(token_file)}"}
+    headers = {"Authorization": f"Bearer {read_token(token_file)}", VERSION_HEADER: VERSION}
     if content_type:
         headers["Content-Type"] = content_type
     try:

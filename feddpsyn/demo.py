@@ -23,6 +23,7 @@ import httpx
 import numpy as np
 
 from feddpsyn.clients.agent import ClientAgent
+from feddpsyn.common.version import VERSION
 from feddpsyn.common import wire
 from feddpsyn.common.credentials import new_token
 from feddpsyn.common.serving import write_private
@@ -387,6 +388,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     central_error = workload_error(union, central_records, schema.domain_sizes)
     phases["central_baseline"] = time.time() - t
     report = {
+        "version": VERSION,
         "dataset": ds.name,
         "clients": len(csvs),
         "rows_union": int(len(union)),

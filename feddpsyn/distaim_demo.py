@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from feddpsyn.common.version import VERSION
 from feddpsyn.demo import ServerProcess, dataset, free_port, split_csv
 from feddpsyn.distaim.client import session_info, upload_vector
 from feddpsyn.distaim.operator import create_session, run_session, session_results, session_status
@@ -191,6 +192,7 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     phases["central_baseline"] = time.time() - t
     rho_spent = Fraction(first["rho_spent"])
     report = {
+        "version": VERSION,
         "dataset": ds.name,
         "clients": len(csvs),
         "rows_union": int(len(union)),

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import httpx
 
 from feddpsyn.common import wire
+from feddpsyn.common.version import VERSION, VERSION_HEADER
 
 __all__ = ["SessionError", "SessionNotReady", "post_session", "wait_ready", "create_session",
            "DEFAULT_TIMEOUT"]
@@ -36,7 +37,9 @@ class SessionNotReady(SessionError):
 
 
 def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+    # The version too: a key server of a version that does not meet it refuses the request
+    # in one line (``common.version``).
+    return {"Authorization": f"Bearer {token}", VERSION_HEADER: VERSION}
 
 
 def post_session(url: str, operator_token: str, request: wire.SessionCreate, *,

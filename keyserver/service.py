@@ -25,6 +25,7 @@ from feddpsyn.common import wire
 from feddpsyn.common.credentials import CLIENT_TOKENS_SQL
 from feddpsyn.common.files import sha256_of_file
 from feddpsyn.common.serving import Database, ServiceError
+from feddpsyn.common.version import VERSION
 from feddpsyn.keyserver.coins import COINS_SQL, JointCoins
 from feddpsyn.keyserver.keys import SessionKeys
 from feddpsyn.keyserver.ledger import LEDGER_SQL, PrivacyLedger
@@ -277,7 +278,7 @@ class KeyServer:
                 selection=self.selection.accounting(session_id, public),
                 delta_total=(None if public.selection is None and not public.joint_delta
                              else public.delivered_delta())),
-            releases=results)
+            releases=results, version=VERSION)
 
     @staticmethod
     def _noise_summary(public: wire.SessionPublic,

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from feddpsyn.common import wire
+from feddpsyn.common.version import VERSION
 from feddpsyn.params.layout import MarginalLayout
 from feddpsyn.params.parameter_sets import ParameterSet
 from feddpsyn.params.privacy_record import privacy_record
@@ -53,7 +54,7 @@ def public_record(plan: SessionPlan, session_id: str, clients: list[str],
         epsilon=plan.epsilon, delta=plan.delta, delta_conversion=plan.delta_conversion,
         rho_total=str(plan.rho_total), selection=selection,
         privacy=privacy_record(plan, sum(plan.delta_terms(bootstraps).values())),
-        one_way_topup=plan.one_way_topup)
+        one_way_topup=plan.one_way_topup, version=VERSION)
 
 
 def plan_fields(public: wire.SessionPublic) -> dict[str, Any]:

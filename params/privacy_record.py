@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from feddpsyn.common import wire
+from feddpsyn.common.version import VERSION
 from feddpsyn.dp.accounting import rho_to_eps
 from feddpsyn.dp.pld_accounting import (
     DiscreteGaussian,
@@ -126,7 +127,7 @@ def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyReco
         epsilon=plan.epsilon, delta=plan.delta, delta_reserved=delta_reserved,
         accounting="pld" if exact is not None and plan.accounting == "pld" else "rdp",
         epsilon_accounted=None if exact is None else accounted_epsilon(plan),
-        mechanisms=[_wire(m) for m in mechanisms], run_time=late)
+        mechanisms=[_wire(m) for m in mechanisms], run_time=late, version=VERSION)
 
 
 def record_mechanisms(record: wire.PrivacyRecord) -> list[Mechanism]:

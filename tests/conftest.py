@@ -106,6 +106,10 @@ TIERS: dict[str, dict[str, list[str]]] = {
         ],
     },
     "served": {
+        "test_versions": [
+            "test_an_agent_refuses_a_key_server_of_another_version",
+            "test_a_compute_server_of_another_version_is_refused_at_its_first_peer_call",
+        ],
         "test_session_limits": [
             "test_a_million_categories_are_refused_at_once_by_a_real_server",
             "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from feddpsyn.common.version import VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -53,6 +55,7 @@ def demo_out(tmp_path_factory):
 def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
     report = json.loads((demo_out / "report.json").read_text())
     assert report["dataset"] == "fed_heart_disease" and report["clients"] == 4
+    assert report["version"] == VERSION and report["privacy"]["version"] == VERSION
     assert report["method"] == "gum"  # auto: every pair was released
     assert report["noise"]["kind"] == "two-server"
     assert report["rows_union"] == 740
