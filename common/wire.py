@@ -288,6 +288,16 @@ class SessionCreate(StrictModel):
                                     "release that fits (the rule of params.noise_rules), "
                                     "two-server elsewhere; joint: every release or refuse; "
                                     "two-server: each server its own discrete Gaussian")
+    upload_deadline: float | None = Field(
+        default=None, gt=0, description="when the uploads close with the owners present (Unix "
+                                        "time, UTC): owners without an upload then are left "
+                                        "out, if at least the quorum uploaded; default: the "
+                                        "session waits for every owner (or the operator's "
+                                        "close)")
+    quorum: int | None = Field(
+        default=None, ge=1, description="the fewest owners the session may run with, by the "
+                                        "deadline or the operator's close (default: every "
+                                        "owner)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -296,10 +306,29 @@ class SessionCreate(StrictModel):
     def _ids_unique(cls, v: list[str]) -> list[str]:
         return _unique_clients(v)
 
+    def min_owners(self) -> int:
+        """The fewest owners the session runs with (``quorum``, default every owner)."""
+        return len(self.clients) if self.quorum is None else self.quorum
+
     @field_validator("schema_")
     @classmethod
     def _schema_shape(cls, v: dict[str, Any]) -> dict[str, Any]:
         return table_schema_shape(v)
+
+
+class UploadsCloseWithout(StrictModel):
+    """The operator closes a session's uploads with the owners present
+    (``POST /sessions/{id}/uploads/close``): the owners named are left out, none of whom
+    may have uploaded; the session then runs on the others' uploads."""
+
+    without: list[ClientIdText] = Field(min_length=1, max_length=1000)
+
+
+def left_out_message(session_id: str, client_id: str) -> str:
+    """What both servers answer an upload of an owner left out of a session."""
+    return (f"client {client_id!r} was left out of session {session_id} when its uploads "
+            "were closed without it (its deadline, or the operator's close): its upload is "
+            "refused; it contributes nothing to the session and spends none of its budget")
 
 
 class JointNoisePublic(StrictModel):
@@ -631,6 +660,15 @@ class SessionStatus(StrictModel):
     clients_missing: list[str]
     releases_done: list[str]
     detail: str = ""
+    clients_absent: list[str] = Field(
+        default_factory=list, description="owners left out of the session when its uploads "
+                                          "were closed without them (a deadline, or the "
+                                          "operator's close): they contribute nothing")
+    upload_deadline: float | None = Field(
+        default=None, description="the key server: when the uploads close with the owners "
+                                  "present (Unix time, UTC), if the session has a deadline")
+    quorum: int | None = Field(
+        default=None, description="the key server: the fewest owners the session runs with")
     preparation: Preparation | None = Field(
         default=None, description="the key server's preparation job (absent for a session "
                                   "created before preparation was a job, and at the compute "
@@ -671,6 +709,9 @@ class LedgerView(StrictModel):
     uploads_replaced: list[UploadReplacement] = Field(
         default_factory=list, description="every replaced upload, in order (no budget is "
                                           "spent: nothing of a replaced upload is released)")
+    clients_absent: list[str] = Field(
+        default_factory=list, description="owners left out of the session: their tables are "
+                                          "in no release, and no budget of theirs is spent")
 
 
 class UploadDigest(StrictModel):
@@ -817,6 +858,11 @@ class ReleaseDocument(StrictModel):
     releases: list[ReleaseResult]
     version: str | None = Field(default=None, description="the feddpsyn release of the key "
                                                           "server that published it")
+    contributors: list[str] | None = Field(
+        default=None, description="the owners whose tables the release is of (absent in "
+                                  "documents written before owners could be left out)")
+    absent: list[str] = Field(default_factory=list,
+                              description="owners left out when the uploads were closed")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

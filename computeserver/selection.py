@@ -40,7 +40,7 @@ from feddpsyn.computeserver.noisy_greedy import NOISY_GREEDY_SQL, NoisyGreedyRol
 from feddpsyn.computeserver.store import SessionStore
 from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
 from feddpsyn.crypto.indif import digits_of, indif_offset
-from feddpsyn.crypto.masking import expand_masks
+from feddpsyn.crypto.masking import mask_sum as masks_summed
 from feddpsyn.crypto.private_selection import batch_names, indif_name
 from feddpsyn.crypto.selection_batches import BatchLayout
 from feddpsyn.crypto.selection_randomness import random_share, secure_order
@@ -161,9 +161,7 @@ class SelectionRole:
         public = self._store.public(session_id)
         k, k2 = plan.parameters.count_bits, plan.selection.indif_bits
         total = plan.layout.total_cells
-        mask_sum = np.zeros(total, dtype=np.int64)
-        for client_id in public.clients:
-            mask_sum += expand_masks(seeds[client_id], session_id, client_id, total, k)
+        mask_sum = masks_summed(seeds, session_id, public.clients, total, k)
         pairs = [slot.attrs for slot in plan.layout.two_way]
         expected = expected_counts_for_pairs(self._one_way_release(session_id, plan), pairs,
                                              plan.selection.max_rows)

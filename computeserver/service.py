@@ -60,7 +60,8 @@ from feddpsyn.computeserver.release import UploadChunks, chunk_task
 from feddpsyn.computeserver.selection import SELECTION_SQL, SelectionRole
 from feddpsyn.crypto.aggregation import chunk_ranges
 from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
-from feddpsyn.crypto.masking import expand_masks, seed_commitment
+from feddpsyn.crypto.masking import absent_commitment, seed_commitment
+from feddpsyn.crypto.masking import mask_sum as masks_summed
 from feddpsyn.dp.noise_pool import draw_pool, pool_noise
 from feddpsyn.params.release_spec import ReleaseSpec
 from feddpsyn.params.session_plan import SessionPlan
@@ -250,6 +251,8 @@ class ComputeServer:
     def store_seed(self, session_id: str, client_id: str, upload: wire.SeedUpload,
                    replace: bool = False) -> wire.UploadReceipt:
         self.public(session_id)
+        if client_id in self.absent_clients(session_id):
+            raise ServiceError(409, wire.left_out_message(session_id, client_id))
         digest = hashlib.sha256(bytes.fromhex(upload.seed_hex)).hexdigest()
         with self.db.transaction() as conn:
             row = conn.execute("SELECT seed_hex FROM seeds WHERE session_id = ? AND "
@@ -299,18 +302,34 @@ class ComputeServer:
                 "SELECT release FROM releases WHERE session_id = ?", (session_id,))]
 
     def _matched(self, session_id: str) -> tuple[set[str], list[str]]:
-        """(the clients whose seed here matches the commitment of the ciphertexts held, the
-        clients with both whose seed does not: a replacement under way)."""
+        """(the clients whose seed here matches the commitment of the ciphertexts held, or
+        who were left out of the session, the clients with both whose seed does not: a
+        replacement under way)."""
         with self.db.connect() as conn:
             seeds = {r["client_id"]: bytes.fromhex(r["seed_hex"]) for r in conn.execute(
                 "SELECT client_id, seed_hex FROM seeds WHERE session_id = ?", (session_id,))}
             commitments = {r["client_id"]: r["commitment"] for r in conn.execute(
                 "SELECT client_id, commitment FROM ciphertexts WHERE session_id = ?",
                 (session_id,))}
-        both = sorted(set(seeds) & set(commitments))
+        absent = self._absent(session_id, commitments)
+        both = sorted(set(seeds) & set(commitments) - absent)
         matched = {c for c in both
                    if seed_commitment(seeds[c], session_id, c) == commitments[c]}
-        return matched, [c for c in both if c not in matched]
+        return matched | absent, [c for c in both if c not in matched]
+
+    @staticmethod
+    def _absent(session_id: str, commitments: dict[str, str]) -> set[str]:
+        """The clients the key server left out of the session (``keyserver.uploads``): their
+        ciphertexts are of zeros, under the public absent commitment; no seed, no mask."""
+        return {c for c, commitment in commitments.items()
+                if commitment == absent_commitment(session_id, c)}
+
+    def absent_clients(self, session_id: str) -> list[str]:
+        with self.db.connect() as conn:
+            commitments = {r["client_id"]: r["commitment"] for r in conn.execute(
+                "SELECT client_id, commitment FROM ciphertexts WHERE session_id = ?",
+                (session_id,))}
+        return sorted(self._absent(session_id, commitments))
 
     def status(self, session_id: str) -> wire.SessionStatus:
         public = self.public(session_id)
@@ -318,6 +337,7 @@ class ComputeServer:
             blocked = conn.execute("SELECT blocked FROM sessions WHERE id = ?",
                                    (session_id,)).fetchone()["blocked"]
         ready, waiting = self._matched(session_id)
+        absent = self.absent_clients(session_id)
         done = self.releases_done(session_id)
         detail = blocked or self._progress.get(session_id, "")
         if blocked:
@@ -333,9 +353,10 @@ class ComputeServer:
         else:
             state = "computing"
         return wire.SessionStatus(
-            session_id=session_id, state=state, clients_uploaded=sorted(ready),
+            session_id=session_id, state=state,
+            clients_uploaded=sorted(ready - set(absent)),
             clients_missing=[c for c in public.clients if c not in ready],
-            releases_done=done, detail=detail,
+            clients_absent=absent, releases_done=done, detail=detail,
             progress=self._work.get(session_id) if state == "computing" else None)
 
     # ------------------------------------------------------------ the job
@@ -462,15 +483,22 @@ class ComputeServer:
                 raise RuntimeError(f"ciphertexts of {client_id}: a chunk is not a concrete "
                                    "value") from None
 
-    def _check_commitments(self, session_id: str) -> dict[str, bytes]:
+    def _check_commitments(self, session_id: str) -> dict[str, bytes | None]:
+        """Each client's seed, checked against its upload's commitment; None for a client
+        left out of the session (its masked vector is zeros and it has no mask: a seed it
+        sent anyway is not used)."""
         with self.db.connect() as conn:
-            seeds = {r["client_id"]: bytes.fromhex(r["seed_hex"]) for r in conn.execute(
-                "SELECT client_id, seed_hex FROM seeds WHERE session_id = ?", (session_id,))}
+            seeds: dict[str, bytes | None] = {
+                r["client_id"]: bytes.fromhex(r["seed_hex"]) for r in conn.execute(
+                    "SELECT client_id, seed_hex FROM seeds WHERE session_id = ?",
+                    (session_id,))}
             commitments = {r["client_id"]: r["commitment"] for r in conn.execute(
                 "SELECT client_id, commitment FROM ciphertexts WHERE session_id = ?",
                 (session_id,))}
-        bad = [c for c, seed in seeds.items()
-               if seed_commitment(seed, session_id, c) != commitments.get(c)]
+        for client_id in self._absent(session_id, commitments):
+            seeds[client_id] = None
+        bad = [c for c, seed in seeds.items() if seed is not None
+               and seed_commitment(seed, session_id, c) != commitments.get(c)]
         if bad:
             detail = (f"clients {bad}: the seed uploaded here does not match the commitment "
                       "sent with their masked vector; their data is not summed")
@@ -599,8 +627,7 @@ class ComputeServer:
         total = plan.layout.total_cells
         columns = plan.joint_columns
         mask_sum = np.zeros(-(-total // chunk) * chunk, dtype=np.int64)
-        for client_id in public.clients:
-            mask_sum[:total] += expand_masks(seeds[client_id], session_id, client_id, total, k)
+        mask_sum[:total] = masks_summed(seeds, session_id, public.clients, total, k)
         uploads = UploadChunks([self.session_dir(session_id) / "ciphertexts" / f"{c}.bin"
                                 for c in public.clients], len(chunk_ranges(total, chunk)))
         cells = plan.layout.cells_of(plan.slots_of(spec))

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["SEED_BYTES", "new_seed", "expand_masks", "mask_counts", "unmask_sum",
-           "seed_commitment"]
+           "seed_commitment", "absent_commitment", "mask_sum"]
 
 Array = np.ndarray[Any, Any]
 
@@ -77,3 +77,30 @@ def seed_commitment(seed: bytes, session_id: str, client_id: str) -> str:
     """
     return hashlib.sha256(_frame(b"feddpsyn/commit/v1", session_id.encode(),
                                  client_id.encode(), seed)).hexdigest()
+
+
+def absent_commitment(session_id: str, client_id: str) -> str:
+    """The commitment of an owner left out of a session (``keyserver.uploads``): the key
+    server stores a vector of zeros for it under this public value, and the compute server
+    reads it as "no seed, no mask". Domain-separated from :func:`seed_commitment`, whose
+    values are hashes of a secret 256-bit seed, so no upload can carry it by chance."""
+    return hashlib.sha256(_frame(b"feddpsyn/absent/v1", session_id.encode(),
+                                 client_id.encode())).hexdigest()
+
+
+def mask_sum(seeds: dict[str, bytes | None], session_id: str, clients: list[str],
+             length: int, count_bits: int) -> Array:
+    """The sum of the ``clients``' masks; a client whose seed is None (left out of the
+    session, its masked vector zeros) adds no mask.
+
+    >>> seed = bytes(32)
+    >>> both = mask_sum({"a": seed, "b": None}, "s1", ["a", "b"], 3, 16)
+    >>> both.tolist() == expand_masks(seed, "s1", "a", 3, 16).tolist()
+    True
+    """
+    total = np.zeros(length, dtype=np.int64)
+    for client_id in clients:  # bounded: the session's clients
+        seed = seeds[client_id]
+        if seed is not None:
+            total += expand_masks(seed, session_id, client_id, length, count_bits)
+    return total

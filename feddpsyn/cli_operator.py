@@ -43,6 +43,29 @@ def _split(selection: str, one_way: float | None, selection_share: float) -> dic
             "two_way": 1 - one_way - selection_share}
 
 
+def _deadline(text: str) -> float:
+    """A Unix time from an ISO-8601 time with its zone, or a duration from now (90m, 48h,
+    7d); a clear error otherwise."""
+    import re
+    import time
+    from datetime import datetime
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
+    if match:
+        return time.time() + float(match[1]) * {"s": 1, "m": 60, "h": 3600,
+                                                "d": 86400}[match[2]]
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--upload-deadline {text!r} is neither an ISO-8601 time nor a duration "
+             "(90m, 48h, 7d)")
+    if when.tzinfo is None:
+        fail(f"--upload-deadline {text!r} has no time zone: add one (+00:00 for UTC)")
+    if when.timestamp() <= time.time():
+        fail(f"--upload-deadline {text!r} is in the past")
+    return when.timestamp()
+
+
 def session_create(keyserver: str = typer.Option(..., callback=check_url,
                                                  help="the key server's base URL"),
                    operator_token_file: Path = typer.Option(
@@ -80,6 +103,15 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
                        help="noisy-greedy: the 2-way release also tops up the 1-ways to "
                             "their c^(2/3) share of the publication (docs/privacy-plan.md, "
                             "\"The 1-way top-up\"); default: on for noisy-greedy"),
+                   upload_deadline: Optional[str] = typer.Option(
+                       None, help="when the uploads close with the owners present: an "
+                                  "ISO-8601 time with its zone (2027-01-31T18:00:00+00:00) or "
+                                  "a duration from now (90m, 48h, 7d); default: the session "
+                                  "waits for every owner, or `session close`"),
+                   quorum: Optional[int] = typer.Option(
+                       None, min=1, help="the fewest owners the session may run with, by "
+                                         "the deadline or `session close` (default: every "
+                                         "owner)"),
                    tokens_dir: Path = typer.Option(
                        ..., help="where each client's token is written (mode 0600)"),
                    timeout: float = typer.Option(
@@ -116,7 +148,8 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
             selection=wire.SelectionRequest(mode=selection, rounds=rounds,
                                             parameter_set=selection_parameters,
                                             one_way_topup=one_way_topup),
-            noise=noise)
+            noise=noise, quorum=quorum,
+            upload_deadline=None if upload_deadline is None else _deadline(upload_deadline))
     except ValueError as exc:
         fail(f"invalid session request: {exc}")
     token = read_token(operator_token_file)
@@ -178,3 +211,27 @@ def session_status(keyserver: str = typer.Option(..., callback=check_url,
     typer.echo(format_ledger(wire.LedgerView.model_validate_json(ledger.content),
                              wire.SessionPublic.model_validate_json(public.content),
                              parsed))
+
+
+def session_close(keyserver: str = typer.Option(..., callback=check_url,
+                                                help="the key server's base URL"),
+                  session: str = typer.Option(..., callback=check_id, help="the session id"),
+                  operator_token_file: Path = typer.Option(...),
+                  without: str = typer.Option(
+                      ..., callback=check_ids,
+                      help="comma-separated owners to leave out: none of them may have "
+                           "uploaded, and at least the session's quorum must remain")) -> None:
+    """Close a session's uploads with the owners present: the owners named are left out,
+    their later uploads refused; the session runs on the others' tables."""
+    from feddpsyn.common import wire
+
+    body = wire.UploadsCloseWithout(without=[c.strip() for c in without.split(",")
+                                             if c.strip()])
+    response = _operator_call(keyserver, operator_token_file, "POST",
+                              f"/sessions/{session}/uploads/close",
+                              content=body.model_dump_json(),
+                              content_type="application/json")
+    status = wire.SessionStatus.model_validate_json(response.content)
+    typer.echo(f"session {session}: uploads closed without {', '.join(status.clients_absent)}; "
+               f"{len(status.clients_uploaded)} owners uploaded, "
+               f"{len(status.clients_missing)} still to upload; state {status.state}")

@@ -391,6 +391,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         "version": VERSION,
         "dataset": ds.name,
         "clients": len(csvs),
+        "contributors": document.contributors,
         "rows_union": int(len(union)),
         "rows_synthetic": int(len(records)),
         "method": method,

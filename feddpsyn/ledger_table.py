@@ -19,6 +19,7 @@ from feddpsyn.common import wire
 from feddpsyn.dp.accounting import rho_to_eps
 from feddpsyn.params.privacy_record import epsilon_after
 from feddpsyn.params.modes import SelectionMode
+from datetime import UTC
 
 __all__ = ["LedgerRow", "ledger_rows", "format_ledger"]
 
@@ -95,6 +96,12 @@ def _budget_epsilon(public: wire.SessionPublic) -> float:
     return rho_to_eps(Fraction(public.rho_total), public.conversion_delta())
 
 
+def _utc(moment: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(moment, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def format_ledger(ledger: wire.LedgerView, public: wire.SessionPublic,
                   status: wire.SessionStatus) -> str:
     """The status line, the budget, and one line per ledger entry (then the planned ones)."""
@@ -103,11 +110,16 @@ def format_ledger(ledger: wire.LedgerView, public: wire.SessionPublic,
     reserved = (f" (delta {public.delta:g} requested, {public.delta - delta:.3g} of it "
                 "reserved for the selection's failure events)" if delta != public.delta else "")
     offline = getattr(status, "offline", None)
+    absent = getattr(status, "clients_absent", [])
+    deadline = getattr(status, "upload_deadline", None)
     lines = [f"session {status.session_id}: {status.state}; owners uploaded "
              f"{len(status.clients_uploaded)} of "
-             f"{len(status.clients_uploaded) + len(status.clients_missing)}"
+             f"{len(status.clients_uploaded) + len(status.clients_missing) + len(absent)}"
              + (f" (missing: {', '.join(status.clients_missing)})"
                 if status.clients_missing else "")
+             + (f"; left out: {', '.join(absent)}" if absent else "")
+             + (f"; uploads close at {_utc(deadline)} with at least {status.quorum} owners"
+                if deadline is not None and status.clients_missing else "")
              + (f"; {status.detail}" if status.detail else "")
              + (f"; key server's offline job: {offline.text()}" if offline is not None
                 else ""),

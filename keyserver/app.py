@@ -81,6 +81,16 @@ def create_app(state_dir: Path, peer_token: str, *,
         response.headers["Location"] = accepted.status_url
         return accepted
 
+    @ops.post("/{session_id}/uploads/close", response_model=wire.SessionStatus,
+              dependencies=[Depends(operator), Depends(ready)])
+    def close_without(session_id: wire.SessionId,
+                      body: wire.UploadsCloseWithout) -> wire.SessionStatus:
+        # The owners named are left out (none may have uploaded; the quorum must remain);
+        # the session then runs on the others' uploads (keyserver.uploads).
+        status = service.leave_out(session_id, body)
+        worker.wake()
+        return status
+
     @ops.get("/{session_id}/ledger", response_model=wire.LedgerView,
              dependencies=[Depends(operator), Depends(ready)])
     def ledger(session_id: wire.SessionId) -> wire.LedgerView:

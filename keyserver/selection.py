@@ -215,8 +215,10 @@ class SelectionRole:
         """Encrypted M mod 2^k per 2-way cell, one ciphertext per P2 chunk (module docstring)."""
         plan = self.selection_plan(session_id)
         public = self._store.public(session_id)
-        if len(self._store.uploaded_clients(session_id)) < len(public.clients):
-            raise ServiceError(409, "the selection's inputs exist once every client uploaded")
+        if len(self._store.uploaded_clients(session_id)) \
+                + len(self._store.absent_clients(session_id)) < len(public.clients):
+            raise ServiceError(409, "the selection's inputs exist once every client uploaded "
+                                    "or was left out")
         self.check_row_bound(session_id, plan)
         path = self._store.session_dir(session_id) / "selection_inputs.bin"
         if path.exists():

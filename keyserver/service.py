@@ -144,6 +144,9 @@ class KeyServer:
         A selected release's chunks are guessed only while the session is prepared
         (``JointCoins.make_ahead``). A pass with nothing to do ends the pool's workers once
         they have been idle long enough (their keys' memory is freed)."""
+        # Sessions whose upload deadline passed close without their absent owners first:
+        # their zero vectors are then encrypted in this same pass.
+        self.uploads.close_due(self.sessions.runnable_session_ids())
         done = self.uploads.run_encryption_job()
         if done == 0 and self.coins.prepare_one():
             done = 1
@@ -162,6 +165,16 @@ class KeyServer:
 
     def uploaded_clients(self, session_id: str) -> list[str]:
         return self.uploads.uploaded_clients(session_id)
+
+    def absent_clients(self, session_id: str) -> list[str]:
+        return self.uploads.absent(session_id)
+
+    def leave_out(self, session_id: str,
+                  body: wire.UploadsCloseWithout) -> wire.SessionStatus:
+        """The operator closes the uploads without the owners named (``keyserver.uploads``)."""
+        self.uploads.leave_out(session_id, body.without, "the operator closed the uploads "
+                                                         "without it")
+        return self.status(session_id)
 
     def register_release(self, session_id: str, name: str,
                          manifest: wire.ReleaseManifest) -> wire.ReleaseProgress:
@@ -185,7 +198,8 @@ class KeyServer:
     # ------------------------------------------------------------- views over every part
     def ledger(self, session_id: str) -> wire.LedgerView:
         view = self.privacy_ledger.view(session_id, self.public(session_id))
-        return view.model_copy(update={"uploads_replaced": self.uploads.replacements(session_id)})
+        return view.model_copy(update={"uploads_replaced": self.uploads.replacements(session_id),
+                                       "clients_absent": self.absent_clients(session_id)})
 
     def status(self, session_id: str) -> wire.SessionStatus:
         preparation = self.sessions.preparation(session_id)
@@ -193,15 +207,21 @@ class KeyServer:
             return self._preparation_status(session_id, preparation)
         public = self.public(session_id)
         uploaded = self.uploaded_clients(session_id)
+        absent = self.absent_clients(session_id)
+        deadline, quorum = self.uploads.policy(session_id)
         done = self.releases_done(session_id)
         planned = [r.name for r in public.releases]
+        detail = ""
         if set(done) == set(planned):
             state = "released"
-        elif len(uploaded) < len(public.clients):
+        elif len(uploaded) + len(absent) < len(public.clients):
             state = "collecting"
+            if deadline is not None and time.time() >= deadline and len(uploaded) < quorum:
+                detail = (f"the upload deadline passed with {len(uploaded)} of "
+                          f"{len(public.clients)} owners, fewer than the quorum of {quorum}: "
+                          "waiting for more uploads")
         else:
             state = "computing"
-        detail = ""
         progress = self._peer_progress(session_id) if state == "computing" else None
         if (public.selection is not None and public.selection.mode == SelectionMode.NOISY_GREEDY
                 and state == "computing" and "one_way" in done):
@@ -217,7 +237,10 @@ class KeyServer:
             detail = "; ".join(filter(None, [
                 detail, f"compute server: {progress.text()} ({progress.age:.0f} s ago)"]))
         return wire.SessionStatus(session_id=session_id, state=state, clients_uploaded=uploaded,
-                                  clients_missing=[c for c in public.clients if c not in uploaded],
+                                  clients_missing=[c for c in public.clients
+                                                   if c not in uploaded and c not in absent],
+                                  clients_absent=absent, upload_deadline=deadline,
+                                  quorum=quorum,
                                   releases_done=done, detail=detail, preparation=preparation,
                                   progress=progress,
                                   offline=None if state == "released"
@@ -278,7 +301,9 @@ class KeyServer:
                 selection=self.selection.accounting(session_id, public),
                 delta_total=(None if public.selection is None and not public.joint_delta
                              else public.delivered_delta())),
-            releases=results, version=VERSION)
+            releases=results, version=VERSION,
+            contributors=[c for c in public.clients if c not in ledger.clients_absent],
+            absent=ledger.clients_absent)
 
     @staticmethod
     def _noise_summary(public: wire.SessionPublic,

@@ -31,7 +31,10 @@ class SessionStore(Protocol):
         """Where the session's files live (keys, masked vectors, the noise pool)."""
 
     def uploaded_clients(self, session_id: str) -> list[str]:
-        """The clients whose masked vectors are stored."""
+        """The clients whose masked vectors are stored (not those left out)."""
+
+    def absent_clients(self, session_id: str) -> list[str]:
+        """The clients left out of the session (their masked vectors are zeros)."""
 
     def releases_done(self, session_id: str) -> list[str]:
         """The names of the releases already published."""

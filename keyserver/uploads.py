@@ -18,6 +18,16 @@ Design concerns:
   ciphertext digest of every client's upload it holds; the close succeeds only if they are
   the current ones, and from then on nothing is replaced (409), so no release ever sums an
   old vector and no replaced upload is ever summed with its client's new seed.
+* **An absent owner does not hold the session.** The operator may close the uploads
+  without named owners (:meth:`MaskedUploads.leave_out`), and a session with a deadline
+  closes them itself once it passes (:meth:`MaskedUploads.close_due`), if at least the
+  session's quorum uploaded. An owner left out gets a vector of zeros under the public
+  absent commitment (``crypto.masking.absent_commitment``), stored and encrypted as any
+  upload: the compute server reads that commitment as "no seed, no mask", so the circuits,
+  the sums and the releases run unchanged over the session's clients, the absent ones adding
+  nothing. Its own upload is refused from then on, at both servers. The releases are of the
+  union of the present owners' tables; the plan, max_rows and the accounting hold as they
+  are (``docs/privacy.md``, "Owners left out").
 * **Re-entrant encryption.** The job encrypts whatever is stored and not yet encrypted, so a
   restart resumes it; a vector replaced while it was being encrypted is encrypted again.
   A vector's chunks are spread over the offline pool's workers (``keyserver.offline_pool``),
@@ -39,6 +49,7 @@ from feddpsyn.common import wire
 from feddpsyn.common.serving import Database, ServiceError, already_stored, write_private
 from feddpsyn.crypto.aggregation import chunk_ranges
 from feddpsyn.crypto.blobs import pack_blobs
+from feddpsyn.crypto.masking import absent_commitment
 from feddpsyn.keyserver.ledger import PrivacyLedger
 from feddpsyn.keyserver.offline_pool import OfflinePool, split_evenly
 from feddpsyn.keyserver.sessions import SessionRegistry
@@ -58,6 +69,9 @@ CREATE TABLE IF NOT EXISTS masked_replaced (
     old_digest TEXT NOT NULL, new_digest TEXT NOT NULL, replaced REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS uploads_closed (
     session_id TEXT PRIMARY KEY, closed REAL NOT NULL, uploads_json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS absent (
+    session_id TEXT NOT NULL, client_id TEXT NOT NULL, marked REAL NOT NULL,
+    reason TEXT NOT NULL, PRIMARY KEY (session_id, client_id));
 """
 
 
@@ -139,6 +153,8 @@ class MaskedUploads:
         directory = self._sessions.session_dir(session_id)
         path = _masked_path(directory, client_id)
         with self.db.transaction() as conn:
+            if self._is_absent(conn, session_id, client_id):
+                raise ServiceError(409, wire.left_out_message(session_id, client_id))
             row = conn.execute("SELECT commitment, digest FROM masked WHERE session_id = ? AND "
                                "client_id = ?", (session_id, client_id)).fetchone()
             try:
@@ -224,6 +240,104 @@ class MaskedUploads:
         log.info("session %s: uploads closed (%d clients); none can be replaced from now on",
                  session_id, len(named))
         return wire.UploadsClosed(session_id=session_id, closed=now)
+
+    # ------------------------------------------------------------ owners left out
+    @staticmethod
+    def _is_absent(conn, session_id: str, client_id: str) -> bool:
+        return conn.execute("SELECT 1 FROM absent WHERE session_id = ? AND client_id = ?",
+                            (session_id, client_id)).fetchone() is not None
+
+    def absent(self, session_id: str) -> list[str]:
+        """The owners left out of the session, in the order of its clients."""
+        clients = self._sessions.public(session_id).clients
+        with self.db.connect() as conn:
+            left = {r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM absent WHERE session_id = ?", (session_id,))}
+        return [c for c in clients if c in left]
+
+    def policy(self, session_id: str) -> tuple[float | None, int]:
+        """(the session's upload deadline or None, its quorum), as the operator asked."""
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT request_json FROM session_preparation WHERE id = ?",
+                               (session_id,)).fetchone()
+        clients = self._sessions.public(session_id).clients
+        if row is None:  # a session created before preparation was a job: every owner
+            return None, len(clients)
+        request = wire.SessionCreate.model_validate_json(row["request_json"])
+        return request.upload_deadline, request.min_owners()
+
+    def leave_out(self, session_id: str, clients: list[str], reason: str) -> list[str]:
+        """Close the session's uploads without ``clients``, none of whom uploaded: each gets
+        a vector of zeros under the absent commitment (module docstring). 409 if one of them
+        uploaded or is not the session's, if the uploads are closed, or if fewer owners than
+        the quorum would be left. Idempotent for owners already left out. Returns every
+        owner left out so far."""
+        public = self._sessions.public(session_id)
+        _, quorum = self.policy(session_id)
+        unknown = sorted(set(clients) - set(public.clients))
+        if unknown:
+            raise ServiceError(409, f"clients {unknown} are not in session {session_id} "
+                                    f"{public.clients}")
+        directory = self._sessions.session_dir(session_id)
+        zeros = np.zeros(public.total_cells, dtype=np.int64)
+        with self.db.transaction() as conn:
+            if uploads_closed(conn, session_id):
+                raise ServiceError(409, "the session's uploads are already closed; it runs "
+                                        "on the uploads it has")
+            left = {r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM absent WHERE session_id = ?", (session_id,))}
+            uploaded = {r["client_id"] for r in conn.execute(
+                "SELECT client_id FROM masked WHERE session_id = ?", (session_id,))} - left
+            sent = sorted(set(clients) & uploaded)
+            if sent:
+                raise ServiceError(409, f"clients {sent} have uploaded to the session: an "
+                                        "owner who uploaded is not left out")
+            new = [c for c in public.clients if c in set(clients) - left]
+            present = len(public.clients) - len(left) - len(new)
+            if present < quorum:
+                raise ServiceError(409, f"leaving out {new} would leave {present} of the "
+                                        f"session's {len(public.clients)} owners, fewer than "
+                                        f"its quorum of {quorum}")
+            now = time.time()
+            for client_id in new:  # bounded: the session's clients
+                commitment = absent_commitment(session_id, client_id)
+                write_private(_masked_path(directory, client_id), zeros.tobytes())
+                conn.execute("INSERT INTO masked VALUES (?, ?, ?, ?, ?, NULL)",
+                             (session_id, client_id, commitment,
+                              _upload_digest(commitment, zeros.tobytes()), now))
+                conn.execute("INSERT INTO absent VALUES (?, ?, ?, ?)",
+                             (session_id, client_id, now, reason))
+        if new:
+            log.info("session %s: uploads closed without %s (%s); their uploads are refused "
+                     "from now on", session_id, new, reason)
+        return self.absent(session_id)
+
+    def close_due(self, session_ids: list[str], now: float | None = None) -> int:
+        """The offline job's step: every session whose upload deadline has passed leaves out
+        its owners without an upload, if at least its quorum uploaded (else it goes on
+        waiting, its status says so). Returns how many sessions it closed."""
+        now = time.time() if now is None else now
+        closed = 0
+        for session_id in session_ids:  # bounded: the server's sessions
+            deadline, quorum = self.policy(session_id)
+            if deadline is None or now < deadline:
+                continue
+            public = self._sessions.public(session_id)
+            with self.db.connect() as conn:
+                if uploads_closed(conn, session_id):
+                    continue
+                have = {r["client_id"] for r in conn.execute(
+                    "SELECT client_id FROM masked WHERE session_id = ?", (session_id,))}
+            missing = [c for c in public.clients if c not in have]
+            if not missing or len(public.clients) - len(missing) < quorum:
+                continue
+            try:
+                self.leave_out(session_id, missing, "its upload deadline passed")
+            except ServiceError as exc:  # an upload arrived meanwhile: the next pass sees it
+                log.info("session %s: deadline close deferred: %s", session_id, exc.message)
+                continue
+            closed += 1
+        return closed
 
     def replacements(self, session_id: str) -> list[wire.UploadReplacement]:
         """Every replaced upload of the session, in order."""
@@ -311,6 +425,9 @@ class MaskedUploads:
         return path.read_bytes()
 
     def uploaded_clients(self, session_id: str) -> list[str]:
+        """The owners whose upload is stored (not those left out)."""
         with self.db.connect() as conn:
             return [r["client_id"] for r in conn.execute(
-                "SELECT client_id FROM masked WHERE session_id = ?", (session_id,))]
+                "SELECT client_id FROM masked WHERE session_id = ? AND client_id NOT IN "
+                "(SELECT client_id FROM absent WHERE session_id = ?)",
+                (session_id, session_id))]

@@ -49,6 +49,7 @@ DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
 ALL = ["*"]
 TIERS: dict[str, dict[str, list[str]]] = {
     "fhe": {
+        "test_absent_owner": ALL,
         "test_session_limits": [
             "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",
         ],
@@ -106,6 +107,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
         ],
     },
     "served": {
+        "test_absent_owner": ALL,
         "test_versions": [
             "test_an_agent_refuses_a_key_server_of_another_version",
             "test_a_compute_server_of_another_version_is_refused_at_its_first_peer_call",
