@@ -40,6 +40,7 @@ import httpx
 import numpy as np
 
 from feddpsyn.clients.counting import count_csv
+from feddpsyn.clients.odometer import Odometer, OdometerRefusal
 from feddpsyn.common import wire
 from feddpsyn.common.files import write_private
 from feddpsyn.common.version import VERSION, VERSION_HEADER, VersionMismatch, check_answer
@@ -153,14 +154,26 @@ class ClientAgent:
 
     def upload(self, csv_path: Path, on_invalid: InvalidPolicy = "error",
                progress: Callable[[str], None] = lambda _: None, *,
-               allow_empty: bool = False, replace: bool = False) -> UploadResult:
+               allow_empty: bool = False, replace: bool = False,
+               odometer: Odometer | None = None) -> UploadResult:
         """Encode, count, mask and send this owner's table (module docstring); ``replace``
-        replaces an upload already stored, ``allow_empty`` sends zero counts on purpose."""
+        replaces an upload already stored, ``allow_empty`` sends zero counts on purpose.
+        ``odometer``: the table's lifetime budget (``clients.odometer``), checked and written
+        before anything is sent."""
         started = time.time()
         public = self.session()
         if self.client_id not in public.clients:
             raise AgentError(f"client {self.client_id!r} is not part of session "
                              f"{self.session_id}")
+        if odometer is not None:
+            try:
+                spend = odometer.admit(public, str(self._ks.base_url))
+            except OdometerRefusal as exc:
+                raise AgentError(str(exc)) from None
+            if spend is not None:
+                progress(f"lifetime budget of table {odometer.table!r}: eps "
+                         f"{spend.epsilon:.4f} of {spend.cap_epsilon:g} at delta "
+                         f"{spend.delta:g} with this session ({spend.sessions} sessions)")
         progress(f"encoding {csv_path}")
         tally, counts = self.encode(csv_path, on_invalid, public)
         if tally.rows_kept == 0 and not allow_empty:

@@ -77,24 +77,89 @@ def client_upload(keyserver: str = typer.Option(..., callback=check_url,
                   allow_empty: bool = typer.Option(
                       False, "--allow-empty",
                       help="upload a table with no rows (all counts zero) on purpose: for an "
-                           "owner who truly holds no records for this session")) -> None:
-    """Mask and upload this owner's counts (idempotent: safe to re-run)."""
+                           "owner who truly holds no records for this session"),
+                  table: str | None = typer.Option(
+                      None, help="the table's name on this owner's odometer (its lifetime "
+                                 "budget: STATE_DIR/odometer/TABLE.json); default: the CSV's "
+                                 "file name without .csv"),
+                  lifetime_epsilon: float | None = typer.Option(
+                      None, min=0.0, help="this table's lifetime cap: refuse a session whose "
+                                          "privacy record, composed with every earlier one "
+                                          "the table joined, passes eps (kept on the "
+                                          "odometer; needs the accounting extra)"),
+                  lifetime_delta: float | None = typer.Option(
+                      None, help="the cap's delta (with --lifetime-epsilon)")) -> None:
+    """Mask and upload this owner's counts (idempotent: safe to re-run). Every session is
+    recorded on the table's odometer first; with a lifetime cap, one past it is refused
+    before anything is sent."""
     from feddpsyn.clients.agent import AgentError, ClientAgent
     from feddpsyn.params.table_codec import InvalidValueError
 
     token = read_token(token_file)
+    odometer = _odometer(state_dir, table or csv_path.stem, lifetime_epsilon, lifetime_delta)
     try:
         with ClientAgent(keyserver, computeserver, session, client_id, token, state_dir,
                          verify=str(ca_file) if ca_file else True) as agent:
             result = agent.upload(csv_path, on_invalid,  # type: ignore[arg-type]
                                   progress=lambda m: typer.echo(f"... {m}"),
-                                  allow_empty=allow_empty, replace=replace)
+                                  allow_empty=allow_empty, replace=replace,
+                                  odometer=odometer)
     except (AgentError, InvalidValueError) as exc:
         fail(str(exc))
     fresh = result.seed_receipt.stored or result.masked_receipt.stored
     verb = ("replaced" if result.replaced else "uploaded") if fresh else "already uploaded"
     typer.echo(f"{verb}: {result.rows} rows, {result.cells} masked counts, "
                f"{result.bytes_sent} bytes, {result.seconds:.2f} s")
+
+
+def _odometer(state_dir: Path, table: str, epsilon: float | None, delta: float | None):
+    """The table's odometer, its cap set or changed if both are given."""
+    from feddpsyn.clients.odometer import Odometer, OdometerRefusal, odometer_path
+
+    if (epsilon is None) != (delta is None):
+        fail("--lifetime-epsilon and --lifetime-delta go together")
+    try:
+        odometer = Odometer(odometer_path(state_dir, table))
+        if epsilon is not None and delta is not None:
+            odometer.set_cap(epsilon, delta)
+    except OdometerRefusal as exc:
+        fail(str(exc))
+    return odometer
+
+
+def client_budget(table: str = typer.Option(..., help="the table's name on the odometer"),
+                  state_dir: Path = typer.Option(Path(".feddpsyn-client")),
+                  delta: float | None = typer.Option(
+                      None, help="state the spend at this delta (default: the cap's)"),
+                  as_json: bool = typer.Option(False, "--json", help="as JSON")) -> None:
+    """Show a table's lifetime privacy spend: every session it joined, composed from their
+    published privacy records (PLD composition, not a sum of eps), and what is left of its
+    cap."""
+    from feddpsyn.clients.odometer import Odometer, OdometerRefusal, odometer_path
+
+    try:
+        odometer = Odometer(odometer_path(state_dir, table))
+        if not odometer.path.exists():
+            fail(f"no odometer for table {table!r} in {state_dir / 'odometer'}")
+        spend = odometer.spend(delta)
+    except OdometerRefusal as exc:
+        fail(str(exc))
+    sessions = odometer.sessions()
+    if as_json:
+        typer.echo(json.dumps({"table": table, "sessions": len(sessions),
+                               "epsilon": spend.epsilon, "delta": spend.delta,
+                               "cap_epsilon": spend.cap_epsilon, "left": spend.left,
+                               "joined": [{k: s[k] for k in ("session_id", "keyserver",
+                                                              "epsilon", "delta")}
+                                          for s in sessions]}, indent=1))
+        return
+    cap = "no cap" if spend.cap_epsilon is None else (
+        f"cap eps {spend.cap_epsilon:g}, {spend.left:.4f} left")
+    typer.echo(f"table {table}: {len(sessions)} sessions, eps {spend.epsilon:.4f} at delta "
+               f"{spend.delta:g} composed ({cap})")
+    for s in sessions:
+        typer.echo(f"  {s['session_id']} at {s['keyserver']}: eps {s['epsilon']:g}, "
+                   f"delta {s['delta']:g}")
 
 
 def client_release(keyserver: str = typer.Option(..., callback=check_url,

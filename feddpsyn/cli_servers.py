@@ -33,6 +33,10 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
                                        "(Adult: 12,090)"),
               max_clients: int = typer.Option(
                   1000, min=1, help="refuse a session of more data owners"),
+              owner_caps: Path | None = typer.Option(
+                  None, help="lifetime caps per owner id across this server's sessions: a "
+                             "JSON file {\"alice\": {\"epsilon\": 3, \"delta\": 1e-5}}, "
+                             "read at every session; a session past a cap is refused"),
               log_level: str = "info") -> None:
     """Run the key-management server."""
     from feddpsyn.common.credentials import read_or_create_token
@@ -44,11 +48,18 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
         fail("--workers is a positive number of worker processes")
     limits = SessionLimits(max_columns=max_columns, max_categories=max_categories,
                            max_cells=max_cells, max_clients=max_clients)
+    if owner_caps is not None:
+        from feddpsyn.keyserver.owner_caps import load_caps
+
+        try:
+            load_caps(owner_caps)
+        except ValueError as exc:
+            fail(str(exc))
     configure_logging(log_level.upper())
     state_dir.mkdir(parents=True, exist_ok=True)
     peer = read_or_create_token(peer_token_file or state_dir / "peer.token")
-    _serve(create_app(state_dir, peer, offline_workers=workers, limits=limits), host, port,
-           log_level, ssl_certfile, ssl_keyfile)
+    _serve(create_app(state_dir, peer, offline_workers=workers, limits=limits,
+                      owner_caps=owner_caps), host, port, log_level, ssl_certfile, ssl_keyfile)
 
 
 # Seconds a stopping server gives the requests in flight (module ``_serve``).

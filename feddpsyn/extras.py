@@ -2,7 +2,8 @@
 imports, and the one line a command prints when its extra is missing.
 
 A bare ``pip install feddpsyn`` is a data owner's install: the client agent, the schema tools
-and ``feddpsyn synthesize`` (numpy, pydantic, httpx, typer, rich). Every other role is an
+and ``feddpsyn synthesize`` (numpy, pydantic, httpx, typer, rich); an owner who keeps a
+lifetime cap adds the ``accounting`` extra (Google's dp-accounting). Every other role is an
 extra of pyproject.toml; :data:`PROVIDES` lists, for each, the modules it brings
 (tests/project/test_install_roles.py checks it against pyproject.toml). Two packages of the
 ``server`` and ``synthesis`` extras are installed with ``--no-deps`` after the extra
@@ -26,6 +27,12 @@ PROVIDES: dict[str, dict[str, str]] = {
         "absl": "absl-py", "tree": "dm-tree", "mpmath": "mpmath",
         "dp_accounting": "dp-accounting",
     },
+    # An owner's lifetime budget (`client upload --lifetime-epsilon`, `client budget`):
+    # Google's dp-accounting composes the sessions' records.
+    "accounting": {
+        "scipy": "scipy", "attr": "attrs", "absl": "absl-py", "tree": "dm-tree",
+        "mpmath": "mpmath", "dp_accounting": "dp-accounting",
+    },
     "distaim": {
         "mpyc": "mpyc", "gmpy2": "gmpy2", "fastapi": "fastapi", "starlette": "starlette",
         "uvicorn": "uvicorn",
@@ -45,10 +52,11 @@ INCLUDES: dict[str, tuple[str, ...]] = {"bench": ("server", "distaim", "synthesi
 NO_DEPS: dict[str, str] = {"dp-accounting": "dp-accounting==0.6.0", "mbi": "mbi==2.0.0"}
 
 # A command whose own extra is named first when a module it misses is in several extras.
-COMMAND_EXTRA: dict[str, str] = {"distaim": "distaim", "bench": "bench"}
+COMMAND_EXTRA: dict[str, str] = {"distaim": "distaim", "bench": "bench",
+                                  "client": "accounting"}
 
 # The order in which extras are tried for a command not in COMMAND_EXTRA.
-_ORDER = ("server", "distaim", "synthesis", "bench")
+_ORDER = ("server", "accounting", "distaim", "synthesis", "bench")
 
 
 def _modules(extra: str) -> dict[str, str]:

@@ -36,14 +36,16 @@ REPLACE_HELP = ("replace this client's stored masked vector (masked with a fresh
 def create_app(state_dir: Path, peer_token: str, *,
                encryption_interval: float = 0.5, prepare: PrepareFiles | None = None,
                preparation_workers: int = 1, offline_workers: int = 1,
-               limits: SessionLimits | None = None) -> FastAPI:
+               limits: SessionLimits | None = None,
+               owner_caps: Path | None = None) -> FastAPI:
     """``prepare``: how a session's circuits, keys and noise pool are made, off the request
     path (default: in a child process; ``keyserver.preparation``); ``preparation_workers``:
     sessions prepared at once; ``offline_workers``: local processes the offline job's
     chunks are spread over (``keyserver.offline_pool``); ``limits``: what one session may
-    ask (``keyserver.limits``: refused at once, 422)."""
+    ask (``keyserver.limits``: refused at once, 422); ``owner_caps``: lifetime caps per owner
+    id across this server's sessions (``keyserver.owner_caps``)."""
     service = KeyServer(state_dir, prepare=prepare, preparation_workers=preparation_workers,
-                        offline_workers=offline_workers, limits=limits)
+                        offline_workers=offline_workers, limits=limits, owner_caps=owner_caps)
     operator_token = read_or_create_token(state_dir / "operator.token")
     log.info("operator credentials: %s (mode 0600)", state_dir / "operator.token")
     worker = BackgroundWorker("encryption-job", service.run_encryption_job, encryption_interval)

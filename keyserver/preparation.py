@@ -75,6 +75,7 @@ from feddpsyn.dp.noise_pool import draw_pool
 from feddpsyn.keyserver.keys import SessionKeys
 from feddpsyn.keyserver.limits import LimitExceeded, SessionLimits
 from feddpsyn.keyserver.offline_pool import KeyFiles
+from feddpsyn.keyserver.owner_caps import OwnerCaps
 from feddpsyn.keyserver.selection import compiled_bootstraps, create_selection_files
 from feddpsyn.keyserver.sessions import PlanMismatch, SessionRegistry, build_plan, confirm_published
 from feddpsyn.params.schema import Schema, SchemaError
@@ -153,11 +154,12 @@ class SessionPreparation:
     def __init__(self, db: Database, sessions: SessionRegistry, *,
                  prepare: PrepareFiles | None = None, workers: int = 1,
                  max_pending: int = 8, ahead: WhileCompiling | None = None,
-                 limits: SessionLimits | None = None):
+                 limits: SessionLimits | None = None, caps: OwnerCaps | None = None):
         self.db = db
         self.sessions = sessions
         self._ahead = ahead
         self.limits = limits or SessionLimits()
+        self.caps = caps or OwnerCaps(db, None)
         # Plans are built here, one at a time, so a request waits for its plan a bounded time
         # (ACCEPT_WAIT_S) and a slow one goes on for the job.
         self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planning")
@@ -210,6 +212,8 @@ class SessionPreparation:
                           json.dumps(request.clients), QUEUED if plan else PLANNING,
                           time.time()))
             store_client_tokens(conn, session_id, tokens)
+        if draft is not None:
+            self.caps.release(session_id)  # counted from its row now
         self._submit(session_id, request, planning, force=True)
         log.info("session %s accepted: %d clients, %s; preparing", session_id,
                  len(request.clients), "planning" if plan is None
@@ -218,14 +222,15 @@ class SessionPreparation:
                                     status_url=f"/sessions/{session_id}/status",
                                     client_tokens=tokens)
 
-    @staticmethod
-    def _plan(session_id: str, request: wire.SessionCreate) -> Planned:
+    def _plan(self, session_id: str, request: wire.SessionCreate) -> Planned:
         """The session's plan and the public record drafted from it, which must give back
-        this plan, as it will after a restart (``keyserver.sessions``); the final record
-        is checked again when the session is recorded."""
+        this plan, as it will after a restart (``keyserver.sessions``; the final record is
+        checked again when the session is recorded), within the capped owners' lifetime
+        budgets at this server (``keyserver.owner_caps``)."""
         plan = build_plan(request)
         draft = plan.to_public(session_id, request.clients)
         confirm_published(plan, draft)
+        self.caps.check(draft)
         return plan, draft
 
     def _submit(self, session_id: str, request: wire.SessionCreate,
@@ -267,6 +272,7 @@ class SessionPreparation:
         with self.db.transaction() as conn:
             conn.execute("UPDATE session_preparation SET draft_json = ? WHERE id = ? AND "
                          "draft_json = ''", (draft.model_dump_json(by_alias=True), session_id))
+        self.caps.release(session_id)
         return plan
 
     def _run(self, session_id: str, request: wire.SessionCreate, planning: Future[Planned],

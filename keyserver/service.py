@@ -31,6 +31,7 @@ from feddpsyn.keyserver.keys import SessionKeys
 from feddpsyn.keyserver.ledger import LEDGER_SQL, PrivacyLedger
 from feddpsyn.keyserver.limits import SessionLimits
 from feddpsyn.keyserver.offline_pool import OfflinePool
+from feddpsyn.keyserver.owner_caps import OwnerCaps
 from feddpsyn.keyserver.preparation import PrepareFiles, SessionPreparation
 from feddpsyn.keyserver.releases import RELEASES_SQL, Releases
 from feddpsyn.keyserver.selection import SELECTION_SQL, SelectionRole
@@ -49,12 +50,13 @@ class KeyServer:
 
     def __init__(self, state_dir: Path, *, prepare: PrepareFiles | None = None,
                  preparation_workers: int = 1, offline_workers: int = 1,
-                 limits: SessionLimits | None = None):
+                 limits: SessionLimits | None = None, owner_caps: Path | None = None):
         """``prepare``: how a session's circuits, keys and noise pool are made (default: in a
         child process, ``keyserver.preparation.prepare_in_child``); ``offline_workers``: the
         local processes the offline job's chunks are spread over, never the server's own
         (``keyserver.offline_pool``); ``limits``: what one session may ask
-        (``keyserver.limits``)."""
+        (``keyserver.limits``); ``owner_caps``: a file of lifetime caps per owner id
+        (``keyserver.owner_caps``)."""
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
@@ -70,7 +72,8 @@ class KeyServer:
         self.coins = JointCoins(self.sessions, self.offline_pool, self.releases.decided_chunks)
         self.preparation = SessionPreparation(self.db, self.sessions, prepare=prepare,
                                               workers=preparation_workers, ahead=self.coins,
-                                              limits=limits)
+                                              limits=limits,
+                                              caps=OwnerCaps(self.db, owner_caps))
         # The compute server's latest report of a long step, per session (status only).
         self._progress: dict[str, tuple[wire.WorkProgress, float]] = {}
         self._progress_lock = threading.Lock()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from feddpsyn.common import wire
 from feddpsyn.common.version import VERSION
 from feddpsyn.dp.accounting import rho_to_eps
+from feddpsyn.dp.lifetime import record_mechanisms as record_mechanisms  # re-exported
 from feddpsyn.dp.pld_accounting import (
     DiscreteGaussian,
     GaussianBound,
@@ -128,21 +129,6 @@ def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyReco
         accounting="pld" if exact is not None and plan.accounting == "pld" else "rdp",
         epsilon_accounted=None if exact is None else accounted_epsilon(plan),
         mechanisms=[_wire(m) for m in mechanisms], run_time=late, version=VERSION)
-
-
-def record_mechanisms(record: wire.PrivacyRecord) -> list[Mechanism]:
-    """The accountant's mechanisms a published record lists."""
-    out: list[Mechanism] = []
-    for m in record.mechanisms:
-        if isinstance(m, wire.UniformSumMechanism):
-            out.append(UniformSum(m.name, m.uniforms, m.bits, m.counts_per_record))
-        elif isinstance(m, wire.DiscreteGaussianMechanism):
-            out.append(DiscreteGaussian(m.name, Fraction(m.sigma2), m.counts_per_record))
-        elif isinstance(m, wire.GaussianBoundMechanism):
-            out.append(GaussianBound(m.name, Fraction(m.rho), m.eta))
-        else:
-            out.append(PureStep(m.name, m.epsilon, m.count))
-    return out
 
 
 # The ledger entry each mechanism's noise is charged under, where the names differ: the
