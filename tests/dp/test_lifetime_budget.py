@@ -47,9 +47,10 @@ def _independent(records: list[dict], delta: float) -> float:
     """Every record's mechanisms composed by dp-accounting directly, at delta minus the
     records' reserved terms (the auditor of tests/params/test_privacy_record.py, over
     several records)."""
+    from fractions import Fraction
+
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from dp_accounting.pld.common import DifferentialPrivacyParameters
-    from fractions import Fraction
 
     total = None
     for record in records:
