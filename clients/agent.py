@@ -43,6 +43,7 @@ from feddpsyn.clients.counting import count_csv
 from feddpsyn.clients.odometer import Odometer, OdometerRefusal
 from feddpsyn.common import wire
 from feddpsyn.common.files import write_private
+from feddpsyn.common.tls import UNTRUSTED, certificate_refused
 from feddpsyn.common.version import VERSION, VERSION_HEADER, VersionMismatch, check_answer
 from feddpsyn.crypto.masking import SEED_BYTES, expand_masks, mask_counts, new_seed, seed_commitment
 from feddpsyn.params.layout import MarginalLayout
@@ -100,6 +101,8 @@ class ClientAgent:
             try:
                 response = client.request(method, url, **kw)
             except httpx.TransportError as exc:
+                if certificate_refused(exc):  # a retry cannot change a certificate
+                    raise AgentError(f"{client.base_url}: {UNTRUSTED}") from None
                 if attempt == self.attempts:
                     raise AgentError(f"{client.base_url}{url}: unreachable after {attempt} "
                                      f"attempts ({type(exc).__name__})") from None
@@ -260,9 +263,19 @@ class ClientAgent:
         response = self._request(self._cs, "GET", f"/sessions/{self.session_id}/status")
         return wire.SessionStatus.model_validate_json(response.content)
 
-    def release(self) -> wire.ReleaseDocument:
-        response = self._request(self._ks, "GET", f"/sessions/{self.session_id}/release")
-        return wire.ReleaseDocument.model_validate_json(response.content)
+    def release(self, wait: float = 0) -> wire.ReleaseDocument:
+        """The session's release document; with ``wait`` > 0, polled until the session is
+        released or ``wait`` seconds have passed."""
+        deadline = time.monotonic() + wait
+        while True:  # bounded by the deadline
+            if wait <= 0 or self.status().state == "released":
+                response = self._request(self._ks, "GET",
+                                         f"/sessions/{self.session_id}/release")
+                return wire.ReleaseDocument.model_validate_json(response.content)
+            if time.monotonic() >= deadline:
+                raise AgentError(f"session {self.session_id} is not released after {wait:g} s "
+                                 f"(state: {self.status().state})")
+            time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
 
 
 def _digest(body: str) -> bytes:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from feddpsyn.terminal import check_id, check_url, fail, read_token
+from feddpsyn.terminal import CA_HELP, check_id, check_url, fail, read_token
 
 
 def _count_local(csv_path: Path, schema: Path, on_invalid: str):
@@ -68,7 +68,7 @@ def client_upload(keyserver: str = typer.Option(..., callback=check_url,
                   on_invalid: str = "error",
                   state_dir: Path = typer.Option(Path(".feddpsyn-client")),
                   ca_file: Path | None = typer.Option(
-                      None, help="CA certificate to verify HTTPS servers"),
+                      None, help=CA_HELP),
                   replace: bool = typer.Option(
                       False, "--replace",
                       help="replace this owner's upload already stored in the session (a "
@@ -170,7 +170,10 @@ def client_release(keyserver: str = typer.Option(..., callback=check_url,
                    token_file: Path = typer.Option(...),
                    out: Path = typer.Option(...),
                    ca_file: Path | None = typer.Option(
-                       None, help="CA certificate to verify an HTTPS key server")) -> None:
+                       None, help=CA_HELP),
+                   wait: float = typer.Option(
+                       0, min=0, help="seconds to wait for the release if the session is "
+                                      "not released yet (0: ask once)")) -> None:
     """Download the session's released noisy marginals (with their accounting)."""
     from feddpsyn.clients.agent import AgentError, ClientAgent
 
@@ -178,7 +181,7 @@ def client_release(keyserver: str = typer.Option(..., callback=check_url,
         with ClientAgent(keyserver, keyserver, session, client_id, read_token(token_file),
                          Path(".feddpsyn-client"),
                          verify=str(ca_file) if ca_file else True) as agent:
-            document = agent.release()
+            document = agent.release(wait=wait)
     except AgentError as exc:
         fail(str(exc))
     out.write_text(document.model_dump_json(by_alias=True, indent=1))

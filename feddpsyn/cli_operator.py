@@ -9,11 +9,12 @@ from typing import Optional
 
 import typer
 
-from feddpsyn.terminal import check_id, check_ids, check_url, fail, read_token
+from feddpsyn.terminal import CA_HELP, check_id, check_ids, check_url, fail, read_token
 
 
 def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
-                   content: str | None = None, content_type: str | None = None):
+                   content: str | None = None, content_type: str | None = None,
+                   ca_file: Path | None = None):
     import httpx
 
     from feddpsyn.common import wire
@@ -24,12 +25,28 @@ def _operator_call(keyserver: str, token_file: Path, method: str, path: str,
         headers["Content-Type"] = content_type
     try:
         response = httpx.request(method, f"{keyserver.rstrip('/')}{path}", timeout=600,
-                                 headers=headers, content=content)
+                                 headers=headers, content=content, verify=_verify(ca_file))
     except httpx.TransportError as exc:
-        fail(f"key server {keyserver} unreachable ({type(exc).__name__})")
+        fail(transport_problem(keyserver, exc))
     if response.status_code >= 400:
         fail(f"{response.status_code}: {wire.error_detail(response, 300)}")
     return response
+
+
+def _verify(ca_file: Path | None) -> bool | str:
+    if ca_file is not None and not ca_file.is_file():
+        fail(f"--ca-file {ca_file}: no such file")
+    return str(ca_file) if ca_file is not None else True
+
+
+def transport_problem(url: str, exc: Exception) -> str:
+    """One line for a connection that failed: a certificate the CA does not vouch for, or a
+    server that does not answer."""
+    from feddpsyn.common.tls import UNTRUSTED, certificate_refused
+
+    if certificate_refused(exc):
+        return f"{url}: {UNTRUSTED}"
+    return f"key server {url} unreachable ({type(exc).__name__})"
 
 
 def _split(selection: str, one_way: float | None, selection_share: float) -> dict | None:
@@ -120,7 +137,12 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
                                   "preparing after the wait"),
                    no_wait: bool = typer.Option(
                        False, "--no-wait", help="return once the session is accepted; "
-                                                "follow it with `session status`")) -> None:
+                                                "follow it with `session status`"),
+                   ca_file: Path | None = typer.Option(None, help=CA_HELP),
+                   quiet: bool = typer.Option(
+                       False, "--quiet", "-q", help="print the session id alone (for a "
+                                                    "script: SESSION=$(feddpsyn session create "
+                                                    "... -q))")) -> None:
     """Create a synthesis session; write one credential file per client.
 
     The key server checks the request and its plan at once, then prepares the session in
@@ -153,8 +175,9 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
     except ValueError as exc:
         fail(f"invalid session request: {exc}")
     token = read_token(operator_token_file)
+    verify = _verify(ca_file)
     try:
-        accepted = post_session(keyserver, token, request)
+        accepted = post_session(keyserver, token, request, verify=verify)
     except SessionError as exc:
         fail(str(exc))
     sid = accepted.session_id
@@ -162,6 +185,9 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
     for client_id, client_token in accepted.client_tokens.items():
         write_private(tokens_dir / f"{client_id}.token", client_token.encode())
     if no_wait:
+        if quiet:
+            typer.echo(sid)
+            return
         typer.echo(f"session {sid}: accepted, preparing; {len(accepted.client_tokens)} "
                    f"clients; tokens in {tokens_dir}/; follow it with `feddpsyn session "
                    f"status --session {sid}`")
@@ -170,13 +196,17 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
     # else a line when a phase begins and at most every 10 s while it lasts.
     display = ProgressDisplay(prefix=f"session {sid}: preparing: ", stderr=True)
     try:
-        public = wait_ready(keyserver, token, sid, timeout=timeout,
-                            progress=lambda status: display.show(session_steps(status)))
+        public = wait_ready(keyserver, token, sid, timeout=timeout, verify=verify,
+                            progress=None if quiet
+                            else lambda status: display.show(session_steps(status)))
     except SessionError as exc:
         display.close()
         fail(f"{exc} (tokens in {tokens_dir}/)", code=1)
     display.finish()
     display.close()
+    if quiet:
+        typer.echo(sid)
+        return
     typer.echo(f"session {sid}: {len(accepted.client_tokens)} clients, "
                f"{public.total_cells} cells; tokens in {tokens_dir}/")
 
@@ -186,7 +216,8 @@ def session_status(keyserver: str = typer.Option(..., callback=check_url,
                    session: str = typer.Option(..., callback=check_id, help="the session id"),
                    operator_token_file: Path = typer.Option(...),
                    as_json: bool = typer.Option(False, "--json",
-                                                help="the status and ledger as JSON")) -> None:
+                                                help="the status and ledger as JSON"),
+                   ca_file: Path | None = typer.Option(None, help=CA_HELP)) -> None:
     """Show a session's state and where its privacy budget went: one line per ledger entry
     (what was released or decided, rho, running total, remaining, eps at the session's
     delta), then the plan's entries still to come. A session being prepared shows its
@@ -194,7 +225,8 @@ def session_status(keyserver: str = typer.Option(..., callback=check_url,
     from feddpsyn.common import wire
     from feddpsyn.ledger_table import format_ledger
 
-    status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status")
+    status = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/status",
+                            ca_file=ca_file)
     parsed = wire.SessionStatus.model_validate_json(status.content)
     if parsed.state in ("preparing", "failed"):
         # No ledger nor public record yet: the session is being set up (or failed to be).
@@ -203,11 +235,13 @@ def session_status(keyserver: str = typer.Option(..., callback=check_url,
         else:
             typer.echo(f"session {parsed.session_id}: {parsed.state}; {parsed.detail}")
         return
-    ledger = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/ledger")
+    ledger = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}/ledger",
+                            ca_file=ca_file)
     if as_json:
         typer.echo(json.dumps({"status": status.json(), "ledger": ledger.json()}, indent=1))
         return
-    public = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}")
+    public = _operator_call(keyserver, operator_token_file, "GET", f"/sessions/{session}",
+                            ca_file=ca_file)
     typer.echo(format_ledger(wire.LedgerView.model_validate_json(ledger.content),
                              wire.SessionPublic.model_validate_json(public.content),
                              parsed))
@@ -220,7 +254,8 @@ def session_close(keyserver: str = typer.Option(..., callback=check_url,
                   without: str = typer.Option(
                       ..., callback=check_ids,
                       help="comma-separated owners to leave out: none of them may have "
-                           "uploaded, and at least the session's quorum must remain")) -> None:
+                           "uploaded, and at least the session's quorum must remain"),
+                  ca_file: Path | None = typer.Option(None, help=CA_HELP)) -> None:
     """Close a session's uploads with the owners present: the owners named are left out,
     their later uploads refused; the session runs on the others' tables."""
     from feddpsyn.common import wire
@@ -230,7 +265,7 @@ def session_close(keyserver: str = typer.Option(..., callback=check_url,
     response = _operator_call(keyserver, operator_token_file, "POST",
                               f"/sessions/{session}/uploads/close",
                               content=body.model_dump_json(),
-                              content_type="application/json")
+                              content_type="application/json", ca_file=ca_file)
     status = wire.SessionStatus.model_validate_json(response.content)
     typer.echo(f"session {session}: uploads closed without {', '.join(status.clients_absent)}; "
                f"{len(status.clients_uploaded)} owners uploaded, "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from feddpsyn.terminal import check_url, fail, read_token
+from feddpsyn.terminal import CA_HELP, check_url, fail, read_token
 
 
 def keyserver(host: str = "127.0.0.1", port: int = 8700,
@@ -88,9 +88,11 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
                   peer_token_file: Path | None = typer.Option(
                       None, help="token shared with the key server (default: "
                                  "STATE_DIR/peer.token, a copy of the key server's)"),
-                  keyserver_ca: Path | None = typer.Option(
-                      None, help="CA certificate to verify an HTTPS key server"),
-                  ssl_certfile: Path | None = None, ssl_keyfile: Path | None = None,
+                  ca_file: Path | None = typer.Option(
+                      None, help=CA_HELP),
+                  ssl_certfile: Path | None = typer.Option(
+                      None, help="serve HTTPS with this certificate (PEM)"),
+                  ssl_keyfile: Path | None = typer.Option(None, help="its private key (PEM)"),
                   workers: int | None = typer.Option(
                       None, help="run the encrypted selection in this many local worker "
                                  "processes (0: threads in the server's process, the default)"),
@@ -127,6 +129,6 @@ def computeserver(host: str = "127.0.0.1", port: int = 8701,
         security = Security(tls_ca_file=str(dask_tls_ca), tls_client_cert=str(dask_tls_cert),
                             tls_client_key=str(dask_tls_key), require_encryption=True)
     app = create_app(state_dir, keyserver, read_token(peer_token_file),
-                     verify=str(keyserver_ca) if keyserver_ca else True,
+                     verify=str(ca_file) if ca_file else True,
                      executor=make_executor(workers, dask_scheduler, security))
     _serve(app, host, port, log_level, ssl_certfile, ssl_keyfile)

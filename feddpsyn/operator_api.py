@@ -17,6 +17,7 @@ from collections.abc import Callable
 import httpx
 
 from feddpsyn.common import wire
+from feddpsyn.common.tls import UNTRUSTED, certificate_refused
 from feddpsyn.common.version import VERSION, VERSION_HEADER
 
 __all__ = ["SessionError", "SessionNotReady", "post_session", "wait_ready", "create_session",
@@ -51,6 +52,8 @@ def post_session(url: str, operator_token: str, request: wire.SessionCreate, *,
                               headers={**_auth(operator_token),
                                        "Content-Type": "application/json"})
     except httpx.TransportError as exc:
+        if certificate_refused(exc):
+            raise SessionError(f"{url}: {UNTRUSTED}") from None
         raise SessionError(f"key server {url} unreachable ({type(exc).__name__})") from None
     if response.status_code != 202:
         raise SessionError(f"{response.status_code}: {wire.error_detail(response, 500)}")

@@ -10,7 +10,11 @@ import typer
 
 from feddpsyn.common.ids import id_problem, url_problem
 
-__all__ = ["fail", "read_token", "check_id", "check_ids", "check_url"]
+__all__ = ["fail", "read_token", "check_id", "check_ids", "check_url", "CA_HELP"]
+
+
+# One option for the CA on every command that connects: --ca-file.
+CA_HELP = "CA certificate (PEM) to verify HTTPS servers against (default: the system's CAs)"
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

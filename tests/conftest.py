@@ -49,6 +49,8 @@ DATA = Path(os.environ.get("FEDDPSYN_DATA", ROOT.parent / "shared" / "data"))
 ALL = ["*"]
 TIERS: dict[str, dict[str, list[str]]] = {
     "fhe": {
+        "test_walkthrough": ALL,
+        "test_tls": ALL,
         "test_absent_owner": ALL,
         "test_session_limits": [
             "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",
@@ -107,6 +109,8 @@ TIERS: dict[str, dict[str, list[str]]] = {
         ],
     },
     "served": {
+        "test_walkthrough": ALL,
+        "test_tls": ALL,
         "test_absent_owner": ALL,
         "test_versions": [
             "test_an_agent_refuses_a_key_server_of_another_version",

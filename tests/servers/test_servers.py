@@ -418,7 +418,7 @@ def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
                        f"https://127.0.0.1:{ks_port}")
     cs = ServerProcess(["computeserver", "--port", str(cs_port), "--state-dir",
                         str(tmp_path / "cs"), "--keyserver", ks.url, "--peer-token-file",
-                        str(peer), "--keyserver-ca", str(cert), *tls], tmp_path / "cs.log",
+                        str(peer), "--ca-file", str(cert), *tls], tmp_path / "cs.log",
                        f"https://127.0.0.1:{cs_port}")
     try:
         for server in (ks, cs):
