@@ -13,8 +13,9 @@ The public API, by task (``docs/api.md`` has an example of each):
   :class:`NoisyMarginal` s, and :func:`synthesize` turns them into synthetic rows.
 * **Plan and audit the privacy**: :class:`SessionPlan` is the public plan both servers
   follow, built from a :class:`PlanRequest`; its :class:`PrivacyRecord` lists every noise
-  as a mechanism (:class:`UniformSum`, :class:`DiscreteGaussian`, :class:`PureStep`), and
-  :func:`epsilon_of` re-accounts it.
+  as a mechanism (:class:`UniformSum`, :class:`DiscreteGaussian`, :class:`PureStep`, and
+  :class:`GaussianBound` for a release decided at run time), :func:`epsilon_of` re-accounts
+  it and :func:`audit_record` does it all (``feddpsyn audit``).
 
 Every name is imported on first use (PEP 562): ``import feddpsyn`` stays as cheap as the
 command line needs, and only the names that need them pull pydantic, the FHE compiler
@@ -43,7 +44,7 @@ __all__ = [
     "ClientAgent",
     "marginals_from_release", "NoisyMarginal", "synthesize",
     "SessionPlan", "PlanRequest", "PrivacyRecord", "epsilon_of", "UniformSum",
-    "DiscreteGaussian", "PureStep",
+    "DiscreteGaussian", "PureStep", "GaussianBound", "audit_record",
 ]
 
 # Each public name -> the module it lives in. All are lazy, not only the heavy ones: the
@@ -66,13 +67,22 @@ _LAZY = {
     "UniformSum": "feddpsyn.dp.pld_accounting",
     "DiscreteGaussian": "feddpsyn.dp.pld_accounting",
     "PureStep": "feddpsyn.dp.pld_accounting",
+    "GaussianBound": "feddpsyn.dp.pld_accounting",
+    "audit_record": "feddpsyn.dp.audit",
 }
 
 if TYPE_CHECKING:
     from feddpsyn.clients.agent import ClientAgent
     from feddpsyn.clients.schema_draft import draft_schema
     from feddpsyn.common.wire import BudgetSpec, PrivacyRecord, SelectionRequest, SessionCreate
-    from feddpsyn.dp.pld_accounting import DiscreteGaussian, PureStep, UniformSum, epsilon_of
+    from feddpsyn.dp.audit import audit_record
+    from feddpsyn.dp.pld_accounting import (
+        DiscreteGaussian,
+        GaussianBound,
+        PureStep,
+        UniformSum,
+        epsilon_of,
+    )
     from feddpsyn.params.plan_request import PlanRequest
     from feddpsyn.params.schema import Schema
     from feddpsyn.params.session_plan import SessionPlan

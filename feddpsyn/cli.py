@@ -23,6 +23,7 @@ import typer
 
 from feddpsyn import (
     __version__,
+    cli_audit,
     cli_bench,
     cli_client,
     cli_demo,
@@ -78,6 +79,7 @@ schema_app.command("check")(cli_schema.schema_check)
 app.command()(cli_synthesize.synthesize)
 app.command("params")(cli_parameters.params_command)
 app.command()(cli_parameters.numerics)
+app.command()(cli_audit.audit)
 bench_app.command("utility")(cli_bench.bench_utility)
 bench_app.command("summary")(cli_bench.bench_summary)
 app.command()(cli_demo.demo)

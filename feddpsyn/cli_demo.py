@@ -59,7 +59,15 @@ def demo(dataset: Optional[str] = typer.Option(
              help="tfhe path: wait for the key server's offline job (the joint noise's "
                   "encrypted bits, made before any data) before the owners upload, as a "
                   "session created ahead of its uploads would; the report then times the "
-                  "uploads to the release on their own")) -> None:
+                  "uploads to the release on their own"),
+         absent: int = typer.Option(
+             0, min=0, help="tfhe path: this many owners (the last ones) never upload; the "
+                            "session runs on the others' tables, its uploads closed without "
+                            "the absent ones (see --close-by)"),
+         close_by: str = typer.Option(
+             "close", help="with --absent: close (the operator's `session close`) | deadline "
+                           "(the session's upload deadline, with the present owners as its "
+                           "quorum)")) -> None:
     """Run the whole protocol on a bundled data set or your own table, all on loopback."""
     from feddpsyn.demo import user_table
     from feddpsyn.params.modes import NoiseMode, SelectionMode
@@ -106,7 +114,8 @@ def demo(dataset: Optional[str] = typer.Option(
         try:
             report = run_demo(table or dataset, clients, out, epsilon, delta, method, rows,
                               seed, selection=selection, rounds=rounds, workers=workers,
-                              noise=noise, offline_first=offline_first)
+                              noise=noise, offline_first=offline_first, absent=absent,
+                              close_by=close_by)
         except ValueError as exc:
             fail(str(exc))
     else:

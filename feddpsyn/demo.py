@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from feddpsyn.clients.agent import ClientAgent
+from feddpsyn.clients.agent import AgentError, ClientAgent
 from feddpsyn.common.version import VERSION
 from feddpsyn.common import wire
 from feddpsyn.common.credentials import new_token
@@ -259,10 +259,18 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
              delta: float, method: str, rows: int | None, seed: int, say=print,
              timeout: float | None = None, selection: str = "none",
              rounds: int | None = None, workers: int | None = None,
-             noise: str = "auto", offline_first: bool = False) -> dict:
+             noise: str = "auto", offline_first: bool = False, absent: int = 0,
+             close_by: str = "close") -> dict:
     """The demo on a bundled data set (by name) or on a user's table (``user_table``).
     ``offline_first``: wait for the key server's offline job before the uploads (its time
-    is the report's ``offline_wait`` phase)."""
+    is the report's ``offline_wait`` phase). ``absent``: the last owners never upload; the
+    session runs on the others' tables, its uploads closed without the absent ones by the
+    operator (``close_by="close"``) or by its deadline (``"deadline"``), and an absent
+    owner's late upload is shown refused."""
+    if not 0 <= absent < clients:
+        raise ValueError("--absent leaves at least one owner present")
+    if close_by not in ("close", "deadline"):
+        raise ValueError(f"--close-by is close or deadline, not {close_by!r}")
     phases: dict[str, float] = {}
     ds = dataset_name if isinstance(dataset_name, DemoDataset) else dataset(dataset_name)
     schema = Schema.load(ds.schema)
@@ -286,12 +294,17 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         # size is never refused (params.selection_plan.max_rows_with_room).
         rows = sum(len(p.read_text().splitlines()) - 1 for p in csvs)
         max_rows = stated_max_rows(schema, rows, epsilon, delta, selection, rounds, noise)
+        present = client_ids[:len(client_ids) - absent]
+        # Absent owners: the session runs with the others (its quorum); by deadline, one
+        # that has passed once they have uploaded (the key server then closes at once).
         request = wire.SessionCreate(schema=schema.to_dict(), clients=client_ids,
                                      budget=wire.BudgetSpec(epsilon=epsilon, delta=delta),
                                      max_rows=max_rows,
                                      selection=wire.SelectionRequest(mode=selection,
                                                                      rounds=rounds),
-                                     noise=noise)
+                                     noise=noise, quorum=len(present) if absent else None,
+                                     upload_deadline=time.time() + 1
+                                     if absent and close_by == "deadline" else None)
         plan = SessionPlan.build(PlanRequest(schema, epsilon, delta, max_rows,
                                              selection=selection, rounds=rounds, noise=noise))
         estimate = 0.0
@@ -328,13 +341,24 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
             phases["offline_wait"] = time.time() - t
         t = time.time()
         upload_bytes = []
-        for cid, path in zip(client_ids, csvs):
+        for cid, path in zip(present, csvs):
             with ClientAgent(ks.url, cs.url, session_id, cid, created.client_tokens[cid],
                              out / "client-state") as agent:
                 result = agent.upload(path)
             upload_bytes.append(result.bytes_sent)
             say(f"[demo]   {cid}: {result.rows} rows, {result.cells} masked counts uploaded "
                 f"in {result.seconds:.2f} s")
+        if absent and close_by == "close":
+            response = httpx.post(f"{ks.url}/sessions/{session_id}/uploads/close",
+                                  timeout=60, headers={"Authorization": f"Bearer {operator}"},
+                                  json={"without": client_ids[len(present):]})
+            if response.status_code != 200:
+                raise RuntimeError(f"closing the uploads failed: {response.status_code} "
+                                   f"{wire.error_detail(response, 300)}")
+        if absent:
+            how = "by the operator" if close_by == "close" else "at the deadline"
+            say(f"[demo]   {', '.join(client_ids[len(present):])}: never uploaded; the "
+                f"uploads close without them ({how})")
         phases["client_uploads"] = time.time() - t
         t = time.time()
         with ClientAgent(ks.url, cs.url, session_id, client_ids[0],
@@ -361,6 +385,18 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
                                        f"{out / 'state'}/*.log") from None
             document = agent.release()
         phases["encrypt_aggregate_release"] = time.time() - t
+        late_refusal = None
+        if absent:  # an absent owner shows up after the close: refused by the servers
+            late = client_ids[-1]
+            try:
+                with ClientAgent(ks.url, cs.url, session_id, late, created.client_tokens[late],
+                                 out / "late-client-state") as agent:
+                    agent.upload(csvs[-1])
+            except AgentError as exc:
+                late_refusal = str(exc)
+                say(f"[demo]   {late}'s late upload: refused ({late_refusal[:90]}...)")
+            else:
+                raise RuntimeError(f"{late}'s late upload was accepted after the close")
         (out / "release.json").write_text(document.model_dump_json(by_alias=True, indent=1))
     finally:
         memory.stop()  # its last look needs the servers running
@@ -377,7 +413,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         writer.writerow(schema.names)
         writer.writerows(rows_out)
     phases["synthesis"] = time.time() - t
-    union = np.concatenate([encode_csv(p, schema).records for p in csvs])
+    # The released union is the present owners' tables only.
+    union = np.concatenate([encode_csv(p, schema).records for p in csvs[:len(present)]])
     error = workload_error(union, records, schema.domain_sizes)
     t = time.time()
     accounting = document.accounting
@@ -392,6 +429,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         "dataset": ds.name,
         "clients": len(csvs),
         "contributors": document.contributors,
+        "absent": document.absent,
+        "late_upload_refused": late_refusal,
         "rows_union": int(len(union)),
         "rows_synthetic": int(len(records)),
         "method": method,

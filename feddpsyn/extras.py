@@ -53,7 +53,7 @@ NO_DEPS: dict[str, str] = {"dp-accounting": "dp-accounting==0.6.0", "mbi": "mbi=
 
 # A command whose own extra is named first when a module it misses is in several extras.
 COMMAND_EXTRA: dict[str, str] = {"distaim": "distaim", "bench": "bench",
-                                  "client": "accounting"}
+                                  "client": "accounting", "audit": "accounting"}
 
 # The order in which extras are tried for a command not in COMMAND_EXTRA.
 _ORDER = ("server", "accounting", "distaim", "synthesis", "bench")

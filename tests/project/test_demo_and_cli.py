@@ -56,6 +56,12 @@ def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
     report = json.loads((demo_out / "report.json").read_text())
     assert report["dataset"] == "fed_heart_disease" and report["clients"] == 4
     assert report["version"] == VERSION and report["privacy"]["version"] == VERSION
+    assert report["contributors"] == [f"owner{i}" for i in range(4)] and report["absent"] == []
+    # The published record re-accounted from the report alone (feddpsyn audit).
+    audited = cli("audit", demo_out / "report.json", "--json")
+    assert audited.returncode == 0, audited.stderr
+    assert abs(json.loads(audited.stdout)["epsilon"]
+               - report["privacy"]["epsilon_accounted"]) <= 1e-6
     assert report["method"] == "gum"  # auto: every pair was released
     assert report["noise"]["kind"] == "two-server"
     assert report["rows_union"] == 740
