@@ -53,7 +53,7 @@ from pydantic import (
 )
 
 from feddpsyn.common import wire
-from feddpsyn.dp.accounting import eps_delta_to_rho
+from feddpsyn.distaim.budget import delta_reserve, session_rho  # re-exported
 
 __all__ = ["PLAN_VERSION", "MAX_CELLS", "MAX_CANDIDATES", "LOCAL_KEYS", "LEGACY_SCHEDULE",
            "schedule_of", "SessionRequest",
@@ -158,18 +158,6 @@ class SessionRequest(wire.StrictModel):
         # the plan (and its digest) holds the rate as an exact rational; its range is the
         # plan's to check (build_plan)
         return str(Fraction(v))
-
-
-def delta_reserve(delta: float) -> Fraction:
-    """The part of delta kept for the in-MPC samplers' finite-precision deviation."""
-    return Fraction(delta) / 1000
-
-
-def session_rho(epsilon: float, delta: float) -> Fraction:
-    """A DistAIM session's rho: (epsilon, delta) converted at the delta left once the
-    samplers' reserve is set aside (``fedbench.methods.base.budget_rho`` converts the whole
-    delta, for methods without such a reserve)."""
-    return eps_delta_to_rho(epsilon, Fraction(delta) - delta_reserve(delta))
 
 
 def parse_workload(text: str, names: list[str]) -> list[list[int]] | None:

@@ -41,7 +41,7 @@ from decimal import ROUND_DOWN, ROUND_UP, Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from feddpsyn.distaim.plan import session_rho
+from feddpsyn.distaim.budget import session_rho
 from feddpsyn.distaim.secure_selection import SelectionPlan
 from feddpsyn.distaim.validation import validation_tv
 from feddpsyn.params.layout import MarginalLayout

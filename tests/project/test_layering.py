@@ -123,3 +123,71 @@ def test_the_top_floor_is_imported_by_no_package():
     users = sorted({package for package in _packages() for _, top, _ in _imports(package)
                     if top == "feddpsyn" and package != "bench"})
     assert not users, f"the CLI and demos are the top floor; imported by {users}"
+
+
+# ------------------------------------------------------------------ modules within a package
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts if parts[0] == "feddpsyn" else ["feddpsyn", *parts])
+
+
+def _runtime_imports(tree: ast.AST, known: set[str]) -> set[str]:
+    """The project's modules a module imports when it runs: every import, deferred ones
+    included, but not those under ``if TYPE_CHECKING:`` (annotations only). ``from pkg
+    import sub`` names the submodule, not the package."""
+    found: set[str] = set()
+
+    class Imports(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            test = node.test
+            if getattr(test, "id", None) == "TYPE_CHECKING" \
+                    or getattr(test, "attr", None) == "TYPE_CHECKING":
+                for child in node.orelse:
+                    self.visit(child)
+                return
+            self.generic_visit(node)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.update(alias.name for alias in node.names if alias.name in known)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if node.level or not node.module:
+                return
+            subs = {f"{node.module}.{alias.name}" for alias in node.names} & known
+            if subs:
+                found.update(subs)
+            elif node.module in known:
+                found.add(node.module)
+
+    Imports().visit(tree)
+    return found
+
+
+def test_no_module_imports_another_of_its_package_in_a_circle():
+    """Within a package the modules read bottom-up too: no circle of run-time imports (a
+    module that needs another's type only for annotations imports it under
+    ``TYPE_CHECKING``)."""
+    modules = {_module_name(path): path for package in _packages() if package != "bench"
+               for path in _sources(package)}
+    known = set(modules)
+    edges = {name: _runtime_imports(ast.parse(path.read_text()), known) - {name}
+             for name, path in modules.items()}
+    state: dict[str, str] = {}
+    circles: list[str] = []
+
+    def visit(node: str, trail: list[str]) -> None:  # bounded: each module is opened once
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                circles.append(" -> ".join(trail[trail.index(nxt):] + [node, nxt])
+                               if nxt in trail else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, trail + [node])
+        state[node] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [])
+    assert not circles, "import circles:\n" + "\n".join(circles)
