@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import Any
 
 import typer
 
@@ -35,18 +36,25 @@ from feddpsyn import (
 )
 from feddpsyn.distaim_cli import app as distaim_app
 from feddpsyn.extras import missing_extra_message
+from feddpsyn.vocabulary import explain
 
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help (click's formatter, rich_markup_mode=None): it wraps at any width, where the
+# boxed help cut long option names at 80 columns.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Federated DP synthetic tables with two non-colluding servers.")
-client_app = typer.Typer(no_args_is_help=True, help="The data owner's agent.")
+client_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="The data owner's agent.")
 app.add_typer(client_app, name="client")
-session_app = typer.Typer(no_args_is_help=True, help="The operator's view of the key server.")
+session_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="The operator's view of the key server.")
 app.add_typer(session_app, name="session")
-schema_app = typer.Typer(no_args_is_help=True, help="Write and check a table's schema.")
+schema_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="Write and check a table's schema.")
 app.add_typer(schema_app, name="schema")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks for researchers.")
+bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Benchmarks for researchers.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(distaim_app, name="distaim")  # the three-server path: serve, party, upload, share
 
@@ -85,11 +93,26 @@ bench_app.command("summary")(cli_bench.bench_summary)
 app.command()(cli_demo.demo)
 
 
+def command() -> Any:
+    """The command tree as click runs it, every option explained (``feddpsyn.vocabulary``)."""
+    root = typer.main.get_command(app)
+
+    def walk(node: Any, path: str) -> None:  # bounded: the tree
+        explain(node, path)
+        if hasattr(node, "list_commands"):
+            ctx = node.context_class(node)
+            for name in node.list_commands(ctx):
+                walk(node.get_command(ctx, name), f"{path} {name}")
+
+    walk(root, "feddpsyn")
+    return root
+
+
 def main() -> None:
     """The ``feddpsyn`` command. A command whose role's extra is not installed (a data
     owner's bare install has no server) says which one to install, in one line."""
     try:
-        app()
+        command()(prog_name="feddpsyn")
     except ModuleNotFoundError as exc:
         message = missing_extra_message(exc, sys.argv[1:])
         if message is None:

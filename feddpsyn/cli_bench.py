@@ -24,7 +24,8 @@ def bench_utility(dataset: Optional[str] = typer.Option(
                                  "--partition natural"),
                   methods: str = typer.Option("central-privsyn-pgm,concat,feddpsyn-default",
                                               help="comma-separated, or 'all'"),
-                  eps: str = typer.Option("0.5,1,2"),
+                  epsilon: str = typer.Option("0.5,1,2", help="the budgets eps to compare "
+                                                              "at, comma-separated"),
                   clients: str = typer.Option("4", help="comma-separated client counts"),
                   partition: str = typer.Option(
                       "uniform", help="comma-separated: uniform | dirichlet | feature | "
@@ -72,7 +73,7 @@ def bench_utility(dataset: Optional[str] = typer.Option(
             betas = [float(b) for b in beta.split(",")] if name == "dirichlet" else [None]
             settings += [Setting(int(k), name, b) for k in clients.split(",") for b in betas]
         chosen = sorted(METHODS) if methods == "all" else methods.split(",")
-        run_utility(table, s, target, chosen, [float(e) for e in eps.split(",")], settings,
+        run_utility(table, s, target, chosen, [float(e) for e in epsilon.split(",")], settings,
                     repeats, out, delta, seed, natural_column=natural, jobs=jobs,
                     resume=resume)
     except (ValueError, KeyError) as exc:  # SchemaError, InvalidValueError name the place

@@ -92,7 +92,11 @@ def session_create(keyserver: str = typer.Option(..., callback=check_url,
                                                help="comma-separated client ids"),
                    epsilon: float = typer.Option(...), delta: float = typer.Option(...),
                    parameter_set: str = "default",
-                   max_rows: int = typer.Option(100_000, help="public bound on union rows"),
+                   max_rows: int = typer.Option(
+                       ..., min=1, help="a public upper bound on the rows of the owners' "
+                                        "tables together (required: only the operator can "
+                                        "state it; the plan's widths and the selection's "
+                                        "row-bound check rest on it)"),
                    selection: str = typer.Option(
                        "noisy-greedy", help="noisy-greedy (the default: PrivSyn's rule, InDif "
                                             "noised under encryption, greedy at the key "

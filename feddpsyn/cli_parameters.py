@@ -15,7 +15,10 @@ from feddpsyn.terminal import fail
 
 def params_command(schema: Optional[Path] = typer.Option(
                        None, help="schema file (default: the bundled Fed-Heart-Disease)"),
-                   max_rows: int = typer.Option(740, help="public bound on union rows"),
+                   max_rows: int | None = typer.Option(
+                       None, min=1, help="a public upper bound on the rows of the owners' "
+                                         "tables together (required with --schema; "
+                                         "default: the bundled table's 740 rows)"),
                    epsilon: float = 1.0, delta: float = 1e-5,
                    selection: str = typer.Option(
                        "noisy-greedy",
@@ -33,11 +36,16 @@ def params_command(schema: Optional[Path] = typer.Option(
     from feddpsyn.params.session_plan import SessionPlan
     from feddpsyn.params.shape_record import public_shape
 
+    if schema is not None and max_rows is None:
+        fail("--max-rows is required with --schema: a public bound on the rows of the "
+             "owners' tables together, which only the operator can state")
     try:
-        s = Schema.load(schema or Path(__file__).resolve().parents[1] / "params" / "schemas"
+        # The bundled schema is package data (feddpsyn.params), in a checkout and installed.
+        s = Schema.load(schema or Path(__file__).resolve().parent / "params" / "schemas"
                         / "fed_heart_disease.schema.json")
     except SchemaError as exc:
         fail(str(exc))
+    max_rows = 740 if max_rows is None else max_rows  # the bundled table's rows
     if selection not in {m.value for m in SelectionMode}:
         fail(f"selection {selection!r}: choose one of "
              f"{', '.join(m.value for m in SelectionMode)}")
@@ -70,6 +78,16 @@ def params_command(schema: Optional[Path] = typer.Option(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
+    # The sets differ in em's permute-and-flip only: where the rest of two sets' reports is
+    # the same, one block says so instead of printing the same lines twice.
+    def plan_of(report: dict) -> dict:
+        return {k: v for k, v in report.items() if k not in ("parameter_set", "default")}
+
+    if len(rows) > 1 and all(plan_of(r) == plan_of(rows[0]) for r in rows[1:]):
+        names = ", ".join(r["parameter_set"]["name"] for r in rows)
+        typer.echo(f"selection parameter sets {names}: the same plan for --selection "
+                   f"{selection} (the sets differ only in em's rounds)")
+        rows = [next(r for r in rows if r["default"])]
     for r in rows:
         ps = r["parameter_set"]
         typer.echo(f"{ps['name']} v{ps['version']}{' (default)' if r['default'] else ''}: "
@@ -108,7 +126,7 @@ def params_command(schema: Optional[Path] = typer.Option(
                        f"{rel['two_server_variance']:.4g})")
 
 
-def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated epsilons"),
+def numerics(epsilon: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated epsilons"),
              nb: int = typer.Option(17, help="bits of the fixed-point score (n_b)"),
              kappa: int = typer.Option(13, help="scale of the result, 2^kappa"),
              kappa_prime: Optional[str] = typer.Option(
@@ -122,7 +140,7 @@ def numerics(eps: str = typer.Option("0.1,0.3,1,3,10", help="comma-separated eps
     from feddpsyn.crypto.tfhe_exp import ExpParams
 
     try:
-        eps_values = [float(e) for e in eps.split(",") if e.strip()]
+        eps_values = [float(e) for e in epsilon.split(",") if e.strip()]
         if kappa_prime is None:
             kp = (kappa,) * nb
         else:

@@ -62,7 +62,8 @@ class DemoDataset:
 def dataset(name: str) -> DemoDataset:
     if name == "fed_heart_disease":
         return DemoDataset(name, data_dir() / "fed_heart_disease" / "fed_heart_disease.csv",
-                           ROOT / "params" / "schemas" / "fed_heart_disease.schema.json",
+                           Path(__file__).resolve().parent / "params" / "schemas"
+                           / "fed_heart_disease.schema.json",
                            "center")
     if name == "adult":
         return DemoDataset(name, data_dir() / "adult" / "adult.csv",

@@ -26,10 +26,11 @@ import typer
 
 from feddpsyn.terminal import check_id, fail, read_token
 
-app = typer.Typer(help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers",
-                  no_args_is_help=True)
-session_app = typer.Typer(help="Operator: create, inspect, run and delete a session at the "
-                               "three servers", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
+                  help="DistAIM: AIM on Shamir-shared marginals with three MPyC servers")
+session_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
+                          help="Operator: create, inspect, run and delete a session at the "
+                               "three servers")
 app.add_typer(session_app, name="session")
 
 _SERVERS = typer.Option(..., help="the three servers' URLs, comma-separated, in party order")
@@ -106,8 +107,9 @@ def session_create(
                                             "annealing)"),
         participation: str = typer.Option("1", help="client sampling rate p per round"),
         schedule: str = typer.Option("deferred", help=_SCHEDULE_HELP),
-        rows_bound: int = typer.Option(1 << 20, help=("public bound on any one client's "
-                                                       "rows (checked inside MPC)")),
+        max_client_rows: int = typer.Option(
+            1 << 20, help="a public bound on any one owner's rows (checked inside MPC; the "
+                          "two-server path's --max-rows bounds the owners' rows together)"),
         session: str = typer.Option(None, callback=check_id,
                                     help="session id (default: a fresh one)"),
         tokens_dir: Path = typer.Option(Path("distaim-tokens"),
@@ -135,7 +137,7 @@ def session_create(
                "clients": [c.strip() for c in clients.split(",") if c.strip()],
                "epsilon": epsilon, "delta": delta, "workload": cliques,
                "rounds": rounds or None, "participation": participation, "schedule": schedule,
-               "rows_bound": rows_bound, "mpc_deadline": mpc_deadline,
+               "rows_bound": max_client_rows, "mpc_deadline": mpc_deadline,
                "score_grid_bits": score_grid_bits}
     try:
         made = create_session(urls, tokens, request)
@@ -224,13 +226,13 @@ def session_delete(servers: str = _SERVERS, operator_token_file: str = _OPERATOR
 
 
 @app.command()
-def party(pid: int = typer.Option(...), parties: str = typer.Option(
-              ..., help="host:port of the three servers, comma-separated, in pid order"),
+def party(party: int = typer.Option(..., min=1, max=3), parties: str = typer.Option(
+              ..., help="host:port of the three servers, comma-separated, in party order"),
           session_dir: Path = typer.Option(...), out: Path = typer.Option(...),
           timeout: float = typer.Option(120.0, help="bound on every connect and wait (s)")):
     """Run one server's part of a DistAIM session."""
     from feddpsyn.distaim.party import main
-    raise typer.Exit(main(["--pid", str(pid), "--parties", parties, "--session-dir",
+    raise typer.Exit(main(["--pid", str(party - 1), "--parties", parties, "--session-dir",
                            str(session_dir), "--out", str(out), "--timeout", str(timeout)]))
 
 

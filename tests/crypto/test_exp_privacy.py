@@ -69,7 +69,7 @@ def test_numerics_command_prints_json_rows():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "feddpsyn.cli", "numerics", "--json", "--eps",
+    out = subprocess.run([sys.executable, "-m", "feddpsyn.cli", "numerics", "--json", "--epsilon",
                           "0.1,1,10", "--nb", "17", "--kappa", "13", "--lambda", "17"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     rows = json.loads(out)

@@ -266,7 +266,7 @@ def test_bench_runs_every_method_on_a_user_table(tmp_path):
         csv.writer(fh).writerows(rows)
     out = tmp_path / "bench"
     result = feddpsyn("bench", "utility", "--csv", str(table), "--schema", str(schema),
-                      "--target", "outcome", "--methods", "all", "--eps", "1", "--clients", "2",
+                      "--target", "outcome", "--methods", "all", "--epsilon", "1", "--clients", "2",
                       "--repeats", "1", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     with (out / "results.csv").open() as fh:
