@@ -25,7 +25,8 @@ from feddpsyn.params.exact_numbers import decimal_text, json_number, parse_decim
 from feddpsyn.params.schema import DEFAULT_BINS, SchemaError, normalise_text
 from feddpsyn.params.table_codec import MISSING_MARKERS, stream_csv
 
-__all__ = ["PRIVACY_NOTE", "DraftColumn", "draft_schema", "parse_bounds"]
+__all__ = ["PRIVACY_NOTE", "FROM_DATA", "DraftColumn", "draft_schema", "draft_warnings",
+           "parse_bounds"]
 
 PRIVACY_NOTE = ("DRAFT read from private data. The column types and category lists in this "
                 "schema were read from the table itself and are NOT differentially private: "
@@ -33,6 +34,11 @@ PRIVACY_NOTE = ("DRAFT read from private data. The column types and category lis
                 "knowledge gives (code lists, form options, published ranges). Continuous "
                 "bounds must be declared from public knowledge too; the draft never reads "
                 "them from the data.")
+
+# The key a draft puts on each column whose categories it read from the data; the user
+# deletes it once the column is declared from public knowledge (``schema check`` warns
+# until then).
+FROM_DATA = "from_data"
 
 # A numeric column with more distinct values than this is guessed continuous.
 DEFAULT_MAX_CATEGORIES = 20
@@ -206,4 +212,28 @@ def _draft_column(name: str, values: _ColumnValues,
         notes.append(f"{len(categories)} distinct values: an identifier or free text? drop "
                      "the column or group its values before sharing")
     entry = {"name": name, "type": "categorical", "i2s": categories or ["?"]}
+    if categories:
+        entry[FROM_DATA] = (
+            "numeric values listed as categories from the table itself (not DP): declare "
+            "them from public knowledge, or make the column continuous with public bounds; "
+            "then delete this key" if numeric else
+            "categories read from the table itself (not DP): replace them with public "
+            "knowledge (a code list, a form's options), then delete this key")
     return DraftColumn(name, entry, tuple(notes))
+
+
+def draft_warnings(raw: dict[str, Any]) -> list[str]:
+    """What in a schema file still comes from a draft (``schema check``'s warnings): the
+    draft's privacy note, and each column whose categories were read from the data."""
+    warnings = []
+    if raw.get("note") == PRIVACY_NOTE:
+        warnings.append("this schema still carries the draft's note: its categories were read "
+                        "from private data (not DP); finish it from public knowledge and "
+                        "delete the note before sharing it")
+    for column in raw.get("columns", []):
+        if isinstance(column, dict) and FROM_DATA in column:
+            kind = ("numeric values guessed categorical from the data"
+                    if "numeric" in str(column[FROM_DATA]) else "categories from the data")
+            warnings.append(f"column '{column.get('name')}': {kind} (not DP): declare them "
+                            f"from public knowledge, then delete its '{FROM_DATA}' key")
+    return warnings

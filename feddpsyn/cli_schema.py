@@ -63,6 +63,7 @@ def schema_check(schema: Path = typer.Option(...),
                      [], "--csv", help="also check these tables against it (repeatable)"),
                  limit: int = typer.Option(20, help="problems shown per table")) -> None:
     """Check a schema (and tables against it): each problem on one line; exit 1 if any."""
+    from feddpsyn.clients.schema_draft import draft_warnings
     from feddpsyn.params.schema import Schema, SchemaError, schema_warnings
     from feddpsyn.params.table_codec import InvalidValueError, find_problems
 
@@ -74,7 +75,7 @@ def schema_check(schema: Path = typer.Option(...),
         raise typer.Exit(1) from None
     typer.echo(f"ok: {schema}: {len(s.columns)} columns, domain sizes "
                f"{', '.join(f'{n}={k}' for n, k in zip(s.names, s.domain_sizes))}")
-    for warning in schema_warnings(s):
+    for warning in schema_warnings(s) + draft_warnings(json.loads(schema.read_text())):
         typer.echo(f"warning: {warning}")
     failed = False
     for path in csv_paths:

@@ -103,7 +103,12 @@ def test_schema_draft_guesses_types_and_never_reads_bounds(tmp_path):
     entries = {c["name"]: c for c in draft["columns"]}
     assert entries["bmi"] == {"name": "bmi", "type": "continuous", "min": 15.96, "max": 53.13,
                               "bins": 10, "integer": False}
-    assert entries["flag"] == {"name": "flag", "type": "categorical", "i2s": ["0", "1"]}
+    flag = {k: v for k, v in entries["flag"].items() if k != "from_data"}
+    assert flag == {"name": "flag", "type": "categorical", "i2s": ["0", "1"]}
+    # Categories read from the data are marked as such, a numeric column's as numeric.
+    assert entries["flag"]["from_data"].startswith("numeric values listed as categories")
+    assert entries["city"]["from_data"].startswith("categories read from the table")
+    assert "from_data" not in entries["bmi"]
     assert entries["city"]["i2s"] == ["Bern", "Genève", "Zürich"]
     # More distinct numbers than --max-categories: continuous, bounds left to the user.
     assert entries["age"]["type"] == "continuous" and entries["age"]["min"] is None
@@ -126,6 +131,21 @@ def test_schema_draft_guesses_types_and_never_reads_bounds(tmp_path):
     assert result.returncode == 0, result.stderr
     schema = Schema.load(out)
     assert schema.column("age").integer and schema.column("visit_id").size == 41
+    # It loads, but the check warns while the draft's note and marks remain, naming each
+    # column whose categories came from the data; finished by hand, the warnings go.
+    check = run_cli("schema", "check", "--schema", str(out))
+    assert check.returncode == 0
+    warnings = [line for line in check.stdout.splitlines() if line.startswith("warning: ")]
+    assert warnings[0].startswith("warning: this schema still carries the draft's note")
+    assert {w.split("'")[1] for w in warnings[1:]} == {"flag", "city", "visit_id"}
+    assert "column 'flag': numeric values guessed categorical" in check.stdout
+    finished = json.loads(out.read_text(encoding="utf-8"))
+    del finished["note"]
+    for column in finished["columns"]:
+        column.pop("from_data", None)
+    out.write_text(json.dumps(finished), encoding="utf-8")
+    check = run_cli("schema", "check", "--schema", str(out))
+    assert check.returncode == 0 and "warning" not in check.stdout
     assert len(encode_csv(table, schema, on_invalid="drop").records) == 40
     refused = run_cli("schema", "draft", "--csv", str(table), "--out", str(out))
     assert refused.returncode == 2 and "add --force" in refused.stderr
