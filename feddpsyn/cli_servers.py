@@ -24,7 +24,7 @@ def keyserver(host: str = "127.0.0.1", port: int = 8700,
                           "processes, never the server's own (each holds the session's keys: "
                           "up to 2.4 GB at Adult's widths)"),
               max_columns: int = typer.Option(
-                  64, min=2, help="refuse a session of more columns (422, at once)"),
+                  64, min=2, help="refuse a session of more columns (409, at once)"),
               max_categories: int = typer.Option(
                   4096, min=1, help="refuse a session with a column of more categories or "
                                     "bins"),

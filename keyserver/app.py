@@ -42,7 +42,7 @@ def create_app(state_dir: Path, peer_token: str, *,
     path (default: in a child process; ``keyserver.preparation``); ``preparation_workers``:
     sessions prepared at once; ``offline_workers``: local processes the offline job's
     chunks are spread over (``keyserver.offline_pool``); ``limits``: what one session may
-    ask (``keyserver.limits``: refused at once, 422); ``owner_caps``: lifetime caps per owner
+    ask (``keyserver.limits``: refused at once, 409); ``owner_caps``: lifetime caps per owner
     id across this server's sessions (``keyserver.owner_caps``)."""
     service = KeyServer(state_dir, prepare=prepare, preparation_workers=preparation_workers,
                         offline_workers=offline_workers, limits=limits, owner_caps=owner_caps)

@@ -1,5 +1,5 @@
 """What one session may ask of this key server: checked on the request's JSON before the
-schema or the plan is built, so a request past a limit is refused at once (422), naming the
+schema or the plan is built, so a request past a limit is refused at once (409), naming the
 limit, the request's value and the server option that raises it, with nothing built or
 stored.
 

@@ -6,7 +6,7 @@ Design concerns:
 
 * **An answer within a second or two, whatever the request.** The request is first held
   to this server's limits on its JSON alone (``keyserver.limits``: columns, categories,
-  cells, clients; 422 naming the limit), before any schema or plan is built: a schema of a
+  cells, clients; 409 naming the limit), before any schema or plan is built: a schema of a
   million categories costs the parse of its body, nothing more. Then the schema's own rules
   and the budget split (409), and the queue (503).
 * **Refused at once, or accepted and failed with the reason.** The plan (its budget
@@ -174,13 +174,15 @@ class SessionPreparation:
         """Check the request (and its plan, if it is built within :data:`ACCEPT_WAIT_S`),
         record the session as preparing, queue its job (module docstring)."""
         # The body has the documented shape (else FastAPI's 422). This server's limits are
-        # checked on that JSON before anything is built from it (422); what the document
+        # checked on that JSON before anything is built from it (409); what the document
         # cannot say (the schema's own rules, pairs within it, a plan that fits the parameter
         # sets and the budget) is refused with 409, its message naming the rule or remedy.
         try:
             self.limits.check(request.schema_, len(request.clients), request.pairs)
         except LimitExceeded as exc:
-            raise ServiceError(422, str(exc)) from None
+            # 409, as every refusal of a request the document allows: it conflicts with this
+            # server's configuration, not with the API's shape.
+            raise ServiceError(409, str(exc)) from None
         try:
             Schema.from_dict(request.schema_)  # a clear message before anything else
         except SchemaError as exc:

@@ -95,9 +95,10 @@ def test_extreme_bits_and_negative_results(circuits, shape):
 
 
 def test_cells_of_one_chunk_carry_different_shapes_exactly(circuits):
-    """A split release's chunk: each cell its own group's shape (or none) in the one
-    circuit; the decryption equals the model, and each cell's noise is exactly its shape's
-    function of both servers' bits."""
+    """A split release's chunk: each cell its own group's shape in the one circuit (none on
+    a padding cell, which is not selected); the decryption equals the model, and each cell's
+    noise is exactly its shape's function of both servers' bits. A selected cell without a
+    shape is refused (fail closed)."""
     circuit = circuits["both"]
     columns = max(s.ciphertexts for s in SHAPES)
     # The last cell sums two widths (2-bit and 3-bit uniforms) within the circuit's caps.
@@ -110,7 +111,7 @@ def test_cells_of_one_chunk_carry_different_shapes_exactly(circuits):
         counts = rng.integers(0, 300, CELLS)
         ks_bits = draw_bits(CELLS, columns, seeded(400 + seed))
         cs_bits = draw_bits(CELLS, columns, seeded(500 + seed))
-        select = np.array([1, 1, 1, 1])
+        select = np.array([1, 1, 0, 1])
         masks = [rng.integers(0, modulus, CELLS) for _ in range(CLIENTS)]
         shares = [counts // CLIENTS + (counts % CLIENTS if i == 0 else 0)
                   for i in range(CLIENTS)]
@@ -123,14 +124,20 @@ def test_cells_of_one_chunk_carry_different_shapes_exactly(circuits):
         decrypted = np.asarray(circuit.decrypt(out), dtype=np.int64)
         model = joint_release_plaintext(masked, ks_bits, weights, select, offset, K_BITS)
         assert np.array_equal(decrypted, model)
-        noise = decode_release(decrypted, K_BITS) - counts
+        released = decode_release(decrypted, K_BITS)
         for cell, shape in enumerate(cell_shapes):
-            want = 0 if shape is None else joint_noise_plaintext(
-                shape, ks_bits[cell:cell + 1], cs_bits[cell:cell + 1])[0]
-            assert noise[cell] == want
+            if shape is None:  # the padding cell: nothing of it is released
+                assert released[cell] == 0
+                continue
+            want = joint_noise_plaintext(shape, ks_bits[cell:cell + 1],
+                                         cs_bits[cell:cell + 1])[0]
+            assert released[cell] - counts[cell] == want
+        with pytest.raises(ValueError, match="carry no joint noise shape"):
+            joint_operands(cell_shapes, cs_bits, np.ones(CELLS, dtype=np.int64), columns)
     # A single shape over the chunk is exactly signed_weights and joint_offset's clear half.
-    weights, clear = joint_operands([SHAPES[1]] * CELLS, cs_bits, select, columns)
-    assert np.array_equal(weights, signed_weights(SHAPES[1], cs_bits, select, columns))
+    every = np.ones(CELLS, dtype=np.int64)
+    weights, clear = joint_operands([SHAPES[1]] * CELLS, cs_bits, every, columns)
+    assert np.array_equal(weights, signed_weights(SHAPES[1], cs_bits, every, columns))
     assert np.array_equal(clear, cs_bits[:, :SHAPES[1].ciphertexts]
                           @ np.array(SHAPES[1].weights()) - SHAPES[1].span // 2)
 

@@ -1,5 +1,5 @@
 """Bounded work per request (``keyserver.limits``, ``keyserver.preparation``): a session
-past one of the key server's limits is refused at once with 422, naming the limit, the
+past one of the key server's limits is refused at once with 409, naming the limit, the
 request's value and the option that raises it, and nothing is built or stored; a plan that
 takes longer than the request waits for is accepted and built by the job, which fails the
 session with the plan's reason if it is refused.
@@ -67,11 +67,11 @@ def _nothing_stored(service: KeyServer) -> None:
     (request(clients=[f"o{i}" for i in range(11)]), "clients number 11, over this key "
                                                     "server's limit of 10"),
 ])
-def test_a_session_past_a_limit_is_refused_with_422_and_nothing_stored(tmp_path, bad, needle):
+def test_a_session_past_a_limit_is_refused_with_409_and_nothing_stored(tmp_path, bad, needle):
     service = KeyServer(tmp_path, prepare=no_files, limits=SessionLimits(max_clients=10))
     with pytest.raises(ServiceError) as info:
         service.create_session(bad)
-    assert info.value.status == 422 and needle in info.value.message
+    assert info.value.status == 409 and needle in info.value.message
     _nothing_stored(service)
     service.close()
 
@@ -133,7 +133,7 @@ def _rss_mb(pid: int, field: str = "VmRSS") -> float:
 
 def test_a_million_categories_are_refused_at_once_by_a_real_server(tmp_path):
     """The request of the finding: one column of 10^6 categories (10.9 MB of JSON). Refused
-    with 422 naming the limit; the server's peak memory grows by the body's parse only (it
+    with 409 naming the limit; the server's peak memory grows by the body's parse only (it
     grew by gigabytes when the plan was built from it), and it goes on answering."""
     from feddpsyn.demo import ServerProcess
 
@@ -154,7 +154,7 @@ def test_a_million_categories_are_refused_at_once_by_a_real_server(tmp_path):
         response = httpx.post(f"{server.url}/sessions", content=content, timeout=60,
                               headers={"Authorization": f"Bearer {token}",
                                        "Content-Type": "application/json"})
-        assert response.status_code == 422, response.text
+        assert response.status_code == 409, response.text
         detail = wire.error_detail(response, 500)
         assert "categories (bins) of column 'a' number 1,000,000" in detail
         assert "--max-categories" in detail
