@@ -127,7 +127,11 @@ def privacy_record(plan: SessionPlan, delta_reserved: float) -> wire.PrivacyReco
     return wire.PrivacyRecord(
         epsilon=plan.epsilon, delta=plan.delta, delta_reserved=delta_reserved,
         accounting="pld" if exact is not None and plan.accounting == "pld" else "rdp",
-        epsilon_accounted=None if exact is None else accounted_epsilon(plan),
+        # At the record's own delta (its delta less the reserved terms it states, those of
+        # the compiled module once it is known), so that the record re-accounts to exactly
+        # this figure (``feddpsyn audit``); never above the plan's own, which reserves more.
+        epsilon_accounted=None if exact is None else epsilon_of(
+            exact, plan.delta - delta_reserved, grid_for(plan.epsilon)),
         mechanisms=[_wire(m) for m in mechanisms], run_time=late, version=VERSION)
 
 
