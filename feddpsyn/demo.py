@@ -469,11 +469,11 @@ def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, ep
     if chosen == []:  # noisy-greedy kept no pair: the reference releases the 1-ways alone
         plan = SessionPlan.build(PlanRequest(
             schema, epsilon, delta, max_rows,
-            split={"one_way": split["one_way"], "two_way": 0.5}))
+            split={"one_way": split["one_way"], "two_way": 0.5}, selection="none", noise="two-server"))
         return [m for m in central_marginals(plan, union) if len(m.attrs) == 1]
     plan = SessionPlan.build(PlanRequest(
         schema, epsilon, delta, max_rows, pairs=chosen,
-        split={"one_way": split["one_way"], "two_way": split["two_way"]}))
+        split={"one_way": split["one_way"], "two_way": split["two_way"]}, selection="none", noise="two-server"))
     return central_marginals(plan, union)
 
 

@@ -10,9 +10,8 @@ demo and the benchmarks from their arguments. Its modes are types
 >>> schema = Schema.from_dict({"columns": [
 ...     {"name": "a", "type": "categorical", "i2s": ["x", "y"]},
 ...     {"name": "b", "type": "categorical", "i2s": ["u", "v", "w"]}]})
->>> request = PlanRequest(schema, epsilon=1.0, delta=1e-5, max_rows=100,
-...                       selection="noisy-greedy")
->>> request.selection is SelectionMode.NOISY_GREEDY, request.noise
+>>> request = PlanRequest(schema, epsilon=1.0, delta=1e-5, max_rows=100, noise="two-server")
+>>> request.selection is SelectionMode.NOISY_GREEDY, request.noise  # the servers' default
 (True, <NoiseMode.TWO_SERVER: 'two-server'>)
 """
 
@@ -50,10 +49,12 @@ class PlanRequest:
     pairs: Sequence[tuple[int, int]] | None = None
     split: dict[str, float] | None = None
     parameter_set: str = "default"
-    selection: SelectionMode = SelectionMode.NONE
+    # The servers' defaults (``common.wire.SessionCreate``): PrivSyn's pair selection through
+    # the servers, one joint noise wherever it fits.
+    selection: SelectionMode = SelectionMode.NOISY_GREEDY
     rounds: int | None = None
     selection_set: str | None = None
-    noise: NoiseMode = NoiseMode.TWO_SERVER
+    noise: NoiseMode = NoiseMode.AUTO
     calibrated: bool = True
     one_way_topup: bool | None = None
 

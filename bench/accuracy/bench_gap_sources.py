@@ -344,7 +344,8 @@ def _build_plan(schema: Schema, rows: int, epsilon: float, delta: float,
             # one of them added (``central_privsyn_all``).
             rho = SessionPlan.build(PlanRequest(schema, epsilon, delta, max(rows, 1),
                                                 split=split,
-                                                noise=NoiseMode.TWO_SERVER)).rho_total
+                                                noise=NoiseMode.TWO_SERVER,
+                                                selection="none")).rho_total
         else:
             rho = gaussian_pld_rho(epsilon, delta)
         plan = SessionPlan._settled(PlanRequest(schema, epsilon, delta, max_rows,

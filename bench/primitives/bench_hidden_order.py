@@ -58,7 +58,7 @@ def main() -> None:
 
     schema = Schema.from_dict(json.loads(Path(args.schema).read_text()))
     plan = SessionPlan.build(PlanRequest(schema, args.epsilon, 1e-5, args.max_rows,
-                                         selection=SelectionMode.EM, rounds=args.rounds))
+                                         selection=SelectionMode.EM, rounds=args.rounds, noise="two-server"))
     base = plan.selection.shape
     old = baseline_module(args.baseline_rev)
     s = args.candidates

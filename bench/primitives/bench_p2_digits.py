@@ -95,7 +95,7 @@ def main() -> None:
               f"x{seconds['new'] / seconds['old']:.3f}; every score exact", flush=True)
     schema = Schema.load(dataset("fed_heart_disease").schema)
     plan = SessionPlan.build(PlanRequest(schema, 1.0, 1e-5, 1143, selection=SelectionMode.EM,
-                                         rounds=4))
+                                         rounds=4, noise="two-server"))
     sizes = [size for _, _, size in plan.indif_chunks()]
     if set(sizes) <= set(per_size):
         weighted = {name: sum(per_size[s][name] for s in sizes) / args.repeats

@@ -471,7 +471,7 @@ def adult_plan():
 
     return SessionPlan.build(PlanRequest(Schema.load(dataset("adult").schema), 1.0, 1e-5,
                                          50_000, selection=SelectionMode.EM,
-                                         rounds=ADULT_ROUNDS))
+                                         rounds=ADULT_ROUNDS, noise="two-server"))
 
 
 def adult_p2() -> tuple[list[list[int]], int, int]:

@@ -285,7 +285,7 @@ def simulated_session(records: np.ndarray, owner: np.ndarray, schema: Schema,
     plan = SessionPlan.build(PlanRequest(
         schema, epsilon, delta, max_rows,
         split={"one_way": split["one_way"], "two_way": split["two_way"]},
-        noise=NoiseMode.TWO_SERVER, calibrated=False))
+        noise=NoiseMode.TWO_SERVER, calibrated=False, selection="none"))
     counts = [plan.layout.counts(records[owner == c]) for c in np.unique(owner)]
     notes = {"noise": ("one joint noise neither server knows (per release: "
                        "crypto.joint_noise.choose_shape)" if noise == NoiseMode.JOINT else

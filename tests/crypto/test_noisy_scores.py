@@ -94,7 +94,8 @@ def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
     from tests.servers.test_servers import SCHEMA
 
     plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,
-                                         parameter_set="test-small", selection="noisy-greedy"))
+                                         parameter_set="test-small", selection="noisy-greedy",
+                                         noise="two-server"))
     chosen, pairs = plan.selection, len(plan.layout.two_way)
     # Each server's view is protected by the other's noise alone: one sigma2 for the charge.
     assert chosen.rho_charged == chosen.rho
@@ -117,7 +118,7 @@ def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
     with pytest.raises(ValueError, match="rounds are for em"):
         SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,
                                       parameter_set="test-small", selection="noisy-greedy",
-                                      rounds=2))
+                                      rounds=2, noise="two-server"))
 
 
 def test_chained_chunk_sums_at_adult_width():

@@ -248,7 +248,7 @@ def test_a_one_pair_joint_release_whose_edge_outweighs_delta_keeps_two_gaussians
     # The refusal has teeth: the uncapped shape's edge alone is far above delta.
     plan = sim.SessionPlan.build(sim.PlanRequest(schema, 1.0, 1e-5, 320,
                                                  split={"one_way": 0.1, "two_way": 0.8},
-                                                 noise="two-server"))
+                                                 noise="two-server", selection="none"))
     spec = sim.ReleaseSpec("two_way", ((1, 2),), plan.release("two_way").rho,
                            sim.gaussian_sigma2(plan.release("two_way").rho, 1))
     shape = choose_shape(release_marginals(spec.rho, spec.sigma2), spec.rho, plan.rho_total,

@@ -185,7 +185,7 @@ def test_the_privacy_record_keeps_its_form_and_numbers():
 
 def test_the_option_is_noisy_greedys_and_needs_the_bounded_split():
     with pytest.raises(ValueError, match="noisy-greedy"):
-        PlanRequest(SCHEMA, 1.0, 1e-6, 1000, selection="em", one_way_topup=True)
+        PlanRequest(SCHEMA, 1.0, 1e-6, 1000, selection="em", one_way_topup=True, noise="two-server")
     # Two-server noise: no split release under its bound, so no top-up in the plan.
     assert not SessionPlan.build(PlanRequest(SCHEMA, 1.0, 1e-6, 1000, parameter_set="test-small",
                                              selection="noisy-greedy", noise="two-server",

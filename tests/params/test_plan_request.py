@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from feddpsyn.common import wire
 from feddpsyn.params.modes import NoiseMode, SelectionMode
 from feddpsyn.params.plan_request import PlanRequest
 from feddpsyn.params.schema import Schema
@@ -23,13 +24,20 @@ SCHEMA = Schema.load(Path(__file__).resolve().parents[2] / "params" / "schemas"
 def test_a_request_reads_its_modes_once_and_refuses_what_no_mode_means():
     request = PlanRequest(SCHEMA, 1.0, 1e-5, 1143, selection="em", noise="auto")
     assert request.selection is SelectionMode.EM and request.noise is NoiseMode.AUTO
-    assert PlanRequest(SCHEMA, 1.0, 1e-5, 1143).selection is SelectionMode.NONE
+    # The defaults are the servers' (a session request's).
+    default = PlanRequest(SCHEMA, 1.0, 1e-5, 1143)
+    request = wire.SessionCreate(schema={"columns": [
+        {"name": "a", "type": "categorical", "i2s": ["x", "y"]},
+        {"name": "b", "type": "categorical", "i2s": ["x", "y"]}]}, clients=["c"],
+        budget=wire.BudgetSpec(epsilon=1.0, delta=1e-5))
+    assert default.selection == request.selection.mode == SelectionMode.NOISY_GREEDY
+    assert default.noise == request.noise == NoiseMode.AUTO
     with pytest.raises(ValueError, match="noise must be one of"):
-        PlanRequest(SCHEMA, 1.0, 1e-5, 1143, noise="loud")
+        PlanRequest(SCHEMA, 1.0, 1e-5, 1143, noise="loud", selection="none")
     with pytest.raises(ValueError, match="selection is one of"):
-        PlanRequest(SCHEMA, 1.0, 1e-5, 1143, selection="softmax")
+        PlanRequest(SCHEMA, 1.0, 1e-5, 1143, selection="softmax", noise="two-server")
     with pytest.raises(ValueError, match="rounds are for em"):
-        PlanRequest(SCHEMA, 1.0, 1e-5, 1143, selection="noisy-greedy", rounds=3)
+        PlanRequest(SCHEMA, 1.0, 1e-5, 1143, selection="noisy-greedy", rounds=3, noise="two-server")
 
 
 @pytest.mark.parametrize("selection,noise,model", [

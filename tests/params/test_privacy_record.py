@@ -170,7 +170,8 @@ def _exact_loss_law(record: dict) -> dict[float, float]:
 
 def test_a_tiny_sessions_record_holds_by_exact_enumeration():
     plan = SessionPlan.build(PlanRequest(Schema.from_dict(TINY), 4.0, 1e-3, 60,
-                                         parameter_set="test-small", noise="auto"))
+                                         parameter_set="test-small", noise="auto",
+                                         selection="none"))
     record = _record(plan)
     law = _exact_loss_law(record)
     delta = record["delta"] - record["delta_reserved"]

@@ -21,7 +21,8 @@ SCHEMA = Schema.load(Path(__file__).resolve().parents[2] / "params" / "schemas"
 @pytest.mark.parametrize("selection", ["none", "em", "noisy-greedy"])
 def test_public_record_gives_back_the_plan(selection):
     plan = SessionPlan.build(PlanRequest(SCHEMA, 1.0, 1e-5, 1143, selection=selection,
-                                         rounds=4 if selection == "em" else None))
+                                         rounds=4 if selection == "em" else None,
+                                         noise="two-server"))
     public = plan.to_public("s-test", ["h0", "h1"])
     again = SessionPlan.from_public(public)
     assert again.releases == plan.releases

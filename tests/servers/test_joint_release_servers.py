@@ -166,12 +166,13 @@ def test_a_large_eps_session_stays_two_server(joint_session, tmp_path):
     from feddpsyn.params.session_plan import SessionPlan
 
     plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 50.0, 1e-6, 1000,
-                                         parameter_set="test-small", noise="auto"))
+                                         parameter_set="test-small", noise="auto",
+                                         selection="none"))
     assert [r.noise_kind for r in plan.releases] == ["two-server", "two-server"]
     assert plan.joint_columns == 0
     with pytest.raises(ValueError, match="cannot carry the joint noise"):
         SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 50.0, 1e-6, 1000,
-                                      parameter_set="test-small", noise="joint"))
+                                      parameter_set="test-small", noise="joint", selection="none"))
 
 
 def test_synthesis_weighs_each_count_by_its_stated_variance(joint_session):

@@ -118,7 +118,8 @@ def test_a_compute_server_of_another_version_is_refused_at_its_first_peer_call(t
 
 def test_the_records_carry_the_version():
     plan = SessionPlan.build(PlanRequest(Schema.from_dict(SCHEMA), 1.0, 1e-6, 1000,
-                                         parameter_set="test-small", selection="none"))
+                                         parameter_set="test-small", selection="none",
+                                         noise="two-server"))
     public = plan.to_public("s-1", ["alice", "bob"])
     assert public.version == VERSION and public.privacy.version == VERSION
     # A record written before versions existed still reads.
