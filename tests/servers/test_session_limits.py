@@ -115,7 +115,8 @@ def test_a_slow_plan_is_accepted_and_built_by_the_job(tmp_path, monkeypatch):
     service.close()
 
 
-def test_a_plan_refused_within_the_wait_is_a_409_and_nothing_stored(tmp_path):
+def test_a_plan_refused_within_the_wait_is_a_409_and_nothing_stored(tmp_path, monkeypatch):
+    monkeypatch.setattr(preparation, "ACCEPT_WAIT_S", 300.0)  # within the wait, however loaded
     service = KeyServer(tmp_path, prepare=no_files)
     with pytest.raises(ServiceError) as info:
         service.create_session(request(epsilon=0.01).model_copy(update={"max_rows": 30000}))

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from concrete import fhe
 
+import feddpsyn.keyserver.preparation as preparation
 from feddpsyn.common import wire
 from feddpsyn.common.credentials import new_token
 from feddpsyn.common.jobs import ChildFailed, JobStopped, run_in_child
@@ -108,7 +109,10 @@ def no_files(plan, n_clients, directory, *, report, stop):
 
 
 # ------------------------------------------------------------------ the job, in process
-def test_bad_requests_are_refused_at_once_and_nothing_is_stored(tmp_path):
+def test_bad_requests_are_refused_at_once_and_nothing_is_stored(tmp_path, monkeypatch):
+    # The request waits for its plan however loaded the machine (the slow-plan path is
+    # tests/servers/test_session_limits.py's).
+    monkeypatch.setattr(preparation, "ACCEPT_WAIT_S", 300.0)
     service = KeyServer(tmp_path, prepare=no_files)
     # a schema of the documented shape whose columns share a name: only the plan sees it
     bad_schema = request().model_copy(update={"schema_": {"columns": [

@@ -109,7 +109,7 @@ def test_a_session_over_tls_with_a_private_ca(tmp_path):
         _one_line(feddpsyn("session", "create", "--keyserver", ks_url, "--ca-file",
                            other.cert_path, "--operator-token-file", operator, "--schema",
                            schema, "--clients", "alice", "--epsilon", 1, "--delta", 1e-6,
-                           "--tokens-dir", tmp_path / "t2"), UNTRUSTED)
+                           "--max-rows", 1000, "--tokens-dir", tmp_path / "t2"), UNTRUSTED)
         # Plain HTTP to an HTTPS server is not a session either.
         _one_line(feddpsyn("session", "status", "--keyserver", f"http://127.0.0.1:{ks_port}",
                            "--session", session, "--operator-token-file", operator), "")
