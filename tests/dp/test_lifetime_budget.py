@@ -29,7 +29,7 @@ from feddpsyn.keyserver.service import KeyServer
 from feddpsyn.params.plan_request import PlanRequest
 from feddpsyn.params.schema import Schema
 from feddpsyn.params.session_plan import SessionPlan
-from tests.params.test_privacy_record import _uniform_sum_log_pmf
+from tests.params.test_privacy_record import mechanism_pld
 
 FED_HEART = "params/schemas/fed_heart_disease.schema.json"
 MAX_ROWS = 1143
@@ -47,34 +47,10 @@ def _independent(records: list[dict], delta: float) -> float:
     """Every record's mechanisms composed by dp-accounting directly, at delta minus the
     records' reserved terms (the auditor of tests/params/test_privacy_record.py, over
     several records)."""
-    from fractions import Fraction
-
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-    from dp_accounting.pld.common import DifferentialPrivacyParameters
-
     total = None
     for record in records:
         for m in record["mechanisms"]:
-            if m["noise"] == "uniform_sum":
-                log_pmf = _uniform_sum_log_pmf(m["uniforms"], m["bits"])
-                one = pld_lib.from_two_probability_mass_functions(
-                    log_pmf, {x + 1: v for x, v in log_pmf.items()})
-                times = m["counts_per_record"]
-            elif m["noise"] == "discrete_gaussian":
-                sigma = math.sqrt(float(Fraction(m["sigma2"])))
-                one = pld_lib.from_discrete_gaussian_mechanism(math.nextafter(sigma, 0))
-                times = m["counts_per_record"]
-            elif m["noise"] == "gaussian_bound":
-                sigma = math.nextafter(1 / math.sqrt(2 * float(Fraction(m["rho"]))), 0)
-                one = pld_lib.from_gaussian_mechanism(sigma).compose(
-                    pld_lib.from_privacy_parameters(
-                        DifferentialPrivacyParameters(0.0, m["eta"])))
-                times = 1
-            else:
-                one = pld_lib.from_privacy_parameters(
-                    DifferentialPrivacyParameters(m["epsilon"]))
-                times = m["count"]
-            composed = one.self_compose(times) if times > 1 else one
+            composed = mechanism_pld(m)
             total = composed if total is None else total.compose(composed)
     return total.get_epsilon_for_delta(delta - sum(r["delta_reserved"] for r in records))
 

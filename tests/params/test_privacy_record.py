@@ -35,30 +35,35 @@ def _uniform_sum_log_pmf(uniforms: int, bits: int) -> dict[int, float]:
     return {x: math.log(c) - log_total for x, c in enumerate(counts)}
 
 
+def mechanism_pld(m: dict) -> pld_lib.PrivacyLossDistribution:
+    """One mechanism of a record's JSON, all its counts, as dp-accounting's PLD."""
+    if m["noise"] == "uniform_sum":
+        log_pmf = _uniform_sum_log_pmf(m["uniforms"], m["bits"])
+        one = pld_lib.from_two_probability_mass_functions(
+            log_pmf, {x + 1: v for x, v in log_pmf.items()})
+        times = m["counts_per_record"]
+    elif m["noise"] == "discrete_gaussian":
+        sigma = math.sqrt(float(Fraction(m["sigma2"])))
+        one = pld_lib.from_discrete_gaussian_mechanism(math.nextafter(sigma, 0))
+        times = m["counts_per_record"]
+    elif m["noise"] == "gaussian_bound":
+        # The Gaussian mechanism of variance 1 / (2 rho), then a reveal with prob. eta.
+        sigma = math.nextafter(1 / math.sqrt(2 * float(Fraction(m["rho"]))), 0)
+        one = pld_lib.from_gaussian_mechanism(sigma).compose(
+            pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(0.0, m["eta"])))
+        times = 1
+    else:
+        assert m["noise"] == "pure"
+        one = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(m["epsilon"]))
+        times = m["count"]
+    return one.self_compose(times) if times > 1 else one
+
+
 def audit(record: dict) -> float:
     """The record's eps at delta - delta_reserved, by dp-accounting alone."""
     total = None
     for m in record["mechanisms"]:
-        if m["noise"] == "uniform_sum":
-            log_pmf = _uniform_sum_log_pmf(m["uniforms"], m["bits"])
-            one = pld_lib.from_two_probability_mass_functions(
-                log_pmf, {x + 1: v for x, v in log_pmf.items()})
-            times = m["counts_per_record"]
-        elif m["noise"] == "discrete_gaussian":
-            sigma = math.sqrt(float(Fraction(m["sigma2"])))
-            one = pld_lib.from_discrete_gaussian_mechanism(math.nextafter(sigma, 0))
-            times = m["counts_per_record"]
-        elif m["noise"] == "gaussian_bound":
-            # The Gaussian mechanism of variance 1 / (2 rho), then a reveal with prob. eta.
-            sigma = math.nextafter(1 / math.sqrt(2 * float(Fraction(m["rho"]))), 0)
-            one = pld_lib.from_gaussian_mechanism(sigma).compose(
-                pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(0.0, m["eta"])))
-            times = 1
-        else:
-            assert m["noise"] == "pure"
-            one = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(m["epsilon"]))
-            times = m["count"]
-        composed = one.self_compose(times) if times > 1 else one
+        composed = mechanism_pld(m)
         total = composed if total is None else total.compose(composed)
     return total.get_epsilon_for_delta(record["delta"] - record["delta_reserved"])
 
