@@ -1,15 +1,23 @@
-"""Write docs/results.md from the measurements kept in bench/results.
+"""Write docs/results.md and docs/results-archive.md from the kept measurements.
 
-Every JSON file under bench/results becomes a table (files of one kind share a table), and
-every utility run (a folder with ``results.csv``, written by ``feddpsyn bench utility``)
-becomes a table of its mean 2-way error per method and epsilon. Each table says what it
-measures, the command that produced it where the file records one (else the bench script
-that writes such files) and the commit and date where the file records them. Nothing is
-measured here and nothing is typed in by hand: the page is a function of the files, with
-files, keys and rows in sorted order, so the same files always give the same page.
+docs/results.md answers a reader first: it opens with today's default in numbers (accuracy
+against a trusted curator, the demo's and Adult's times with the machine's lookup rate,
+DistAIM against FLAIM, the privacy spent), read from the files ``HEADLINE`` names, then
+shows every file of bench/results that ``CURRENT`` names. docs/results-archive.md holds the
+rest: the earlier runs of the benchmarks (every other file of bench/results) and the results
+of the design studies in experiments/ (``experiments/<study>/results``), by study.
 
-    .venv/bin/python bench/results_page.py            # rewrite docs/results.md
-    .venv/bin/python bench/results_page.py --check    # exit 1 if the committed page is stale
+Every JSON file becomes a table (files of one kind share a table), and every utility run (a
+folder with ``results.csv``, written by ``feddpsyn bench utility``) becomes a table of its
+mean 2-way error per method and epsilon. Each table says what it measures, the command that
+produced it where the file records one (and where the script it names lives now, if it
+moved) and the commit and date where the file records them. Nothing is measured here and no
+number is typed in by hand: the pages are a function of the files and of the two lists of
+file names below, with files, keys and rows in a fixed order, so the same files always give
+the same pages.
+
+    .venv/bin/python bench/results_page.py            # rewrite both pages
+    .venv/bin/python bench/results_page.py --check    # exit 1 if a committed page is stale
 
 Standard library only, so tests/project/test_docs.py can run the check in well under a second.
 """
@@ -18,16 +26,67 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+EXPERIMENTS = ROOT / "experiments"
 PAGE = ROOT / "docs" / "results.md"
+ARCHIVE = ROOT / "docs" / "results-archive.md"
 REGENERATE = ".venv/bin/python bench/results_page.py"
 UTILITY_TITLE = "Utility runs (`feddpsyn bench utility`)"
+
+# The files of bench/results that hold today's figures (paths or patterns relative to
+# bench/results; a folder stands for everything in it), in the order docs/results.md shows
+# them. Every other file of bench/results is an earlier run: docs/results-archive.md. A run
+# that replaces one of these takes its place here.
+CURRENT = (
+    "served_vs_central.json",             # feddpsyn-default against the curator, 6 tables
+    "adult_eps03_30_repeats",             # its one cell above 1.05, at 30 repeats
+    "served_eps_sweep/adult_a.json",      # every served plan, eps 0.3 to 4
+    "served_eps_sweep/adult_b.json",
+    "served_eps_sweep/fed_heart_disease_v3.json",
+    "served_eps_sweep/fed_heart_disease_all_pgm.json",
+    "plan_acceptance_envelope_384.json",  # the default set's version 3: the eps spent
+    "demo_time/fed_heart_disease_packed_*.json",  # the demo at the default's code
+    "demo_time/adult_default.json",
+    "demo_time/adult_offline_first_128.json",
+    "demo_time/adult_noisy_greedy.json",
+    "distaim_flaim*.json",
+    "client_stream*.json",
+    "scale.json",
+    "adult/2026-12-05",                   # every method, at the current default
+    "adult/2026-12-01",                   # every method, the complete 3-repeat run
+)
+
+# What the summary at the top of docs/results.md reads (each a file CURRENT names).
+HEADLINE = {
+    "accuracy": ("served_vs_central.json",),
+    "accuracy_repeats": ("adult_eps03_30_repeats/adult_eps03.json",),
+    "demo": ("demo_time/fed_heart_disease_packed_1.json",
+             "demo_time/fed_heart_disease_packed_2.json",
+             "demo_time/fed_heart_disease_packed_3.json"),
+    "adult": ("demo_time/adult_default.json", "demo_time/adult_offline_first_128.json",
+              "demo_time/adult_noisy_greedy.json"),
+    "distaim": ("distaim_flaim.json", "distaim_flaim_32.json", "distaim_flaim_32_subset.json",
+                "distaim_flaim_32_interleaved.json", "distaim_flaim_enrolment.json",
+                "distaim_flaim_32_enrolment.json"),
+    "privacy": ("plan_acceptance_envelope_384.json",),
+}
+# The same code's demo on two days (archived runs), for the spread of a time between days.
+SAME_CODE_TWO_DAYS = ("demo_time/fed_heart_disease_default.json",
+                      "demo_time/fed_heart_disease_320ce6f_back_to_back.json")
+
+# Scripts that recorded commands name and that are not in this tree (nor moved within it).
+HISTORICAL = {
+    "split_exp.py": "an uncommitted what-if script; its runs are what "
+                    "`bench/accuracy/bench_served_vs_central.py --first-shares` does now",
+}
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -83,16 +142,71 @@ def link(path: Path) -> str:
     return f"[`{rel(path)}`](../{rel(path)})"
 
 
+SCRIPT = re.compile(r"[\w./-]*\.py\b")
+_SCRIPTS: dict[str, list[str]] = {}
+
+
+def scripts() -> dict[str, list[str]]:
+    """Every Python script of bench/ and experiments/ today, by file name."""
+    if not _SCRIPTS:
+        for folder in (ROOT / "bench", EXPERIMENTS):
+            for path in sorted(folder.rglob("*.py")):
+                _SCRIPTS.setdefault(path.name, []).append(rel(path))
+    return _SCRIPTS
+
+
+def script_status(token: str) -> tuple[str, str]:
+    """Where a script a recorded command names is today: ("here", path) if at that path,
+    ("moved", path) if one script of that name is elsewhere in bench/ or experiments/,
+    ("historical", why) if HISTORICAL says why it is gone, else ("missing", token)."""
+    path = token.removeprefix("./")
+    if (ROOT / path).is_file():
+        return "here", path
+    name = Path(path).name
+    found = scripts().get(name, [])
+    if len(found) == 1:
+        return "moved", found[0]
+    if name in HISTORICAL:
+        return "historical", HISTORICAL[name]
+    return "missing", token
+
+
+def script_notes(command: str) -> str:
+    """What a recorded command's reader needs about its scripts: where each moved one lives
+    now and why a historical one is gone ('' when every script is where the command says)."""
+    notes = []
+    for token in dict.fromkeys(SCRIPT.findall(command)):
+        status, where = script_status(token)
+        if status == "moved":
+            notes.append(f"`{token}` is now `{where}`")
+        elif status == "historical":
+            notes.append(f"`{token}` is historical: {where}")
+        elif status == "missing":
+            notes.append(f"`{token}` is not in this tree")
+    return "; ".join(notes)
+
+
+def locate(name: str) -> str:
+    """A script's path today, from its file name (the name itself if none or several)."""
+    found = scripts().get(name.split()[0], [])
+    return " ".join([found[0], *name.split()[1:]]) if len(found) == 1 else name
+
+
 def provenance(*, command: str | None = None, script: str | None = None,
                commit: str | None = None, started: str | None = None,
                added: dict | None = None) -> list[str]:
-    """The file's command, commit and date as recorded; ``added``: for a file kept before
-    its script recorded them, the commit and date that added it (``added_in``)."""
+    """The file's command, commit and date as recorded; ``script``: the file name of the
+    script that writes such files (with its usual arguments), for a file that records no
+    command; ``added``: for a file kept before its script recorded them, the commit and date
+    that added it (``added_in``)."""
     lines = []
     if command:
         lines.append(f"Command (as recorded): `{command}`")
+        notes = script_notes(command)
+        if notes:
+            lines.append(f"Scripts: {notes}.")
     elif script:
-        lines.append(f"Command: not recorded in the file; written by `{script}`.")
+        lines.append(f"Command: not recorded in the file; written by `{locate(script)}`.")
     recorded = []
     if commit:
         recorded.append(f"commit `{commit}`")
@@ -251,7 +365,7 @@ def render_online(files: list[tuple[Path, dict]]) -> list[str]:
             "the in-process executor; the phases are read from the compute server's log. The "
             "second table is a model calibrated on this run (seconds per bootstrap, list "
             "scheduling), not a measurement.", "",
-            *provenance(command=d.get("command"), script="bench/scale/bench_adult_online.py",
+            *provenance(command=d.get("command"), script="bench_adult_online.py",
                         added=d.get("added_in")), ""]
         restarted = m.get("rounds_after_restart") or []
         if restarted:
@@ -304,7 +418,7 @@ def render_demo_ratio(files: list[tuple[Path, dict]]) -> list[str]:
                 f"{d.get('rounds')} rounds, eps {d.get('epsilon')}, {d.get('draws')} draws, "
                 f"{fixed(d.get('seconds'), 0)} s.  ",
                 *provenance(command=d.get("command"),
-                            script="bench/accuracy/bench_demo_central_ratio.py --json OUT",
+                            script="bench_demo_central_ratio.py --json OUT",
                             commit=d.get("commit"), started=d.get("date"),
                             added=d.get("added_in")), ""]
     return out
@@ -348,7 +462,9 @@ def render_flaim(files: list[tuple[Path, dict]]) -> list[str]:
             "union."]
     out += ["", "Commands, as recorded (some wrote to a scratch path and were copied here):", ""]
     for path, d in files:
-        out.append(f"* {link(path)}: `{d.get('command', 'not recorded')}`")
+        notes = script_notes(d.get("command", ""))
+        out.append(f"* {link(path)}: `{d.get('command', 'not recorded')}`"
+                   + (f" (scripts: {notes})" if notes else ""))
     out.append("")
     return out
 
@@ -360,7 +476,7 @@ def render_joint_noise(files: list[tuple[Path, dict]]) -> list[str]:
                 "joint release against the two-noise release of the same cells, alternating "
                 "in one run; only same-run ratios count. Where `scaled` is yes, some chunks "
                 "were measured and the rest scaled by chunk count.", "",
-                *provenance(command=d.get("run"), script="bench/primitives/bench_joint_noise.py",
+                *provenance(command=d.get("run"), script="bench_joint_noise.py",
                             commit=d.get("commit"), started=d.get("started")), ""]
         rows = []
         for r in d["releases"]:
@@ -621,6 +737,8 @@ def render_other(files: list[tuple[Path, dict]]) -> list[str]:
         rows = [[f"`{k}`", f"`{v}`" if isinstance(v, str) else num(v)]
                 for k, v in sorted(d.items()) if not isinstance(v, (dict, list))]
         out += table(["key", "value"], rows) if rows else ["(no top-level scalars)"]
+        notes = script_notes(str(d.get("command", "")))
+        out += ["", f"Scripts: {notes}."] if notes else []
         out.append("")
     return out
 
@@ -700,12 +818,12 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
 
 # ----------------------------------------------------------------------------- utility runs
 
-def nearest(name: str, folder: Path) -> Path | None:
-    """The file `name` in `folder` or the closest folder above it within bench/results."""
+def nearest(name: str, folder: Path, top: Path) -> Path | None:
+    """The file `name` in `folder` or the closest folder above it, up to `top`."""
     for candidate in [folder, *folder.parents]:
         if (candidate / name).is_file():
             return candidate / name
-        if candidate == RESULTS:
+        if candidate == top:
             break
     return None
 
@@ -714,7 +832,8 @@ def eps_key(value: str) -> float:
     return float(value)
 
 
-def render_utility(csv_path: Path) -> list[str]:
+def render_utility(csv_path: Path, top: Path) -> list[str]:
+    """One utility run's table; its README is the nearest one up to `top`."""
     folder = csv_path.parent
     with csv_path.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -724,7 +843,7 @@ def render_utility(csv_path: Path) -> list[str]:
         cells.setdefault(setting, {}).setdefault(row["method"], {}).setdefault(
             row["eps"], []).append(float(row["two_way"]))
     out = [f"### `{rel(folder)}`", ""]
-    readme, summary = nearest("README.md", folder), folder / "summary.md"
+    readme, summary = nearest("README.md", folder, top), folder / "summary.md"
     source = [f"Data: {link(csv_path)}"]
     if summary.is_file():
         source.append(f"every metric: {link(summary)}")
@@ -758,41 +877,315 @@ def render_utility(csv_path: Path) -> list[str]:
     return out
 
 
-# ----------------------------------------------------------------------------- the page
+# ----------------------------------------------------------------------------- today's default
 
-def render() -> str:
-    out = ["# Results", "",
-           "<!-- Generated by bench/results_page.py from bench/results; do not edit by hand. -->",
-           "",
-           "Every measurement kept in `bench/results`, one table per kind of file. Regenerate "
-           f"with `{REGENERATE}`; `--check` says whether this page is current. What each bench "
-           "script measures: [benchmarks.md](benchmarks.md). Figures from earlier runs that "
-           "were never kept as files (older demo timings, the scale-out runs, the cost "
-           "sweeps) are notes, not results: [measurements-history.md](measurements-history.md).",
-           ""]
+CENTRAL = {"central-privsyn-pgm": "PrivSyn+PGM", "central-aim": "AIM",
+           "central-privsyn-all": "PrivSyn, every pair"}
+
+
+def exponent(x: float) -> str:
+    """1e-05 as 1e-5."""
+    mantissa, power = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(power)}"
+
+
+def short_commit(d: dict) -> str:
+    return str(d.get("commit") or "not recorded").split()[0]
+
+
+def accuracy_summary(path: Path, d: dict, more: list[tuple[Path, dict]]) -> list[str]:
+    """feddpsyn-default over the best central method, per table and eps, from one
+    served-vs-central summary; then the cells that files of more repeats settle."""
+    entries = d["results"]
+    default = {(e["table"], e["eps"]): e for e in entries if e["method"] == "feddpsyn-default"}
+    best: dict[tuple, dict] = {}
+    for e in entries:
+        key = (e["table"], e["eps"])
+        if e["method"] in CENTRAL and (key not in best or e["mean"] < best[key]["mean"]):
+            best[key] = e
+    tables = sorted({t for t, _ in default})
+    budgets = sorted({b for _, b in default})
+    ratios = [e["ratio_to_best_central"] for e in default.values()]
+    repeats = "/".join(str(r) for r in sorted({e["repeats"] for e in default.values()}))
+    out = [f"**Accuracy against a trusted curator** ({link(path)}, commit "
+           f"`{short_commit(d)}`, {d.get('date')}): the 2-way L1 error of `feddpsyn-default` "
+           "over the best central method's (central PrivSyn + Private-PGM, central AIM or "
+           "central PrivSyn on every pair, each on the union at the same eps and delta "
+           f"{exponent(d.get('delta'))}), {repeats} repeats on the same splits and seeds, 4 "
+           f"uniform owners: **{min(ratios):.2f}-{max(ratios):.2f}** on the {len(tables)} "
+           "shipped tables (below 1: more accurate than the curator). In brackets: the "
+           "default's error and the best central method's.", ""]
+    rows = []
+    for t in tables:
+        row = [t]
+        for b in budgets:
+            e, c = default.get((t, b)), best.get((t, b))
+            row.append("-" if e is None or c is None else
+                       f"**{e['ratio_to_best_central']:.2f}** ({e['mean']:.3f} vs "
+                       f"{CENTRAL[c['method']]} {c['mean']:.3f})")
+        rows.append(row)
+    out += table(["table", *(f"eps {num(b)}" for b in budgets)], rows)
+    for more_path, m in more:
+        for e in m["results"]:
+            if e["method"] == "feddpsyn-default":
+                out += ["", f"With more repeats: {e['table']} at eps {num(e['eps'])}, "
+                        f"{e['repeats']} repeats of each, **{e['ratio_to_best_central']:.2f}** "
+                        f"({link(more_path)}, commit `{short_commit(m)}`)."]
+    return out
+
+
+def demo_label(d: dict) -> str:
+    command = " ".join(["feddpsyn demo", *d.get("demo_args", [])])
+    return (f"`{command}` ({d['dataset']}, {d['selection']}, eps {num(d['epsilon'])}, "
+            f"{d['cores']} cores)")
+
+
+def demo_minutes(d: dict) -> str:
+    """The wall minutes, and with --offline-first the offline wait and the rest."""
+    phases = d["phases"]
+    text = f"{d['wall_seconds'] / 60:.1f}"
+    if "offline_wait" in phases:
+        online = phases.get("client_uploads", 0) + phases.get("encrypt_aggregate_release", 0)
+        text += f" (offline {phases['offline_wait'] / 60:.1f}, uploads to release " \
+                f"{online / 60:.1f})"
+    return text
+
+
+def time_summary(runs: list[list[tuple[Path, dict]]],
+                 same_code: list[tuple[Path, dict]]) -> list[str]:
+    """One row per group of runs of the same command, code and day, each time with the
+    machine's lookup rate measured just before it (or 'not measured')."""
+    (first_path, first), (second_path, second) = same_code
+    out = ["**Time** end to end as a user runs it (`bench/scale/bench_demo_time.py`), each "
+           "beside one core's milliseconds per 3-bit lookup measured just before it "
+           "(`bench/scale/lookup_rate.py`): time figures move between days on these machines "
+           f"(the same code, commit `{short_commit(first)}`, took "
+           f"[{first['wall_seconds'] / 60:.1f}](../{rel(first_path)}) minutes on "
+           f"{first['date']} and [{second['wall_seconds'] / 60:.1f}](../{rel(second_path)}) "
+           f"on {second['date']}: x{second['wall_seconds'] / first['wall_seconds']:.2f}), "
+           "so read a time beside its rate.", ""]
+    rows = []
+    for group in runs:
+        d = group[0][1]
+        rates = [(g.get("lookup_rate") or {}).get("ms_per_lookup") for _, g in group]
+        rows.append([demo_label(d), ", ".join(demo_minutes(g) for _, g in group),
+                     ", ".join("not measured" if r is None else f"{r:.1f}" for r in rates),
+                     ", ".join(f"{g['load_before'][0]:.2f}" for _, g in group),
+                     f"`{short_commit(d)}`, {d['date']}",
+                     ", ".join(f"[{i}](../{rel(p)})" for i, (p, _) in enumerate(group, 1))])
+    return out + table(["run", "minutes", "ms a lookup", "load before", "commit, date",
+                        "files"], rows)
+
+
+def distaim_summary(files: list[tuple[Path, dict]]) -> list[str]:
+    """DistAIM's error over central AIM's in FLAIM's setting, by schedule, beside FLAIM's."""
+    s = files[0][1]["setting"]
+
+    def ratios(keep) -> str:
+        chosen = [(p, d) for p, d in files if keep(d["setting"])]
+        values = [d["ratio"] for _, d in chosen]
+        each = ", ".join(f"[{d['ratio']:.2f}](../{rel(p)}) at {d['bins']} bins"
+                         + (" in MPC" if d["oracle"] == "mpc" else "") for p, d in chosen)
+        if len(values) < 2:
+            return each
+        return f"**{min(values):.2f}-{max(values):.2f}** ({each})"
+
+    published = files[0][1]["flaim_table_1"]
+    return [f"**DistAIM against FLAIM** ({s['dataset'].split()[0].capitalize()}, "
+            f"{s['clients']} clients, {s['workload'].split(',')[0]}, participation "
+            f"{num(s['participation'])}, T = {s['rounds']}, eps {num(s['epsilon'])}, FLAIM's "
+            "error metric): DistAIM's error over central AIM's at the same T and rho, with the "
+            "default (deferred) schedule "
+            + ratios(lambda st: st["schedule"] == "deferred" and not st["enrolment_one_ways"])
+            + f"; FLAIM's Table 1 publishes **{published['ratio']}** for its DistAIM. FLAIM's "
+            "interleaved schedule run here: "
+            + ratios(lambda st: st["schedule"] == "interleaved")
+            + "; with enrolment 1-ways: "
+            + ratios(lambda st: st["enrolment_one_ways"]) + "."]
+
+
+def privacy_summary(path: Path, d: dict) -> list[str]:
+    """The share of the eps asked that the default selection's plans spend."""
+    points = d["points"]
+    default = [p for p in points if p["selection"] == "noisy-greedy" and p["accepted"]]
+    spent = [p["spent"] for p in default]
+    tables = ", ".join(dict.fromkeys(p["table"] for p in default))
+    budgets = ", ".join(num(e) for e in sorted({p["eps"] for p in default}))
+    accepted = sum(p["accepted"] for p in points)
+    return [f"**Privacy spent** ({link(path)}, commit `{short_commit(d)}`, {d.get('date')}): "
+            f"the default's plans (noisy-greedy) on {tables} at eps {budgets} spend "
+            f"**{min(spent):.3f}-{max(spent):.3f}** of the eps asked, accounted over every "
+            "noise they add by the composed privacy-loss distribution (the mechanisms their "
+            "privacy record lists, `params.privacy_record.accounted_epsilon`); "
+            + (f"every one of the {len(points)} plans" if accepted == len(points) else
+               f"{accepted} of the {len(points)} plans")
+            + " (each selection at each eps) is accepted."]
+
+
+def summary(files: dict[str, tuple[Path, dict]]) -> list[str]:
+    """Today's default in numbers: the first screen of docs/results.md."""
+    def get(key: str) -> list[tuple[Path, dict]]:
+        return [files[name] for name in HEADLINE[key]]
+
+    (acc_path, acc), = get("accuracy")
+    out = accuracy_summary(acc_path, acc, get("accuracy_repeats")) + [""]
+    groups: dict[tuple, list[tuple[Path, dict]]] = {}
+    for path, d in get("demo") + get("adult"):
+        key = (tuple(d.get("demo_args", [])), short_commit(d), d["date"])
+        groups.setdefault(key, []).append((path, d))
+    out += time_summary(list(groups.values()), [files[n] for n in SAME_CODE_TWO_DAYS]) + [""]
+    out += distaim_summary(get("distaim")) + [""]
+    (privacy_path, privacy), = get("privacy")
+    return out + privacy_summary(privacy_path, privacy)
+
+
+# ----------------------------------------------------------------------------- the pages
+
+def kept(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:
+    """The JSON files and the utility runs' results.csv under ``folder``, in path order."""
+    jsons = [(path, json.loads(path.read_text())) for path in sorted(folder.rglob("*.json"))]
+    runs = sorted(folder.rglob("results.csv"),
+                  key=lambda p: p.parent.relative_to(folder).parts)
+    return jsons, runs
+
+
+def current_rank(path: Path) -> int | None:
+    """The position in CURRENT of the entry that names this file of bench/results."""
+    name = path.relative_to(RESULTS).as_posix()
+    for i, entry in enumerate(CURRENT):
+        if fnmatch.fnmatch(name, entry) or name.startswith(entry + "/"):
+            return i
+    return None
+
+
+def sections(files: list[tuple[Path, dict]]) -> list[list[str]]:
+    """One section a kind of file, in KINDS' order; a kind's files in the order given."""
     groups: dict[int, list[tuple[Path, dict]]] = {}
-    for path in sorted(RESULTS.rglob("*.json")):
-        d = json.loads(path.read_text())
+    for path, d in files:
         kind = next((i for i, (test, _) in enumerate(KINDS) if test(d)), len(KINDS))
         groups.setdefault(kind, []).append((path, d))
-    sections = [(KINDS[kind][1] if kind < len(KINDS) else render_other)(groups[kind])
-                for kind in sorted(groups)]
-    titles = [section[0].removeprefix("## ") for section in sections]
-    titles.append(UTILITY_TITLE)
-    out += ["## Contents", "", *(f"* [{t}](#{anchor(t)})" for t in titles), ""]
-    for section in sections:
+    return [(KINDS[kind][1] if kind < len(KINDS) else render_other)(groups[kind])
+            for kind in sorted(groups)]
+
+
+def demote(lines: list[str], levels: int) -> list[str]:
+    """The same lines with every heading ``levels`` deeper."""
+    return ["#" * levels + line if line.startswith("#") else line for line in lines]
+
+
+def title(section: list[str]) -> str:
+    return section[0].lstrip("#").strip()
+
+
+def contents(titles: list[str], indent: str = "") -> list[str]:
+    return [f"{indent}* [{t}](#{anchor(t)})" for t in titles]
+
+
+UTILITY_INTRO = ("Each folder is one run of the utility benchmark: every method on the same "
+                 "partitions and seeds (noise from the OS, never seeded). The error is the mean "
+                 "L1 over all 2-way marginals of the synthetic table against the training union, "
+                 "mean ± population sd over repeats (the repeat count in brackets).")
+GENERATED = ("<!-- Generated by bench/results_page.py from bench/results and experiments/; "
+             "do not edit by hand. -->")
+
+
+def render() -> str:
+    """docs/results.md: today's default in numbers, then every current result."""
+    jsons, runs = kept(RESULTS)
+    ranked = sorted((current_rank(path), path, d) for path, d in jsons
+                    if current_rank(path) is not None)
+    current = [(path, d) for _, path, d in ranked]
+    current_runs = sorted((run for run in runs if current_rank(run) is not None),
+                          key=lambda run: (current_rank(run), run))
+    found = {path.relative_to(RESULTS).as_posix(): (path, d) for path, d in jsons}
+    body = sections(current)
+    out = ["# Results", "", GENERATED, "",
+           "Today's default (`feddpsyn-default`: noisy-greedy selection, joint noises, "
+           "Private-PGM) in numbers, each figure linked to the file it is read from; below "
+           "them every current result. Earlier runs, what-ifs and the design studies' "
+           "results: [results-archive.md](results-archive.md). What each script measures: "
+           "[benchmarks.md](benchmarks.md).", "",
+           "## Today's default in numbers", "", *summary(found), "",
+           "Regenerate this page and the archive with "
+           f"`{REGENERATE}` (`--check`: are they current). Figures from runs never kept as "
+           "files: [measurements-history.md](measurements-history.md).", "",
+           "## Contents", "",
+           *contents([title(s) for s in body] + [UTILITY_TITLE]), ""]
+    for section in body:
         out += section
-    out += [f"## {UTILITY_TITLE}", "",
-            "Each folder is one run of the utility benchmark: every method on the same "
-            "partitions and seeds (noise from the OS, never seeded). The error is the mean L1 "
-            "over all 2-way marginals of the synthetic table against the training union, "
-            "mean ± population sd over repeats (the repeat count in brackets).", ""]
-    for csv_path in sorted(RESULTS.rglob("results.csv"),
-                           key=lambda p: p.parent.relative_to(RESULTS).parts):
-        out += render_utility(csv_path)
-    while out and out[-1] == "":
-        out.pop()
-    return "\n".join(out) + "\n"
+    out += [f"## {UTILITY_TITLE}", "", UTILITY_INTRO, ""]
+    for run in current_runs:
+        out += render_utility(run, RESULTS)
+    return finish(out)
+
+
+def studies() -> list[Path]:
+    """The design studies: experiments/'s folders."""
+    if not EXPERIMENTS.is_dir():
+        return []
+    return sorted(p for p in EXPERIMENTS.iterdir()
+                  if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def study_title(folder: Path) -> str:
+    readme = folder / "README.md"
+    lines = readme.read_text().splitlines() if readme.is_file() else []
+    first = next((line[2:].strip() for line in lines if line.startswith("# ")), folder.name)
+    return f"`{rel(folder)}/`: {first}"
+
+
+def render_archive() -> str:
+    """docs/results-archive.md: the earlier runs of bench/results, then each study's."""
+    jsons, runs = kept(RESULTS)
+    earlier = sections([(path, d) for path, d in jsons if current_rank(path) is None])
+    earlier_runs = [run for run in runs if current_rank(run) is None]
+    folders = studies()
+    utility = "Utility runs of earlier code (`feddpsyn bench utility`)"
+    out = ["# Results archive", "", GENERATED, "",
+           "What no longer describes today's default, kept with its provenance: the earlier "
+           "runs of the benchmarks in `bench/results` (runs of earlier code, and the per-method "
+           "runs today's summaries are made from), then the results of the one-off design "
+           "studies in `experiments/`, each beside the decision it informed. Today's "
+           "figures: [results.md](results.md).", "",
+           "## Contents", "",
+           "* [Earlier runs of the benchmarks](#earlier-runs-of-the-benchmarks)",
+           *contents([title(s) for s in earlier] + [utility], "  "),
+           "* [Design studies in `experiments/`](#design-studies-in-experiments)",
+           *contents([study_title(f) for f in folders], "  "), "",
+           "## Earlier runs of the benchmarks", "",
+           "Every file of `bench/results` that [results.md](results.md) does not show "
+           "(`bench/results_page.py`'s `CURRENT` names the ones it shows).", ""]
+    for section in earlier:
+        out += demote(section, 1)
+    out += [f"### {utility}", "", UTILITY_INTRO, ""]
+    for run in earlier_runs:
+        out += demote(render_utility(run, RESULTS), 1)
+    out += ["## Design studies in `experiments/`", "",
+            "One folder a study or decision: its scripts, its results and a README saying "
+            "which decision it informed, what it found and the command that reproduces it.", ""]
+    for folder in folders:
+        files, folder_runs = kept(folder)
+        scripts_here = [f"`{rel(p)}`" for p in sorted(folder.rglob("*.py"))]
+        out += [f"### {study_title(folder)}", "",
+                f"[README](../{rel(folder)}/README.md). Scripts: "
+                + (", ".join(scripts_here) or "none of its own (see the README)") + "."
+                + ("" if files or folder_runs else
+                   " No result files: the README states what it found."), ""]
+        for section in sections(files):
+            out += demote(section, 2)
+        for run in folder_runs:
+            out += demote(render_utility(run, folder), 2)
+    return finish(out)
+
+
+def finish(lines: list[str]) -> str:
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def pages() -> dict[Path, str]:
+    return {PAGE: render(), ARCHIVE: render_archive()}
 
 
 def anchor(title: str) -> str:
@@ -804,19 +1197,22 @@ def anchor(title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/results.md differs from what would be generated")
+                        help="exit 1 if a page differs from what would be generated")
     args = parser.parse_args(argv)
-    page = render()
+    stale = []
+    for page, text in pages().items():
+        if args.check:
+            if (page.read_text() if page.is_file() else "") != text:
+                stale.append(rel(page))
+            continue
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text)
+        print(f"wrote {rel(page)} ({text.count(chr(10))} lines)")
     if args.check:
-        current = PAGE.read_text() if PAGE.is_file() else ""
-        if current != page:
-            print(f"{rel(PAGE)} is out of date: run {REGENERATE}", file=sys.stderr)
+        if stale:
+            print(f"{', '.join(stale)} out of date: run {REGENERATE}", file=sys.stderr)
             return 1
-        print(f"{rel(PAGE)} is current")
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(page)
-    print(f"wrote {rel(PAGE)} ({page.count(chr(10))} lines)")
+        print(f"{rel(PAGE)} and {rel(ARCHIVE)} are current")
     return 0
 
 

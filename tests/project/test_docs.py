@@ -1,6 +1,7 @@
-"""The documentation stays true to the tree: docs/results.md is what bench/results gives, the
-README stays a short page, and every relative link in README.md and docs/*.md reaches a file
-(and, into a markdown page, a heading) that exists. Fast: no server, no circuit."""
+"""The documentation stays true to the tree: docs/results.md and docs/results-archive.md are
+what bench/results and experiments/ give, the README stays a short page, and every relative
+link in README.md and docs/*.md reaches a file (and, into a markdown page, a heading) that
+exists. Fast: no server, no circuit."""
 
 import importlib.util
 import re
@@ -60,16 +61,38 @@ def _anchors(page: Path) -> set[str]:
     return anchors
 
 
-def test_results_page_is_generated_from_bench_results():
+def test_results_pages_are_generated_from_the_kept_results():
     module = _results_page()
-    page = ROOT / "docs" / "results.md"
-    assert page.is_file(), "docs/results.md is missing: run .venv/bin/python bench/results_page.py"
-    assert page.read_text() == module.render(), (
-        "docs/results.md differs from bench/results: run .venv/bin/python bench/results_page.py")
+    for page, text in module.pages().items():
+        name = page.relative_to(ROOT)
+        assert page.is_file(), f"{name} is missing: run .venv/bin/python bench/results_page.py"
+        assert page.read_text() == text, (
+            f"{name} differs from the kept results: run .venv/bin/python bench/results_page.py")
 
 
 def test_results_page_check_flag_agrees(capsys):
     assert _results_page().main(["--check"]) == 0
+
+
+def test_results_page_opens_with_todays_default():
+    """The first screen answers a reader: accuracy against the curator, the times with the
+    machine's lookup rate, DistAIM against FLAIM and the privacy spent, before any table of
+    a single file; each read from a file CURRENT names."""
+    module = _results_page()
+    first = (ROOT / "docs" / "results.md").read_text().splitlines()[:40]
+    text = "\n".join(first)
+    for label in ("**Accuracy against a trusted curator**", "**Time**", "ms a lookup",
+                  "**DistAIM against FLAIM**", "**Privacy spent**"):
+        assert label in text, f"{label} is not in docs/results.md's first 40 lines"
+    assert not any(line.startswith("### ") for line in first)
+    current = {path.relative_to(module.RESULTS).as_posix()
+               for path in module.RESULTS.rglob("*.json") if module.current_rank(path) is not None}
+    named = {name for names in module.HEADLINE.values() for name in names}
+    assert named <= current, f"HEADLINE names files CURRENT does not: {sorted(named - current)}"
+    for entry in module.CURRENT:
+        assert any(module.current_rank(path) is not None
+                   and module.CURRENT[module.current_rank(path)] == entry
+                   for path in module.RESULTS.rglob("*")), f"CURRENT's {entry} matches no file"
 
 
 def test_readme_is_short():
