@@ -115,10 +115,10 @@ class SelectionParameterSet:
 # P2's chunk sizes. Version 1 had 8, 16 and 32: a pair of 20-24 cells then took a padded
 # 32-cell chunk or two chunks and an encrypted sum. With 24, Fed-Heart-Disease's 66 pairs
 # (1,601 cells) take 85 chunks instead of 103 and 26,682 bootstraps instead of 28,074, Adult's
-# 105 pairs 265,932 instead of 269,257 (``bench/primitives/bench_indif_chunks.py`` times both
-# in one run). Every 4 cells from 8 to 32 saves more (25,193 and 261,036) but Fed-Heart's
-# module then compiles 7 functions instead of 4: its key server prepared in 38 s against 28
-# (25 with 8/16/32), more than the demo's P2 saved on 2 cores.
+# 105 pairs 265,932 instead of 269,257 (``experiments/p2_chunk_sizes/bench_indif_chunks.py``
+# times both in one run). Every 4 cells from 8 to 32 saves more (25,193 and 261,036) but
+# Fed-Heart's module then compiles 7 functions instead of 4: its key server prepared in 38 s
+# against 28 (25 with 8/16/32), more than the demo's P2 saved on 2 cores.
 CHUNK_SIZES = (8, 16, 24, 32)
 
 SELECTION_SETS: dict[str, SelectionParameterSet] = {
@@ -134,14 +134,14 @@ SELECTION_SETS: dict[str, SelectionParameterSet] = {
                               p_error=2.0 ** -40, chunk_sizes=CHUNK_SIZES),
     ]
 }
-# Chosen by measurement (bench/primitives/bench_selection_sets.py, eps = 1, PrivSyn's 10% for the
-# selection): on Fed-Heart-Disease (66 pairs, 4 rounds) lean's P3 costs x0.84 of precise's
-# time (x0.83 complexity, 134 vs 161 bootstraps a candidate) for the same first-round quality
-# (expected score gap 60.7 vs 59.8, each equal to its ideal exp weights'); on Adult (105
-# pairs, 52 rounds, InDif in the tens of thousands) lean's e^-8 clamp moves 8.7e-4 of every
-# round's probability to far-off pairs (expected gap 40 vs 0; precise: TV 1.3e-8 to the
-# ideal). P3 is under a third of the selection's time, so the ~5% saved does not pay for
-# that: precise is the default, lean an option for small domains.
+# Chosen by measurement (experiments/selection_sets/bench_selection_sets.py, eps = 1, PrivSyn's
+# 10% for the selection): on Fed-Heart-Disease (66 pairs, 4 rounds) lean's P3 costs x0.84 of
+# precise's time (x0.83 complexity, 134 vs 161 bootstraps a candidate) for the same first-round
+# quality (expected score gap 60.7 vs 59.8, each equal to its ideal exp weights'); on Adult
+# (105 pairs, 52 rounds, InDif in the tens of thousands) lean's e^-8 clamp moves 8.7e-4 of
+# every round's probability to far-off pairs (expected gap 40 vs 0; precise: TV 1.3e-8 to the
+# ideal). P3 is under a third of the selection's time, so the ~5% saved does not pay for that:
+# precise is the default, lean an option for small domains.
 DEFAULT_SELECTION_SET = "precise"
 
 

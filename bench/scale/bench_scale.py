@@ -56,11 +56,12 @@ tasks on the n cores; ``today`` keeps on one core the steps that are on an execu
 measured not to speed up: the key server's encryptions (its coins, the uploads, P2's
 inputs). concrete seeds every compressed input ciphertext from the CPU's RDSEED, which the
 cores share: on this project's 2-core machines two offline worker processes encrypted no
-faster than one (``bench_scaleout.py``: x1.01; ``bench/primitives/bench_encryption_cost.py``
-shows the seeding's share). ``calibrated`` is the model with every bootstrap at the rate
-Adult's served session measured (``bench/results/adult_online.json``: wall seconds x 2 cores
-over its bootstraps, an upper bound on a shared machine), :func:`calibration_factor`. The
-noisy-greedy 2-way release is costed at its worst case, every pair kept.
+faster than one (``bench_scaleout.py``: x1.01;
+``experiments/encryption_cost/bench_encryption_cost.py`` shows the seeding's share).
+``calibrated`` is the model with every bootstrap at the rate Adult's served session measured
+(``bench/results/adult_online.json``: wall seconds x 2 cores over its bootstraps, an upper
+bound on a shared machine), :func:`calibration_factor`. The noisy-greedy 2-way release is
+costed at its worst case, every pair kept.
 
 **The largest table in the budget** (:func:`search_largest`): per row count, the most columns
 whose default session fits ``BUDGET_MIN`` on ``BUDGET_CORES`` cores, searched past the grid

@@ -25,7 +25,8 @@ def _results_page():
 
 def _pages() -> list[Path]:
     return [ROOT / "README.md", ROOT / "bench" / "README.md",
-            *sorted((ROOT / "docs").glob("*.md"))]
+            *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "experiments").glob("*/README.md"))]
 
 
 def _outside_fences(text: str) -> list[tuple[int, str]]:
@@ -141,7 +142,7 @@ def test_benchmarks_page_lists_every_script_and_every_method_with_its_kind():
     from feddpsyn.fedbench.methods import KINDS, METHODS
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     scripts = [p.relative_to(ROOT).as_posix() for p in _bench_scripts()]
-    assert len(scripts) > 20
+    assert scripts
     assert [s for s in scripts if f"`{s}" not in page] == []
     assert set(KINDS) == set(METHODS)
     rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| ([^|]+?) \|", page, re.M))

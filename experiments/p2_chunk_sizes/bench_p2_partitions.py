@@ -8,7 +8,7 @@ sums up to 96) put P2's bit extractions on a level-9 key (GLWE 5 x 256); without
 same partition takes a level-3 key. The work per key is the external products' FFT work,
 n_in x levels x (k + 1)^2 x N log2 N: a model of cost, not a timing.
 
-Run: .venv/bin/python bench/primitives/bench_p2_partitions.py 8,16,32 8,16 16
+Run: .venv/bin/python experiments/p2_chunk_sizes/bench_p2_partitions.py 8,16,32 8,16 16
 """
 
 import collections

@@ -11,9 +11,9 @@ against the plaintext model. Printed: the optimiser's complexity over all pairs 
 independent), the measured seconds on the sample (ratio to the baseline of the same run) and
 the full pass extrapolated from seconds per modelled complexity.
 
-Run: .venv/bin/python bench/primitives/bench_indif_chunks.py [--every 6] [--dataset adult]
+Run: .venv/bin/python experiments/p2_chunk_sizes/bench_indif_chunks.py [--every 6] [--dataset adult]
 
-8/16/24/32 against 8/16/32 (quiet 2-core machine, ``bench/results/p2_chunk_sizes/``): the
+8/16/24/32 against 8/16/32 (quiet 2-core machine, ``experiments/p2_chunk_sizes/README.md``): the
 Fed-Heart-Disease sample in x0.84 of the time (41.7 s against 49.7 s), all pairs modelled
 at x0.94, every score exact; compile and keys 20 s against 19 s.
 
@@ -27,8 +27,8 @@ ratio (x0.462) overstates the gain (modelled: x0.799).
 With P2's XORs packed two bits a lookup (``crypto.indif.XOR_PACK``): every score
 exact at Fed-Heart's widths in both configurations (modelled x0.835; the run shared the 2 cores
 with about six other processes, so its seconds are not comparable). Since P2 takes M's base-4
-digits (``crypto.indif``), ``bench/primitives/bench_p2_digits.py`` times it against the
-one-ciphertext form in one run.
+digits (``crypto.indif``), ``experiments/replaced_constructions/bench_p2_digits.py`` times
+it against the one-ciphertext form in one run.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ default) and run on the same encrypted inputs, alternating, so the machine's noi
 Prints bootstraps per candidate and concrete's complexity (deterministic), the seconds per
 run of each, and the ratio new / baseline.
 
-Run: .venv/bin/python bench/primitives/bench_hidden_order.py [--candidates 16] [--repeats 3]
+Run: .venv/bin/python experiments/replaced_constructions/bench_hidden_order.py [--candidates 16] [--repeats 3]
      [--schema params/schemas/fed_heart_disease.schema.json --max-rows 740 --rounds 4]
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.primitives.baseline import module_at  # noqa: E402
+from experiments.replaced_constructions.baseline import module_at  # noqa: E402
 from feddpsyn.crypto import tfhe_permute_and_flip as current  # noqa: E402
 from feddpsyn.crypto.selection_randomness import random_priorities, random_share  # noqa: E402
 from feddpsyn.params.modes import SelectionMode  # noqa: E402

@@ -10,8 +10,8 @@ exact output distribution of the first round under each set's fixed-point weight
 Gauss-Legendre in float: every factor is in [0, 1]), against the ideal weights exp(-eps A / 2):
 the total-variation distance and the expected score gap max - q_chosen.
 
-Run: .venv/bin/python bench/primitives/bench_selection_sets.py [--dataset fed_heart_disease|adult]
-     [--candidates 8] [--rounds N]
+Run: .venv/bin/python experiments/selection_sets/bench_selection_sets.py
+     [--dataset fed_heart_disease|adult] [--candidates 8] [--rounds N]
 """
 
 from __future__ import annotations

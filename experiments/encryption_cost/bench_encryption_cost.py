@@ -23,8 +23,8 @@ cell, 4 clients), in one run, the variants alternating across ``--repeats``:
 Every run is decrypted and checked against the plaintext circuit
 (``crypto.joint_noise.joint_release_plaintext``).
 
-Run: .venv/bin/python bench/primitives/bench_encryption_cost.py [--columns 128] [--repeats 3]
-     [--json OUT.json]
+Run: .venv/bin/python experiments/encryption_cost/bench_encryption_cost.py [--columns 128]
+     [--repeats 3] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def main() -> None:
         args.json.write_text(json.dumps({
             "what": "the joint noise's encrypted bits: key server encryption (1 and 2 "
                     "processes) and compute server run, compressed and full inputs",
-            "command": "python bench/primitives/bench_encryption_cost.py "
+            "command": "python experiments/encryption_cost/bench_encryption_cost.py "
                        + " ".join(sys.argv[1:]),
             "commit": commit(), "date": datetime.date.today().isoformat(),
             "machine": platform.node(),

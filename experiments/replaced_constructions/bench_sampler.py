@@ -15,7 +15,8 @@ pairs in a noisy-greedy session (1.25 million values).
 ``--pool``: then one server's whole noise pool for Adult's noisy-greedy session at eps 1
 (``dp.noise_pool.draw_pool`` over the plan's draws), once with each sampler.
 
-Run: .venv/bin/python bench/primitives/bench_sampler.py [--draws 20000] [--repeats 3] [--pool]
+Run: .venv/bin/python experiments/replaced_constructions/bench_sampler.py [--draws 20000]
+     [--repeats 3] [--pool]
 
 Measured (2 cores shared with a test run, so only the ratios count): x0.317-0.340
 a draw at the four variances (20,000 draws x 3); ``--pool``: 1,252,230 values in 105 draws,
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.primitives.baseline import module_at  # noqa: E402
+from experiments.replaced_constructions.baseline import module_at  # noqa: E402
 from feddpsyn.dp import discrete_gaussian  # noqa: E402
 
 # The variances of the demo's releases and scores, and Adult's noisy-greedy 2-ways.

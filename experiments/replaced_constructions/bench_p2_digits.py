@@ -9,8 +9,8 @@ swapped every repetition, so machine noise hits both); every decrypted score is 
 against the clear InDif. Printed per size: bootstraps, the optimiser's complexity, seconds of
 each and their ratio; then the demo's P2 (its chunk cut at its k) weighted by those seconds.
 
-Run: .venv/bin/python bench/primitives/bench_p2_digits.py [--bits 12] [--repeats 3] \
-         [--sizes 8 16 32]
+Run: .venv/bin/python experiments/replaced_constructions/bench_p2_digits.py [--bits 12] \
+         [--repeats 3] [--sizes 8 16 32]
 
 Measured (k = 12, ``--repeats 2``, 2 cores shared with other processes, so only
 the ratios count): 8 cells 205 -> 157 bootstraps, x0.588 time; 16 cells 358 -> 262, x0.662;
@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.primitives.baseline import module_at  # noqa: E402
+from experiments.replaced_constructions.baseline import module_at  # noqa: E402
 from feddpsyn.crypto import indif  # noqa: E402
 from feddpsyn.demo import dataset  # noqa: E402
 from feddpsyn.params.modes import SelectionMode  # noqa: E402

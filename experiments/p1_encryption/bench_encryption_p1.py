@@ -4,7 +4,7 @@
 Published anchor (FedDPSyn, Table 1): 19 hours of offline encryption per client and 290 s
 for Primitive 1 on an RTX A6000. Our aim on 2 CPU cores: under 30 s and under 10 s.
 
-Run: .venv/bin/python bench/primitives/bench_encryption_p1.py [--clients 4] [--repeats 1]
+Run: .venv/bin/python experiments/p1_encryption/bench_encryption_p1.py [--clients 4] [--repeats 1]
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@ table lookup per candidate measured in the same run (P3's lookups are all at mos
 so "how many lookups per candidate" is the honest unit), and the extrapolated selection phase
 of a data set.
 
-Run: .venv/bin/python bench/primitives/bench_selection.py [--candidates 16] [--rows 48842]
+Run: .venv/bin/python experiments/p3_lookup_cost/bench_selection.py [--candidates 16] [--rows 48842]
      [--pairs 105] [--rounds 15] [--rho-select 0.00125]
 
 Widths follow the service's plan: score digits for InDif <= 2 * rows, the PF epsilon of one
 round from rho_select / rounds with the numerical loss included
 (crypto.tfhe_permute_and_flip.plan_step), n_b and kappa'_j from choose_shape. The selection
 phase of a session is sum over rounds of (remaining candidates) x (seconds per candidate); P2
-per chunk is bench/primitives/bench_p2_digits.py.
+per chunk is experiments/replaced_constructions/bench_p2_digits.py.
 """
 
 from __future__ import annotations
