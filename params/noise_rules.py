@@ -64,11 +64,11 @@ JOINT_DELTA_SHARE = 0.01
 GAUSSIAN_BOUND_SHARE = 0.1
 # noisy-greedy's joint scores: the widest lookup their carry chain uses
 # (``crypto.noisy_scores.PASS_LOOKUP_BITS``: the uniforms are added in passes that keep it
-# there). Measured at the servers' plans (``bench/primitives/bench_joint_scores.py``, results
-# in ``bench/results/joint_scores.json``; Adult, 17 lookups a score): compressed evaluation
-# keys 130.6 MB with the two-server ``noise``, 130.8 MB with 5-bit lookups (12 x 8 and 14 x 7
-# uniforms), 307.1 MB with 6-bit (16 x 6); a score's call 0.37 / 0.54 / 1.03 s once the keys
-# are in use, small next to P2.
+# there). Measured at the servers' plans (``experiments/joint_scores/bench_joint_scores.py``,
+# results in ``experiments/joint_scores/results/joint_scores.json``; Adult, 17 lookups a
+# score): compressed evaluation keys 130.6 MB with the two-server ``noise``, 130.8 MB with
+# 5-bit lookups (12 x 8 and 14 x 7 uniforms), 307.1 MB with 6-bit (16 x 6); a score's call
+# 0.37 / 0.54 / 1.03 s once the keys are in use, small next to P2.
 SCORE_LOOKUP_BITS = PASS_LOOKUP_BITS
 # At most two passes (15 uniforms a pass fit): the shapes 6-bit lookups allowed in one pass.
 SCORE_MAX_UNIFORMS = 30

@@ -77,28 +77,53 @@ run's sample, ``--cache`` keeps the compile figures between runs):
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import json
 import math
 import os
 import platform
 import resource
+import secrets
 import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from multiprocessing import get_context
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from concrete import fhe  # noqa: E402
+
 from bench.scale.bench_scaleout import add_levels  # noqa: E402
+from feddpsyn.crypto.aggregation import decode_release, publish_counts, release_offset  # noqa: E402
 from feddpsyn.crypto.indif import chunk_bootstraps  # noqa: E402
+from feddpsyn.crypto.joint_noise import (  # noqa: E402
+    draw_bits,
+    encrypt_key_server_bits,
+    joint_noise_plaintext,
+    joint_operands,
+)
+from feddpsyn.crypto.noisy_scores import (  # noqa: E402
+    NoisyScoreShape,
+    compile_noisy_scores,
+    decode_joint_score,
+    decode_noisy_score,
+    joint_score_plaintext,
+    noise_operand,
+    noisy_score_plaintext,
+)
+from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 from feddpsyn.params.modes import NoiseMode  # noqa: E402
 from feddpsyn.params.parameter_sets import PARAMETER_SETS, ParameterSet  # noqa: E402
 from feddpsyn.params.plan_request import PlanRequest  # noqa: E402
+from feddpsyn.params.release_chunks import ReleaseChunk  # noqa: E402
 from feddpsyn.params.schema import Schema  # noqa: E402
 from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
 
@@ -389,15 +414,220 @@ def circuit_figures(plan: SessionPlan, cache: dict) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- checked calls
+# One release chunk (the plain P1 with both servers' Gaussians, or the session's joint
+# circuit) and one noisy-greedy score call, run as the servers run them and every output
+# decrypted and checked against its plaintext model. The sample below measures them; the
+# design studies experiments/joint_noise and experiments/joint_scores time them against
+# each other.
+
+# True counts of a measured chunk: any value the widths allow gives the same costs.
+COUNT_BOUND = 1000
+
+
+def keyed(circuit) -> fhe.Client:
+    client = fhe.Client(circuit.client.specs)
+    client.keys.generate(secret_seed=secrets.randbits(128),
+                         encryption_seed=secrets.randbits(128))
+    return client
+
+
+@dataclass
+class ChunkInputs:
+    """One chunk as both servers hold it: the clients' masked vectors, encrypted by the KS's
+    offline job under each variant's key (not timed: the same for both), the clear masks'
+    sum, the selection and the true counts."""
+
+    positions: list[int | None]  # each place's cell in the full vector (None: not released)
+    select: np.ndarray
+    true: np.ndarray
+    mask_sum: np.ndarray
+    masked: list[np.ndarray]
+
+
+def chunk_inputs(part: ReleaseChunk, chunk_cells: int, k: int) -> ChunkInputs:
+    select = np.zeros(chunk_cells, dtype=np.int64)
+    select[part.places] = 1
+    positions: list[int | None] = [None] * chunk_cells
+    for place, cell in zip(part.places.tolist(), part.cells.tolist(), strict=True):
+        positions[place] = cell
+    true = np.array([secrets.randbelow(COUNT_BOUND) for _ in range(chunk_cells)],
+                    dtype=np.int64)
+    masks = [np.array([secrets.randbelow(1 << k) for _ in range(chunk_cells)], dtype=np.int64)
+             for _ in range(CLIENTS)]
+    shares = [true] + [np.zeros(chunk_cells, dtype=np.int64)] * (CLIENTS - 1)
+    masked = [(x + s) % (1 << k) for x, s in zip(shares, masks, strict=True)]
+    return ChunkInputs(positions, select, true, np.sum(masks, axis=0), masked)
+
+
+def encrypt_clients(client: fhe.Client, inputs: ChunkInputs, arguments: int) -> list:
+    args = list(inputs.masked) + [None] * (arguments - CLIENTS)
+    return list(client.encrypt(*args)[:CLIENTS])
+
+
+class TwoNoiseVariant:
+    """A two-server session's release: plain P1, each server's Gaussian."""
+
+    name = "two-noise"
+
+    def __init__(self, circuit, client: fhe.Client, k: int, sigma2: Fraction, *,
+                 clock=time.perf_counter):
+        self.circuit, self.client, self.k, self.sigma2 = circuit, client, k, sigma2
+        self.clock = clock  # wall seconds; bench_scale's sample reads CPU seconds
+
+    def measure(self, inputs: ChunkInputs) -> tuple[dict[str, float], np.ndarray]:
+        enc = encrypt_clients(self.client, inputs, CLIENTS + 2)
+        cells = len(inputs.select)
+        t = self.clock()
+        cs_noise = discrete_gaussian_vector(self.sigma2, cells)
+        ks_noise = discrete_gaussian_vector(self.sigma2, cells)
+        draw = self.clock() - t
+        t = self.clock()
+        offset = release_offset(inputs.mask_sum, cs_noise, inputs.select, self.k)
+        out = self.circuit.server.run(*enc, inputs.select, offset,
+                                      evaluation_keys=self.client.evaluation_keys).serialize()
+        cs = self.clock() - t
+        t = self.clock()
+        decrypted = np.asarray(self.client.decrypt(fhe.Value.deserialize(out)))
+        published = publish_counts(decrypted, ks_noise, self.k)
+        ks = self.clock() - t
+        chosen = inputs.select == 1
+        noise = (published - inputs.true)[chosen]
+        if not np.array_equal(noise, (cs_noise + ks_noise)[chosen]):
+            raise RuntimeError("two-noise release: published - true is not the two noises")
+        return {"draw_s_per_value": draw / (2 * cells), "ks_bits_s": 0.0, "ks_cs_bytes": 0,
+                "cs_s": cs, "ks_s": ks, "cs_ks_bytes": len(out)}, noise
+
+
+class JointVariant:
+    """The session's joint circuit: the KS's bits at the session's width, the CS's bits."""
+
+    name = "joint"
+
+    def __init__(self, circuit, client: fhe.Client, k: int, columns: int,
+                 cell_shapes: dict[int, object], *, clock=time.perf_counter):
+        self.circuit, self.client, self.k, self.columns = circuit, client, k, columns
+        self.clock = clock
+        self.cell_shapes = cell_shapes  # position -> the shape its group carries
+
+    def measure(self, inputs: ChunkInputs) -> tuple[dict[str, float], np.ndarray]:
+        enc = encrypt_clients(self.client, inputs, CLIENTS + 4)
+        cells = len(inputs.select)
+        shapes = [None if p is None else self.cell_shapes.get(p) for p in inputs.positions]
+        t = self.clock()  # the KS's offline job (keyserver.coins)
+        ks_bits = draw_bits(cells, self.columns)
+        blob = encrypt_key_server_bits(self.client, CLIENTS, ks_bits).serialize()
+        offline = self.clock() - t
+        t = self.clock()  # the CS's release call (computeserver.service._aggregate)
+        coins = fhe.Value.deserialize(blob)
+        cs_bits = draw_bits(cells, self.columns)
+        weights, clear = joint_operands(shapes, cs_bits, inputs.select, self.columns)
+        offset = release_offset(inputs.mask_sum, clear, inputs.select, self.k)
+        out = self.circuit.server.run(*enc, coins, weights, inputs.select, offset,
+                                      evaluation_keys=self.client.evaluation_keys).serialize()
+        cs = self.clock() - t
+        t = self.clock()
+        published = decode_release(np.asarray(self.client.decrypt(fhe.Value.deserialize(out))),
+                                   self.k)
+        ks = self.clock() - t
+        chosen = np.flatnonzero(inputs.select == 1)
+        noise = (published - inputs.true)[chosen]
+        expected = np.array([joint_noise_plaintext(shapes[i], ks_bits[i:i + 1],
+                                                   cs_bits[i:i + 1])[0] for i in chosen],
+                            dtype=np.int64)
+        if not np.array_equal(noise, expected):
+            raise RuntimeError("joint release: published - true is not the XOR-shared noise")
+        return {"draw_s_per_value": 0.0, "ks_bits_s": offline, "ks_cs_bytes": len(blob),
+                "cs_s": cs, "ks_s": ks, "cs_ks_bytes": len(out)}, noise
+
+
+class ScoreMismatch(RuntimeError):
+    """A decrypted score differs from the plaintext model: the bench's numbers are void."""
+
+
+def score_digits(value: int, bits: int) -> np.ndarray:
+    return np.array([(value >> j) & 1 for j in range(bits)], dtype=np.int64)
+
+
+class ScoreVariant:
+    """One compiled score module (two-server ``noise`` or ``joint``) and its current keys."""
+
+    def __init__(self, name: str, shape: NoisyScoreShape, module, sigma2: Fraction,
+                 compile_s: float = 0.0):
+        self.name, self.shape, self.module, self.sigma2 = name, shape, module, sigma2
+        self.compile_s = compile_s
+        self.client: fhe.Client | None = None
+        self.evaluation_keys: fhe.EvaluationKeys | None = None
+
+    @classmethod
+    def compiled(cls, name: str, shape: NoisyScoreShape, p_error: float,
+                 sigma2: Fraction) -> ScoreVariant:
+        started = time.perf_counter()
+        module = compile_noisy_scores(shape, p_error)
+        return cls(name, shape, module, sigma2, time.perf_counter() - started)
+
+    @property
+    def function(self) -> str:
+        return self.shape.noise_function
+
+    @property
+    def bootstraps(self) -> int:
+        return int(getattr(self.module, self.function).statistics[
+            "programmable_bootstrap_count"])
+
+    def keygen(self) -> dict[str, float]:
+        """Fresh keys from ``secrets`` seeds (the key server's way); the evaluation keys go
+        through their bytes, as the compute server receives them."""
+        self.client = self.evaluation_keys = None
+        gc.collect()
+        client = fhe.Client(self.module.client.specs)
+        started = time.perf_counter()
+        client.keys.generate(force=True, secret_seed=secrets.randbits(128),
+                             encryption_seed=secrets.randbits(128))
+        keygen_s = time.perf_counter() - started
+        serialized = client.evaluation_keys.serialize()
+        self.evaluation_keys = fhe.EvaluationKeys.deserialize(serialized)
+        self.client = client
+        return {"keygen_s": keygen_s, "evaluation_key_bytes": len(serialized)}
+
+    def call(self, score: int) -> dict[str, float]:
+        """One pair's noise addition on an encrypted score; decrypted and checked (raises
+        :class:`ScoreMismatch`)."""
+        x = score_digits(score, self.shape.score_bits)
+        out: dict[str, float] = {}
+        if self.shape.joint is None:
+            z = int(discrete_gaussian_vector(self.sigma2, 1)[0])
+            operand = noise_operand(z, self.shape)
+            encrypted = self.client.encrypt(x, None, function_name=self.function)[0]
+            arguments = (encrypted, operand)
+            expected = noisy_score_plaintext(score, z, self.shape)
+        else:
+            joint = self.shape.joint
+            ks_bits, cs_bits = draw_bits(1, joint), draw_bits(1, joint)
+            encrypted = self.client.encrypt(x, None, None, function_name=self.function)[0]
+            started = time.perf_counter()
+            a = self.client.encrypt(None, ks_bits[0], None, function_name=self.function)[1]
+            a_bytes = a.serialize()
+            out["ks_bits_encrypt_s"] = time.perf_counter() - started
+            out["ks_bits_bytes"] = len(a_bytes)
+            arguments = (encrypted, fhe.Value.deserialize(a_bytes), cs_bits[0])
+            z = int(joint_noise_plaintext(joint, ks_bits, cs_bits)[0])
+            expected = joint_score_plaintext(score, ks_bits[0], cs_bits[0], self.shape)
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = self.module.server.run(*arguments, evaluation_keys=self.evaluation_keys,
+                                        function_name=self.function)
+        out["call_s"] = time.perf_counter() - wall
+        out["call_cpu_s"] = time.process_time() - cpu
+        digits = np.asarray(self.client.decrypt(result, function_name=self.function)).ravel()
+        decoded = (decode_noisy_score(digits.tolist(), self.shape) if self.shape.joint is None
+                   else decode_joint_score(digits.tolist(), self.shape))
+        if digits.tolist() != expected or decoded != score + z:
+            raise ScoreMismatch(f"{self.name}: score {score} noise {z} decrypted to "
+                                f"{digits.tolist()}, the model says {expected}")
+        return out
+
+
 # ----------------------------------------------------------------------------- measured
-
-class CpuClock:
-    """``time`` as the measuring benches call it, reading this process's CPU seconds: on a
-    shared machine at low priority, wall seconds measure the queue, not the work."""
-
-    perf_counter = staticmethod(time.process_time)
-    strftime = staticmethod(time.strftime)
-
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
@@ -405,22 +635,11 @@ def rss_mb() -> float:
 
 def measure_p1(count_bits: int, cells: int, shapes: list, repeats: int) -> dict:
     """P1 plain and with the joint noise on one chunk of ``cells`` cells (run in a child:
-    its peak RSS is its own). ``bench_joint_noise``'s variants, every run checked."""
-    from fractions import Fraction
-
-    import numpy as np
-
-    from bench.primitives import bench_joint_noise
-    from bench.primitives.bench_joint_noise import (
-        JointVariant,
-        TwoNoiseVariant,
-        chunk_inputs,
-        keyed,
-    )
+    its peak RSS is its own): the checked calls' variants, timed in CPU seconds of this
+    process (on a shared machine at low priority, wall seconds measure the queue)."""
     from feddpsyn.crypto.aggregation import compile_aggregation
     from feddpsyn.crypto.joint_noise import JointNoiseShape, columns_for, compile_joint_release
 
-    bench_joint_noise.time = CpuClock  # CPU seconds of this process, not wall seconds
     shapes = [JointNoiseShape(u, b) for u, b in shapes]
     columns = columns_for(shapes)
     started = rss_mb()
@@ -430,13 +649,15 @@ def measure_p1(count_bits: int, cells: int, shapes: list, repeats: int) -> dict:
     plain_client, joint_client = keyed(plain), keyed(joint)
     keygen_s = time.process_time() - t
     widest = max(shapes, key=lambda s: s.ciphertexts)
-    variants = [TwoNoiseVariant(plain, plain_client, count_bits, Fraction(16)),
+    variants = [TwoNoiseVariant(plain, plain_client, count_bits, Fraction(16),
+                                clock=time.process_time),
                 JointVariant(joint, joint_client, count_bits, columns,
-                             dict.fromkeys(range(cells), widest))]
+                             dict.fromkeys(range(cells), widest), clock=time.process_time)]
     runs: dict[str, list[dict]] = {v.name: [] for v in variants}
     encrypt = []
     for _ in range(repeats):
-        inputs = chunk_inputs(0, cells, np.arange(cells), count_bits)
+        whole = np.arange(cells)
+        inputs = chunk_inputs(ReleaseChunk(0, whole, whole, False), cells, count_bits)
         for variant in variants:
             runs[variant.name].append(variant.measure(inputs)[0])
         args: list = [None] * (CLIENTS + 2)
@@ -462,14 +683,7 @@ def measure_p1(count_bits: int, cells: int, shapes: list, repeats: int) -> dict:
 def measure_module(shape_fields: dict, p_error: float, calls: int) -> dict:
     """The noisy-score module at the given widths (a child process): compile, keygen, a P2
     chunk of 8 cells, an ``add`` and a score call, each timed, decrypted and checked."""
-    from fractions import Fraction
-
-    import numpy as np
-    from concrete import fhe
-
-    from bench.primitives.bench_joint_scores import ScoreVariant
     from feddpsyn.crypto.indif import digits_of, indif_exact, indif_from_bits, indif_offset
-    from feddpsyn.crypto.noisy_scores import NoisyScoreShape, compile_noisy_scores
     from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 
     fields = dict(shape_fields)

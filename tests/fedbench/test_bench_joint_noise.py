@@ -11,16 +11,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.primitives.bench_joint_noise import (  # noqa: E402
+from bench.scale.bench_scale import (  # noqa: E402
     CLIENTS,
     COUNT_BOUND,
     JointVariant,
-    ReleaseBench,
     TwoNoiseVariant,
     chunk_inputs,
     keyed,
-    summarise,
 )
+from experiments.joint_noise.bench_joint_noise import ReleaseBench, summarise  # noqa: E402
 from feddpsyn.crypto.aggregation import compile_aggregation  # noqa: E402
 from feddpsyn.crypto.joint_noise import JointNoiseShape, compile_joint_release  # noqa: E402
 from feddpsyn.params.release_chunks import ReleaseChunk  # noqa: E402

@@ -10,11 +10,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import bench.primitives.bench_joint_scores as bench  # noqa: E402
-from bench.primitives.bench_joint_scores import (  # noqa: E402
+import bench.scale.bench_scale as checked  # noqa: E402
+import experiments.joint_scores.bench_joint_scores as bench  # noqa: E402
+from bench.scale.bench_scale import ScoreMismatch  # noqa: E402
+from experiments.joint_scores.bench_joint_scores import (  # noqa: E402
     QUICK_SESSIONS,
     SESSIONS,
-    ScoreMismatch,
     ScoreSession,
     compile_variants,
     measure,
@@ -56,7 +57,7 @@ def test_every_call_is_decrypted_and_matches_its_model(measured, monkeypatch):
     variant = variants[1]
     assert variant.name == "joint"
     variant.call(2 * TINY.max_rows)
-    monkeypatch.setattr(bench, "joint_score_plaintext",
+    monkeypatch.setattr(checked, "joint_score_plaintext",
                         lambda score, a, b, shape: [0] * shape.out_bits)
     with pytest.raises(ScoreMismatch):
         variant.call(2 * TINY.max_rows)

@@ -43,8 +43,11 @@ so only ratios within one run count. The split release is also summarised for m 
 pairs taken in order of their InDif on the union (shapes, variance against the even
 two-server release, chunks touched: a plan-only computation, no circuit).
 
-Run: echo 19 > /proc/self/autogroup; .venv/bin/python bench/primitives/bench_joint_noise.py
---repeats 3 --max-chunks 2 --out bench/results/joint_noise.json [--lookup]
+Run: echo 19 > /proc/self/autogroup; .venv/bin/python experiments/joint_noise/bench_joint_noise.py
+--repeats 3 --max-chunks 2 --out experiments/joint_noise/results/joint_noise.json [--lookup]
+
+The two variants (one chunk run as the servers run it, every output checked) live in
+``bench/scale/bench_scale.py``, whose measured sample uses them too.
 """
 
 from __future__ import annotations
@@ -65,10 +68,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from concrete import fhe  # noqa: E402
 
-from feddpsyn.crypto.aggregation import (compile_aggregation, decode_release, publish_counts,  # noqa: E402
-                                release_offset)
-from feddpsyn.crypto.joint_noise import (compile_joint_release, draw_bits,  # noqa: E402
-                                encrypt_key_server_bits, joint_noise_plaintext, joint_operands)
+from bench.scale.bench_scale import (  # noqa: E402
+    CLIENTS,
+    JointVariant,
+    TwoNoiseVariant,
+    chunk_inputs,
+    keyed,
+)
+from feddpsyn.crypto.aggregation import compile_aggregation  # noqa: E402
+from feddpsyn.crypto.joint_noise import (  # noqa: E402
+    compile_joint_release,
+    draw_bits,
+    joint_noise_plaintext,
+)
 from feddpsyn.dp.accounting import gaussian_sigma2  # noqa: E402
 from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
 from feddpsyn.fedbench.methods.feddpsyn_served import served_plan, served_selection  # noqa: E402
@@ -76,23 +88,20 @@ from feddpsyn.keyserver.coins import release_chunks  # noqa: E402
 from feddpsyn.params.modes import NoiseMode  # noqa: E402
 from feddpsyn.params.operator_bound import stated_max_rows  # noqa: E402
 from feddpsyn.params.plan_request import PlanRequest  # noqa: E402
-from feddpsyn.params.schema import Schema  # noqa: E402
 from feddpsyn.params.release_chunks import ReleaseChunk  # noqa: E402
 from feddpsyn.params.release_spec import ReleaseSpec  # noqa: E402
+from feddpsyn.params.schema import Schema  # noqa: E402
 from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
 from feddpsyn.params.table_codec import encode_csv  # noqa: E402
 from feddpsyn.synthesis.marginals import NoisyMarginal  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENTS = 4
 EPSILON, DELTA = 1.0, 1e-5
 # Fed-Heart-Disease's demo default: em with 4 rounds (feddpsyn.demo.DEMO_ROUNDS).
 SESSIONS = (("fhd-em", "fed_heart_disease", "em", 4),
             ("fhd-noisy-greedy", "fed_heart_disease", "noisy-greedy", None),
             ("adult-none", "adult", "none", None),
             ("adult-noisy-greedy", "adult", "noisy-greedy", None))
-# True counts of the measured chunks: any value the widths allow gives the same costs.
-COUNT_BOUND = 1000
 
 
 def plan_for(schema: Schema, rows: int, selection: str, rounds: int | None,
@@ -134,123 +143,10 @@ def chosen_pairs(plan: SessionPlan, counts: np.ndarray) -> list[tuple[int, int]]
     return served_selection(plan, counts, one_way)[0]
 
 
-def keyed(circuit) -> fhe.Client:
-    client = fhe.Client(circuit.client.specs)
-    client.keys.generate(secret_seed=secrets.randbits(128),
-                         encryption_seed=secrets.randbits(128))
-    return client
-
-
 def values_drawn(plan: SessionPlan, name: str) -> int:
     """Gaussian values one server draws offline for a release (``noise_draws``)."""
     return sum(len(d.positions) for d in plan.noise_draws()
                if d.label == name or d.label.startswith(f"{name}@"))
-
-
-@dataclass
-class ChunkInputs:
-    """One chunk as both servers hold it: the clients' masked vectors, encrypted by the KS's
-    offline job under each variant's key (not timed: the same for both), the clear masks'
-    sum, the selection and the true counts."""
-
-    positions: list[int | None]  # each place's cell in the full vector (None: not released)
-    select: np.ndarray
-    true: np.ndarray
-    mask_sum: np.ndarray
-    masked: list[np.ndarray]
-
-
-def chunk_inputs(part: ReleaseChunk, chunk_cells: int, k: int) -> ChunkInputs:
-    select = np.zeros(chunk_cells, dtype=np.int64)
-    select[part.places] = 1
-    positions: list[int | None] = [None] * chunk_cells
-    for place, cell in zip(part.places.tolist(), part.cells.tolist()):
-        positions[place] = cell
-    true = np.array([secrets.randbelow(COUNT_BOUND) for _ in range(chunk_cells)],
-                    dtype=np.int64)
-    masks = [np.array([secrets.randbelow(1 << k) for _ in range(chunk_cells)], dtype=np.int64)
-             for _ in range(CLIENTS)]
-    shares = [true] + [np.zeros(chunk_cells, dtype=np.int64)] * (CLIENTS - 1)
-    masked = [(x + s) % (1 << k) for x, s in zip(shares, masks)]
-    return ChunkInputs(positions, select, true, np.sum(masks, axis=0), masked)
-
-
-def encrypt_clients(client: fhe.Client, inputs: ChunkInputs, arguments: int) -> list:
-    args = list(inputs.masked) + [None] * (arguments - CLIENTS)
-    return list(client.encrypt(*args)[:CLIENTS])
-
-
-class TwoNoiseVariant:
-    """A two-server session's release: plain P1, each server's Gaussian."""
-
-    name = "two-noise"
-
-    def __init__(self, circuit, client: fhe.Client, k: int, sigma2: Fraction):
-        self.circuit, self.client, self.k, self.sigma2 = circuit, client, k, sigma2
-
-    def measure(self, inputs: ChunkInputs) -> tuple[dict[str, float], np.ndarray]:
-        enc = encrypt_clients(self.client, inputs, CLIENTS + 2)
-        cells = len(inputs.select)
-        t = time.perf_counter()
-        cs_noise = discrete_gaussian_vector(self.sigma2, cells)
-        ks_noise = discrete_gaussian_vector(self.sigma2, cells)
-        draw = time.perf_counter() - t
-        t = time.perf_counter()
-        offset = release_offset(inputs.mask_sum, cs_noise, inputs.select, self.k)
-        out = self.circuit.server.run(*enc, inputs.select, offset,
-                                      evaluation_keys=self.client.evaluation_keys).serialize()
-        cs = time.perf_counter() - t
-        t = time.perf_counter()
-        decrypted = np.asarray(self.client.decrypt(fhe.Value.deserialize(out)))
-        published = publish_counts(decrypted, ks_noise, self.k)
-        ks = time.perf_counter() - t
-        chosen = inputs.select == 1
-        noise = (published - inputs.true)[chosen]
-        if not np.array_equal(noise, (cs_noise + ks_noise)[chosen]):
-            raise RuntimeError("two-noise release: published - true is not the two noises")
-        return {"draw_s_per_value": draw / (2 * cells), "ks_bits_s": 0.0, "ks_cs_bytes": 0,
-                "cs_s": cs, "ks_s": ks, "cs_ks_bytes": len(out)}, noise
-
-
-class JointVariant:
-    """The session's joint circuit: the KS's bits at the session's width, the CS's bits."""
-
-    name = "joint"
-
-    def __init__(self, circuit, client: fhe.Client, k: int, columns: int,
-                 cell_shapes: dict[int, object]):
-        self.circuit, self.client, self.k, self.columns = circuit, client, k, columns
-        self.cell_shapes = cell_shapes  # position -> the shape its group carries
-
-    def measure(self, inputs: ChunkInputs) -> tuple[dict[str, float], np.ndarray]:
-        enc = encrypt_clients(self.client, inputs, CLIENTS + 4)
-        cells = len(inputs.select)
-        shapes = [None if p is None else self.cell_shapes.get(p) for p in inputs.positions]
-        t = time.perf_counter()  # the KS's offline job (keyserver.coins)
-        ks_bits = draw_bits(cells, self.columns)
-        blob = encrypt_key_server_bits(self.client, CLIENTS, ks_bits).serialize()
-        offline = time.perf_counter() - t
-        t = time.perf_counter()  # the CS's release call (computeserver.service._aggregate)
-        coins = fhe.Value.deserialize(blob)
-        cs_bits = draw_bits(cells, self.columns)
-        weights, clear = joint_operands(shapes, cs_bits, inputs.select, self.columns)
-        offset = release_offset(inputs.mask_sum, clear, inputs.select, self.k)
-        out = self.circuit.server.run(*enc, coins, weights, inputs.select, offset,
-                                      evaluation_keys=self.client.evaluation_keys).serialize()
-        cs = time.perf_counter() - t
-        t = time.perf_counter()
-        published = decode_release(np.asarray(self.client.decrypt(fhe.Value.deserialize(out))),
-                                   self.k)
-        ks = time.perf_counter() - t
-        chosen = np.flatnonzero(inputs.select == 1)
-        noise = (published - inputs.true)[chosen]
-        expected = np.array([joint_noise_plaintext(shapes[i], ks_bits[i:i + 1],
-                                                   cs_bits[i:i + 1])[0] for i in chosen],
-                            dtype=np.int64)
-        if not np.array_equal(noise, expected):
-            raise RuntimeError("joint release: published - true is not the XOR-shared noise")
-        return {"draw_s_per_value": 0.0, "ks_bits_s": offline, "ks_cs_bytes": len(blob),
-                "cs_s": cs, "ks_s": ks, "cs_ks_bytes": len(out)}, noise
 
 
 @dataclass
@@ -553,7 +449,8 @@ def main() -> None:
             print(f"  m {row['m']:3d}: {row['cells']:5d} cells, {row['chunks']:2d} chunks; {text}")
     lookup = lookup_variant() if args.lookup else None
     if args.out is not None:
-        document = {"run": " ".join(["bench/primitives/bench_joint_noise.py"] + sys.argv[1:]),
+        document = {"run": " ".join(["experiments/joint_noise/bench_joint_noise.py"]
+                                             + sys.argv[1:]),
                     "started": started, "commit": commit, "repeats": args.repeats,
                     "max_chunks": args.max_chunks, "sessions": sessions, "releases": table,
                     "lookup": lookup}

@@ -40,11 +40,14 @@ repeat the variants alternate (key generation in turn, then the calls interleave
 order reversed every other repeat); the machine is shared, so only the ratios of one run
 count (joint / two-server, joint / one-pass).
 
-Run: echo 19 > /proc/self/autogroup; .venv/bin/python bench/primitives/bench_joint_scores.py
---json bench/results/joint_scores.json  [--repeats 3 --calls 3 | --quick]
+Run: echo 19 > /proc/self/autogroup; .venv/bin/python experiments/joint_scores/bench_joint_scores.py
+--json experiments/joint_scores/results/joint_scores.json  [--repeats 3 --calls 3 | --quick]
+
+One score call, decrypted and checked (``ScoreVariant``), lives in ``bench/scale/bench_scale.py``,
+whose measured sample uses it too.
 
 Measured (2 cores, quiet but for this run; 3 repeats x 3 calls, every call
-exact; ``bench/results/joint_scores.json``). Compressed evaluation keys of the whole score
+exact; ``experiments/joint_scores/results/joint_scores.json``). Compressed evaluation keys of the whole score
 module: 130.6 MB two-server, 130.8 MB joint with 5-bit lookups (Fed-Heart-Disease 10 x 7
 uniforms, Adult eps 0.5 12 x 8 and eps 1 14 x 7: x1.00, keygen 5.4-5.7 s both, x1.00-1.06),
 307.1 MB with 6-bit lookups (Adult eps 2, 16 x 6: x2.35, keygen 13.3 s against 5.5 s,
@@ -70,23 +73,10 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from concrete import fhe  # noqa: E402
-
-from feddpsyn.crypto.joint_noise import draw_bits, joint_noise_plaintext  # noqa: E402
-from feddpsyn.crypto.noisy_scores import (  # noqa: E402
-    NoisyScoreShape,
-    compile_noisy_scores,
-    decode_joint_score,
-    decode_noisy_score,
-    joint_score_plaintext,
-    noise_operand,
-    noisy_score_plaintext,
-)
-from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector  # noqa: E402
+from bench.scale.bench_scale import ScoreVariant  # noqa: E402
+from feddpsyn.crypto.noisy_scores import NoisyScoreShape  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DELTA = 1e-5
@@ -97,10 +87,6 @@ VARIANTS = ("two-server", "joint", "one-pass")
 # The one-pass baseline: the joint shape's uniforms in a single carry chain, as wide as they
 # need (the design before the passes); compiled only where the joint shape takes two passes.
 ONE_PASS_BITS = 8
-
-
-class ScoreMismatch(RuntimeError):
-    """A decrypted score differs from the plaintext model: the bench's numbers are void."""
 
 
 @dataclass(frozen=True)
@@ -160,88 +146,6 @@ def served_session(dataset: str, epsilon: float) -> ScoreSession:
                            "(nothing to compare)")
     return ScoreSession(dataset, epsilon, rows, selection.max_rows, selection.pairs,
                         selection.p_error, selection.noise_sigma2, shape)
-
-
-def score_digits(value: int, bits: int) -> np.ndarray:
-    return np.array([(value >> j) & 1 for j in range(bits)], dtype=np.int64)
-
-
-class ScoreVariant:
-    """One compiled score module (two-server ``noise`` or ``joint``) and its current keys."""
-
-    def __init__(self, name: str, shape: NoisyScoreShape, module, sigma2: Fraction,
-                 compile_s: float = 0.0):
-        self.name, self.shape, self.module, self.sigma2 = name, shape, module, sigma2
-        self.compile_s = compile_s
-        self.client: fhe.Client | None = None
-        self.evaluation_keys: fhe.EvaluationKeys | None = None
-
-    @classmethod
-    def compiled(cls, name: str, shape: NoisyScoreShape, p_error: float,
-                 sigma2: Fraction) -> ScoreVariant:
-        started = time.perf_counter()
-        module = compile_noisy_scores(shape, p_error)
-        return cls(name, shape, module, sigma2, time.perf_counter() - started)
-
-    @property
-    def function(self) -> str:
-        return self.shape.noise_function
-
-    @property
-    def bootstraps(self) -> int:
-        return int(getattr(self.module, self.function).statistics[
-            "programmable_bootstrap_count"])
-
-    def keygen(self) -> dict[str, float]:
-        """Fresh keys from ``secrets`` seeds (the key server's way); the evaluation keys go
-        through their bytes, as the compute server receives them."""
-        self.client = self.evaluation_keys = None
-        gc.collect()
-        client = fhe.Client(self.module.client.specs)
-        started = time.perf_counter()
-        client.keys.generate(force=True, secret_seed=secrets.randbits(128),
-                             encryption_seed=secrets.randbits(128))
-        keygen_s = time.perf_counter() - started
-        serialized = client.evaluation_keys.serialize()
-        self.evaluation_keys = fhe.EvaluationKeys.deserialize(serialized)
-        self.client = client
-        return {"keygen_s": keygen_s, "evaluation_key_bytes": len(serialized)}
-
-    def call(self, score: int) -> dict[str, float]:
-        """One pair's noise addition on an encrypted score; decrypted and checked (raises
-        :class:`ScoreMismatch`)."""
-        x = score_digits(score, self.shape.score_bits)
-        out: dict[str, float] = {}
-        if self.shape.joint is None:
-            z = int(discrete_gaussian_vector(self.sigma2, 1)[0])
-            operand = noise_operand(z, self.shape)
-            encrypted = self.client.encrypt(x, None, function_name=self.function)[0]
-            arguments = (encrypted, operand)
-            expected = noisy_score_plaintext(score, z, self.shape)
-        else:
-            joint = self.shape.joint
-            ks_bits, cs_bits = draw_bits(1, joint), draw_bits(1, joint)
-            encrypted = self.client.encrypt(x, None, None, function_name=self.function)[0]
-            started = time.perf_counter()
-            a = self.client.encrypt(None, ks_bits[0], None, function_name=self.function)[1]
-            a_bytes = a.serialize()
-            out["ks_bits_encrypt_s"] = time.perf_counter() - started
-            out["ks_bits_bytes"] = len(a_bytes)
-            arguments = (encrypted, fhe.Value.deserialize(a_bytes), cs_bits[0])
-            z = int(joint_noise_plaintext(joint, ks_bits, cs_bits)[0])
-            expected = joint_score_plaintext(score, ks_bits[0], cs_bits[0], self.shape)
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = self.module.server.run(*arguments, evaluation_keys=self.evaluation_keys,
-                                        function_name=self.function)
-        out["call_s"] = time.perf_counter() - wall
-        out["call_cpu_s"] = time.process_time() - cpu
-        digits = np.asarray(self.client.decrypt(result, function_name=self.function)).ravel()
-        decoded = (decode_noisy_score(digits.tolist(), self.shape) if self.shape.joint is None
-                   else decode_joint_score(digits.tolist(), self.shape))
-        if digits.tolist() != expected or decoded != score + z:
-            raise ScoreMismatch(f"{self.name}: score {score} noise {z} decrypted to "
-                                f"{digits.tolist()}, the model says {expected}")
-        return out
 
 
 @dataclass
@@ -400,7 +304,7 @@ def document(args: argparse.Namespace, started: str, results: list[SessionResult
              finished: bool) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
-    return {"bench": "bench/primitives/bench_joint_scores.py", "argv": sys.argv[1:], "started": started,
+    return {"bench": "experiments/joint_scores/bench_joint_scores.py", "argv": sys.argv[1:], "started": started,
             "finished": finished, "commit": commit, "repeats": args.repeats,
             "calls_per_repeat": args.calls, "peak_rss_mb": peak_rss_mb(),
             "sessions": [{**r.session.facts(), "variants": r.variants,
