@@ -22,11 +22,12 @@ has the value it has.
   bits. Version 3 widened it from 256 to 384 and halved ``chunk_cells`` to 64 so that one
   call still holds at most ``JOINT_MAX_BITS_PER_CALL`` bits (64 x 384 = 24,576). At 384 the
   groups' cell-weighted variance over their Gaussians' falls from 1.07-1.17 to 1.04-1.10
-  (half the pairs kept, six tables at eps 0.3, 1 and 4, ``bench/accuracy/bench_group_shapes.py``
-  ``--envelope-bits``), for 1.1-1.6x the release's encrypted bits. The default's 2-way error
-  fell 1-3% where the groups were furthest from their Gaussians (computers at eps 1: 0.0873
-  to 0.0846; Adult at eps 0.3: 0.0768 to 0.0759; ``bench/results/envelope_384/``) and is
-  level at eps 4.
+  (half the pairs kept, six tables at eps 0.3, 1 and 4,
+  ``experiments/split_release_shapes/bench_group_shapes.py --envelope-bits``), for 1.1-1.6x
+  the release's encrypted bits. The default's 2-way error fell 1-3% where the groups were
+  furthest from their Gaussians (computers at eps 1: 0.0873 to 0.0846; Adult at eps 0.3:
+  0.0768 to 0.0759; ``experiments/split_release_shapes/results/envelope_384/``) and is level
+  at eps 4.
 * ``p_error``: concrete's per-operation error probability. P1 is leveled (no bootstrapping),
   so this only steers the parameter optimiser's noise margin; results here are decrypted and
   published, so we ask for 2^-40 instead of concrete's default 1e-5.

@@ -29,8 +29,8 @@ Budget split when the operator gives none: em keeps PrivSyn's 10% for the 1-ways
 the selection and 80% for the selected 2-ways. noisy-greedy gives the 1-ways 30%, the
 scores 10% and the kept pairs 60%: on small tables the 1-ways' tenth was most of the gap to
 a curator, who shares the publication budget over the 1-ways and the kept pairs by c^(2/3)
-(``bench/results/gap_sources.md``). ``none`` shares by c^(2/3) over its two releases
-(``params.budget_split``).
+(``experiments/gap_sources/results/gap_sources.md``). ``none`` shares by c^(2/3) over its two
+releases (``params.budget_split``).
 
 Error probability and the delta reserve. Every bootstrap of P2 and P3 fails with probability
 at most ``p_error`` (2^-40: concrete's default of 1e-5 would, over the ~10^5-10^6 bootstraps

@@ -77,9 +77,10 @@ clique just measured moved by at most the noise's expected L1, sqrt(2/pi) sigma 
 to convergence interpolates a newly measured clique, so it moves by about that much on every
 new clique and annealing waits for re-measurements: the budget goes to more, noisier rounds,
 each fit taking hundreds to thousands of steps. Measured (Adult's first 8 attributes,
-eps 0.5, 2-way workload, 0.25 MB cap, seed 1, ``bench/accuracy/bench_central_aim_fit.py``):
-converged every round, 24 rounds, first annealing at round 12, 2-way error 0.091; 100 steps
-a round, 19 rounds, first annealing at round 8, 0.068 (0.072 and 0.075 for seeds 2 and 3).
+eps 0.5, 2-way workload, 0.25 MB cap, seed 1,
+``experiments/central_aim_fit/bench_central_aim_fit.py``): converged every round, 24
+rounds, first annealing at round 12, 2-way error 0.091; 100 steps a round, 19 rounds, first
+annealing at round 8, 0.068 (0.072 and 0.075 for seeds 2 and 3).
 
 Privacy: rho-zCDP (plus ``delta_spent`` = the sum of the oracle's extra deltas) under
 add/remove of one record, by adaptive composition of the oracle's measurements and

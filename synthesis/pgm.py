@@ -25,7 +25,7 @@ post-processing of the released values (no privacy cost):
    (cells x sd x sqrt(2/pi)), the search aims at the released values for that pair
    instead. Both are functions of the release only. On the same releases, this lowered the
    2-way error by 28% on doctor_contacts and 18% on Adult at eps 4, under 1% at eps 1
-   (``bench/results/held_out_pairs/paired_doctor_adult.json``).
+   (``experiments/synthesis_estimators/results/paired_doctor_adult.json``).
 
 Why a bounded tree rather than MST's spanning tree (what this module did before): the
 spanning tree keeps 14 of Adult's released pairs, and the model is then independent given

@@ -4,9 +4,9 @@ Why. A fitted graphical model answers every 2-way marginal; records drawn from i
 them only up to the draw's own noise. On the servers' default release that noise was most
 of Private-PGM's error at high budgets: the model's own pair marginals were 10-26% closer to
 the truth than its sample's at eps 4 (wages: 0.0265 against 0.0360;
-``bench/results/synthesis_paired``). The randomized-rounding sampler keeps each clique's
-marginal within rounding, but a pair that no clique holds, or a clique of many small
-conditional groups, collects the rounding of every group.
+``experiments/synthesis_estimators/results``). The randomized-rounding sampler keeps each
+clique's marginal within rounding, but a pair that no clique holds, or a clique of many
+small conditional groups, collects the rounding of every group.
 
 What. With T_ab the model's marginal of the pair (a, b) scaled to the number of records and
 C_ab the records' counts, the search lowers

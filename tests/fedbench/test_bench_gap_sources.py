@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.accuracy.bench_gap_sources import (  # noqa: E402
+from experiments.gap_sources.bench_gap_sources import (  # noqa: E402
     ALONE,
     CENTRAL,
     LADDER,

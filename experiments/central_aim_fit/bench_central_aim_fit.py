@@ -1,8 +1,10 @@
 """Central AIM on Adult, one run, with every estimator fit recorded: how far each round's fit
 goes decides when AIM anneals, and so its error and time (``fedbench.methods.central_aim``).
 
-    .venv/bin/python bench/accuracy/bench_central_aim_fit.py --eps 0.5 --seed 1 --attrs 8
-    .venv/bin/python bench/accuracy/bench_central_aim_fit.py --eps 0.5 --seed 1 --attrs 8 \
+    .venv/bin/python experiments/central_aim_fit/bench_central_aim_fit.py --eps 0.5 --seed 1 \
+        --attrs 8
+    .venv/bin/python experiments/central_aim_fit/bench_central_aim_fit.py --eps 0.5 --seed 1 \
+        --attrs 8 \
         --round-iters 10000 --final-iters 0      # every fit to convergence
 
 The data is ``feddpsyn bench utility``'s training split of repeat 0 (80% of Adult, seed 0);

@@ -10,7 +10,8 @@ builds the plan at a default set whose envelope is B bits a count (its calls cut
 most ``JOINT_MAX_BITS_PER_CALL`` bits), for the width's what-if. Each group's search is timed
 (cached once found); the encrypted bits the kept groups carry are summed over their cells.
 
-    .venv/bin/python bench/accuracy/bench_group_shapes.py --table adult --eps 0.3 --pairs 26
+    .venv/bin/python experiments/split_release_shapes/bench_group_shapes.py --table adult \
+        --eps 0.3 --pairs 26
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
-
-from bench_served_vs_central import _table  # noqa: E402
 
 import feddpsyn.params.noise_rules as rules  # noqa: E402
+from bench.accuracy.bench_served_vs_central import _table  # noqa: E402
 from feddpsyn.fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
 from feddpsyn.params.run_time import resolve  # noqa: E402
 

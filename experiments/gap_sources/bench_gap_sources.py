@@ -65,9 +65,9 @@ each changes one choice and keeps the others, so only the rungs that equal a rea
 (the served default, central PrivSyn) carry a privacy claim; the anchors are those methods
 themselves, run on the same splits.
 
-    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python bench/accuracy/bench_gap_sources.py \\
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python experiments/gap_sources/bench_gap_sources.py \\
         --cases fed_heart_disease:0.3,mroz:0.3,wages:4 --repeats 5 \\
-        --json bench/results/gap_sources.json --out /tmp/gap_sources
+        --json experiments/gap_sources/results/gap_sources.json --out /tmp/gap_sources
 """
 
 from __future__ import annotations
@@ -544,7 +544,7 @@ def greedy_select_with_floors(scores: dict[tuple[int, int], float],
     does with the shapes' variances; :func:`greedy_select_with_one_ways` leaves the floors
     out and prices every 1-way as taking its whole share. Floats: a price, not a guarantee
     (the release's own shares are exact). A what-if only: measured worse than the servers'
-    rule (``bench/results/gap_topup_pricing.md``)."""
+    rule (``experiments/gap_sources/results/gap_topup_pricing.md``)."""
     weight = {p: float(allocation_weight(c)) for p, c in cells.items()}
     floor = float(one_way_floor)
     # The 1-ways in the order they join the water-fill (floor / w ascending).
@@ -883,11 +883,11 @@ def main() -> None:
         args.json.write_text(json.dumps({
             "what": "2-way L1 of what-if sessions between the served default "
                     "(feddpsyn-default) and central PrivSyn (central-privsyn-pgm), one factor "
-                    "changed at a time (bench/accuracy/bench_gap_sources.py's docstring); "
-                    "4 uniform owners; mean and sd over repeats; position_in_gap 0 = the default's "
-                    "what-if, 1 = the curator's",
-            "command": "OMP_NUM_THREADS=1 nice -n 19 python bench/accuracy/bench_gap_sources.py "
-                       + shlex.join(sys.argv[1:]),
+                    "changed at a time (experiments/gap_sources/bench_gap_sources.py's "
+                    "docstring); 4 uniform owners; mean and sd over repeats; position_in_gap 0 = "
+                    "the default's what-if, 1 = the curator's",
+            "command": "OMP_NUM_THREADS=1 nice -n 19 python "
+                       "experiments/gap_sources/bench_gap_sources.py " + shlex.join(sys.argv[1:]),
             "commit": _commit(), "machine": platform.node(),
             "date": datetime.date.today().isoformat(), "delta": args.delta,
             "plans": plans, "results": entries}, indent=1) + "\n")
@@ -940,7 +940,7 @@ def merge(parts: list[Path], out: Path) -> None:
     out.write_text(json.dumps({
         "what": docs[0]["what"],
         "command": " && ".join([d["command"] for d in docs]
-                               + ["python bench/accuracy/bench_gap_sources.py "
+                               + ["python experiments/gap_sources/bench_gap_sources.py "
                                   + shlex.join(sys.argv[1:])]),
         "runs": [{k: d[k] for k in ("command", "commit", "machine", "date")} for d in docs],
         "commit": docs[0]["commit"], "machine": docs[0]["machine"], "date": docs[0]["date"],

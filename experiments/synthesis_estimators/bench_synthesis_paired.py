@@ -33,8 +33,8 @@ paired differences carry only the estimators' own variation. Estimators:
 
 Synthesis is post-processing: nothing here spends budget beyond the release's.
 
-    .venv/bin/python bench/accuracy/bench_synthesis_paired.py --tables wages,adult --eps 1,4 \\
-        --repeats 3 --estimators pgm,gum,pgm+gum --json FILE
+    .venv/bin/python experiments/synthesis_estimators/bench_synthesis_paired.py \\
+        --tables wages,adult --eps 1,4 --repeats 3 --estimators pgm,gum,pgm+gum --json FILE
 """
 
 from __future__ import annotations
@@ -55,10 +55,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
 
-from bench_served_vs_central import TABLES, _table  # noqa: E402
-
+from bench.accuracy.bench_served_vs_central import TABLES, _table  # noqa: E402
 from feddpsyn.fedbench.methods.feddpsyn_served import default_release  # noqa: E402
 from feddpsyn.fedbench.provenance import commit  # noqa: E402
 from feddpsyn.fedbench.runner import Setting, partition_owner  # noqa: E402

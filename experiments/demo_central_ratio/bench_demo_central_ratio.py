@@ -16,7 +16,8 @@ draw to draw, so this repeats both, each draw a fresh session:
 Prints the mean 1/2/3-way errors of each and the ratio of the means, with a bootstrap-free
 standard error of the 2-way ratio (delta method over the draws).
 
-Usage: ``.venv/bin/python bench/accuracy/bench_demo_central_ratio.py --draws 30 [--dataset
+Usage: ``.venv/bin/python experiments/demo_central_ratio/bench_demo_central_ratio.py --draws 30
+[--dataset
 fed_heart_disease] [--selection noisy-greedy|em] [--method auto] [--json OUT]``.
 """
 
@@ -77,7 +78,7 @@ def main() -> None:
     out = {"dataset": args.dataset, "selection": args.selection, "rounds": rounds,
            "method": args.method, "draws": args.draws, "epsilon": args.epsilon,
            "seconds": time.perf_counter() - started,
-           "command": ("python bench/accuracy/bench_demo_central_ratio.py "
+           "command": ("python experiments/demo_central_ratio/bench_demo_central_ratio.py "
                        + " ".join(sys.argv[1:])),
            "commit": _commit(), "machine": platform.node(),
            "date": datetime.date.today().isoformat()}
