@@ -1,5 +1,7 @@
-"""What the DistAIM benchmarks share: Adult encoded with its schema, the all-pairs workload,
-a loopback port, an MPC oracle in the one-party runtime, and the mean +- sd summary line."""
+"""What the DistAIM benchmarks share: Adult encoded with its schema (and as FLAIM's experiments
+see it), the all-pairs workload, a loopback port, an MPC oracle in the one-party runtime, and
+the mean +- sd summary line. The benchmarks here and the studies in experiments/distaim_mpc
+import it; it is not run on its own."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """DistAIM vs central AIM utility at the same budget, repeated (Adult, all 2-way workload).
 
-    .venv/bin/python bench/distaim/bench_distaim_utility.py --repeats 5 --rounds 10
+    .venv/bin/python experiments/distaim_mpc/bench_distaim_utility.py --repeats 5 --rounds 10
 
 Runs DistAIM's MPC program (``MpcOracle``: secure scores, in-MPC exponential mechanism and
 Gaussian) in a one-party in-process MPyC runtime -- the same code the three servers run,

@@ -2,8 +2,8 @@
 grid g = 8 -> g = 0 (the secure |x| per cell works on log2(rows_bound) + g + 2 bits; its cost,
 random bits and a product tree, is linear in that width; the EM's D also loses 8 bits).
 
-    .venv/bin/python bench/distaim/bench_distaim_speedup.py --repeats 2
-    .venv/bin/python bench/distaim/bench_distaim_speedup.py --utility 3     # error with g = 8 vs 0
+    .venv/bin/python experiments/distaim_mpc/bench_distaim_speedup.py --repeats 2
+    .venv/bin/python experiments/distaim_mpc/bench_distaim_speedup.py --utility 3  # g = 8 vs 0
 
 Three processes of itself on 127.0.0.1 (as ``bench_distaim_primitives.py``); each holds the
 Adult union's all-2-way workload counts (120 candidates, 12,090 cells; the counts enter as

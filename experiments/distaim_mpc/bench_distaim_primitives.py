@@ -1,7 +1,8 @@
 """DistAIM's in-MPC primitives with three parties on 127.0.0.1: in-MPC Gaussian (ms per
 sample), the exponential mechanism over N candidates (s), secure |x| per cell.
 
-    .venv/bin/python bench/distaim/bench_distaim_primitives.py --candidates 120 --cells 12090
+    .venv/bin/python experiments/distaim_mpc/bench_distaim_primitives.py --candidates 120 \
+        --cells 12090
 
 Starts three processes of itself (host-bound, deadline-bounded runtimes from
 ``distaim.mpc_runtime``); party 0 prints wall time and its own CPU time.

@@ -16,8 +16,8 @@ pool) and notes it again. Every call is decrypted and checked against the plaint
 The output is each case's high-water mark before the calls (keys and inputs), after them,
 and the difference per call.
 
-Run: .venv/bin/python bench/scale/bench_joint_chunk_memory.py [--columns 256,384]
-     [--concurrent 1,2] [--json OUT.json]
+Run: .venv/bin/python experiments/joint_call_memory/bench_joint_chunk_memory.py
+     [--columns 256,384] [--concurrent 1,2] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ def main() -> None:
         args.json.write_text(json.dumps({
             "what": "peak resident memory (VmHWM) of the default set's joint-release calls, "
                     "one process a case, the calls on that many threads",
-            "command": "python bench/scale/bench_joint_chunk_memory.py " + " ".join(sys.argv[1:]),
+            "command": "python experiments/joint_call_memory/bench_joint_chunk_memory.py "
+                       + " ".join(sys.argv[1:]),
             "commit": commit(), "date": datetime.date.today().isoformat(),
             "machine": platform.node(), "clients": CLIENTS, "cases": cases}, indent=1) + "\n")
 
