@@ -1039,6 +1039,26 @@ def summary(files: dict[str, tuple[Path, dict]]) -> list[str]:
     return out + privacy_summary(privacy_path, privacy)
 
 
+def readme_figures() -> dict[str, str]:
+    """The README's two headline lines' figures, as the summary reads them from HEADLINE's
+    files (tests/project/test_docs.py checks the README states them)."""
+    def read(name: str) -> dict:
+        return json.loads((RESULTS / name).read_text())
+
+    def spread(values: list[float], places: int) -> str:
+        low, high = f"{min(values):.{places}f}", f"{max(values):.{places}f}"
+        return low if low == high else f"{low}-{high}"
+
+    accuracy = read(HEADLINE["accuracy"][0])["results"]
+    demo = [read(name) for name in HEADLINE["demo"]]
+    adult = read(HEADLINE["adult"][0])
+    return {"accuracy": spread([e["ratio_to_best_central"] for e in accuracy
+                                if e["method"] == "feddpsyn-default"], 2),
+            "demo minutes": spread([d["wall_seconds"] / 60 for d in demo], 1),
+            "demo ms a lookup": spread([d["lookup_rate"]["ms_per_lookup"] for d in demo], 1),
+            "adult minutes": f"{adult['wall_seconds'] / 60:.1f}"}
+
+
 # ----------------------------------------------------------------------------- the pages
 
 def kept(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:

@@ -4,11 +4,15 @@ link in README.md and docs/*.md reaches a file (and, into a markdown page, a hea
 exists. Fast: no server, no circuit."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 150
+# bench/ holds the benchmarks a user runs, helpers and the results page included; a one-off
+# design study goes to experiments/<study>/, beside the decision it informed.
+BENCH_MAX_SCRIPTS = 15
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"#{1,6}\s+(.*?)\s*$")
@@ -102,6 +106,14 @@ def test_readme_is_short():
         f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move detail to docs/")
 
 
+def test_readme_states_the_headline_figures_of_the_results():
+    """The README's accuracy and time lines give the figures docs/results.md's summary reads
+    from its files."""
+    readme = (ROOT / "README.md").read_text()
+    figures = _results_page().readme_figures()
+    assert [f"{name} {value}" for name, value in figures.items() if value not in readme] == []
+
+
 def test_every_relative_link_exists():
     broken = []
     for page in _pages():
@@ -147,6 +159,81 @@ def test_benchmarks_page_lists_every_script_and_every_method_with_its_kind():
     assert set(KINDS) == set(METHODS)
     rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| ([^|]+?) \|", page, re.M))
     assert {m: rows.get(m) for m in METHODS} == KINDS
+
+
+def test_bench_holds_at_most_fifteen_scripts():
+    scripts = [p.relative_to(ROOT).as_posix() for p in _bench_scripts()]
+    assert 0 < len(scripts) <= BENCH_MAX_SCRIPTS, (
+        f"bench/ holds {len(scripts)} Python files (at most {BENCH_MAX_SCRIPTS}): move a "
+        "one-off study to experiments/<study>/ with its results and a README")
+
+
+def _studies() -> list[Path]:
+    return sorted(p for p in (ROOT / "experiments").iterdir()
+                  if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def test_every_study_has_a_readme_naming_its_scripts_and_a_command_that_runs():
+    """Each experiments/ folder has a README.md that names every script of the folder, says
+    which decision it informed, and gives a command whose every script exists; the study
+    index (experiments/README.md) and docs/benchmarks.md list every study."""
+    index = (ROOT / "experiments" / "README.md").read_text()
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    script = re.compile(r"(?:bench|experiments)/[\w/]+\.py")
+    problems = []
+    assert _studies()
+    for study in _studies():
+        readme = study / "README.md"
+        if not readme.is_file():
+            problems.append(f"{study.name}: no README.md")
+            continue
+        text = readme.read_text()
+        problems += [f"{study.name}: README does not name {p.name}"
+                     for p in sorted(study.rglob("*.py")) if p.name not in text]
+        if "decision" not in text.lower() and "question it answered" not in text.lower():
+            problems.append(f"{study.name}: README does not say which decision it informed")
+        if ".venv/bin/python " not in text:
+            problems.append(f"{study.name}: README gives no command")
+        problems += [f"{study.name}: README names {path}, which does not exist"
+                     for path in script.findall(text) if not (ROOT / path).is_file()]
+        for page, name in ((index, "experiments/README.md"), (benchmarks, "docs/benchmarks.md")):
+            if f"`{study.name}/`" not in page:
+                problems.append(f"{study.name}: not listed in {name}")
+    assert problems == []
+
+
+def _recorded_commands(value):
+    """Every command a kept result records (``command``, ``run``, ``bench``), at any depth."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("command", "run", "bench") and isinstance(item, str):
+                yield item
+            else:
+                yield from _recorded_commands(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _recorded_commands(item)
+
+
+def test_every_recorded_command_names_a_script_that_exists_or_is_historical():
+    """A kept result's command names its script by the path it had when it ran; the script
+    is at that path, or moved (exactly one script of that name in bench/ or experiments/,
+    which the results pages name beside the command), or gone and listed in
+    results_page.py's HISTORICAL with the reason."""
+    module = _results_page()
+    missing = []
+    for folder in (module.RESULTS, module.EXPERIMENTS):
+        for path in sorted(folder.rglob("*.json")):
+            for command in _recorded_commands(json.loads(path.read_text())):
+                missing += [f"{path.relative_to(ROOT)}: {token}"
+                            for token in module.SCRIPT.findall(command)
+                            if module.script_status(token)[0] == "missing"]
+    assert missing == []
+    assert {status for status, _ in map(module.script_status, module.HISTORICAL)} == {
+        "historical"}, "a HISTORICAL script is in the tree again: drop it from the list"
+    page = (ROOT / "docs" / "results-archive.md").read_text()
+    assert "`bench/bench_gap_sources.py` is now `experiments/gap_sources/bench_gap_sources.py`" \
+        in page
 
 
 def test_bench_readme_lists_every_script_under_its_folder():
