@@ -142,6 +142,10 @@ def link(path: Path) -> str:
     return f"[`{rel(path)}`](../{rel(path)})"
 
 
+# ----------------------------------------------------------------------------- scripts
+# A recorded command names its script by the path it had when it ran; the pages say where
+# it is now (a moved script is the one script of that name in bench/ or experiments/).
+
 SCRIPT = re.compile(r"[\w./-]*\.py\b")
 _SCRIPTS: dict[str, list[str]] = {}
 
