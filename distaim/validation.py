@@ -91,14 +91,17 @@ async def _range_residuals(rt, secint, values, k: int):
     c_lo, c_hi = c & ((1 << k) - 1), c >> k
     c_bits = np.array([[(int(v) >> (k - 1 - i)) & 1 for i in range(k)] for v in c_lo],
                       dtype=object).reshape((n, k))
-    differ = bits * (1 - 2 * c_bits) + c_bits                     # c xor r, linear in r
-    # b = sum_i [no difference above i] * r_i * (1 - c_i): the top differing bit is r's
-    below = None
-    less = bits[:, 0] * (1 - c_bits[:, 0])
+    differ = bits * (1 - 2 * c_bits) + c_bits                     # d = c xor r, linear in r
+    # b = sum_i [no difference above i] * r_i * (1 - c_i): the top differing bit is r's.
+    # With the prefix products P_i = prod_{j < i} (1 - d_j) (P_0 = 1), the term is
+    # (1 - c_i) d_i P_i (where c_i = 0, r_i = d_i) = (1 - c_i) (P_i - P_{i+1}): linear in
+    # the P's, so b costs the k - 1 multiplications of the prefix products alone.
+    prefix = 1 - differ[:, 0]                                     # P_1
+    less = (1 - c_bits[:, 0]) * (1 - prefix)
     for i in range(1, k):
-        step = 1 - differ[:, i - 1]
-        below = step if below is None else below * step
-        less = less + below * (bits[:, i] * (1 - c_bits[:, i]))
+        following = prefix * (1 - differ[:, i])                   # P_{i+1}
+        less = less + (1 - c_bits[:, i]) * (prefix - following)
+        prefix = following
     return r_hi + less - c_hi.astype(object)
 
 

@@ -37,6 +37,24 @@ def test_participation_is_deterministic_and_has_rate_p():
     assert all(Participation(b"x" * 32, Fraction(1)).arrival(c) == 0 for c in clients[:10])
 
 
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_the_range_test_is_zero_exactly_on_its_range(k):
+    """distaim.validation's per-value test: its residual is zero iff the value lies in
+    [0, 2^k) as an integer, at and around both ends, for field elements near p and 2^80,
+    over several draws of the secret bits (a wrong bitwise comparison would make some
+    in-range value's residual non-zero)."""
+    from feddpsyn.distaim.validation import _range_residuals
+    values = list(range(-(1 << k) - 3, (1 << (k + 1)) + 4)) + [1 << 80, -(1 << 80)]
+    for seed in (b"a", b"b", b"c"):
+        rt = local_runtime(prss_seed=seed)
+        secint = rt.SecInt(SECINT_BITS)
+        p = secint.field.modulus
+        shared = secint.array(secint.field.array(np.array([v % p for v in values],
+                                                          dtype=object)))
+        residuals = rt.run(rt.output(rt.run(_range_residuals(rt, secint, shared, k))))
+        assert [int(r) == 0 for r in residuals] == [0 <= v < (1 << k) for v in values]
+
+
 def test_mpc_oracle_runs_aim_and_spends_exactly_rho():
     rng = np.random.default_rng(0)
     sizes, workload = [3, 4, 2], [(0, 1), (0, 2), (1, 2)]
