@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["PartyAddress", "PartyTimeout", "mpyc_module", "local_runtime", "party_runtime",
-           "install", "exit_after", "SECINT_BITS", "EM_SECINT_BITS"]
+           "install", "exit_after", "traffic", "SECINT_BITS", "EM_SECINT_BITS"]
 
 # Counts, utility scores and noise live in SecInt(64) (a 96-bit prime field: 12 bytes per
 # shared value); the exponential mechanism's fixed-point weights need room for 2 x 56-bit
@@ -104,6 +104,21 @@ def install(rt) -> None:
     mpyc_module().mpc = rt
 
 
+def traffic(rt) -> dict[str, dict[str, int]]:
+    """Bytes this party sent to and received from each peer so far, by server number (1, 2,
+    3): ``sent`` is MPyC's count of its messages (payload + 12-byte header each),
+    ``received`` the bytes its connection from that peer delivered (the peer's messages and
+    its greeting: pid and PRSS keys). Application bytes, before TLS if the channels use it.
+    Read before ``shutdown`` (which drops the connections)."""
+    sent, received = {}, {}
+    for peer in rt.parties:
+        if peer.pid == rt.pid or peer.protocol is None:
+            continue
+        sent[str(peer.pid + 1)] = int(peer.protocol.nbytes_sent)
+        received[str(peer.pid + 1)] = int(getattr(peer.protocol, "nbytes_received", 0))
+    return {"sent": sent, "received": received}
+
+
 def local_runtime(prss_seed: bytes | None = None):
     """A one-party runtime in this process (threshold 0, synchronous evaluation).
 
@@ -149,7 +164,16 @@ def _bound_runtime_class():
 
     class MessageExchanger(_MpycExchanger):
         """MPyC's channel, but a reset connection is a lost peer too (MPyC re-raises it in
-        a callback, where nobody waits for it)."""
+        a callback, where nobody waits for it). It also counts the bytes read from the
+        peer's connection (``nbytes_received``: everything the transport delivers, the
+        peer's greeting included; MPyC's ``nbytes_sent`` counts its messages, 12-byte
+        headers included)."""
+
+        nbytes_received = 0
+
+        def data_received(self, data):
+            self.nbytes_received += len(data)
+            super().data_received(data)
 
         def connection_lost(self, exc):
             if exc is not None and self.peer_pid is not None:

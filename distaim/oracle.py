@@ -93,7 +93,8 @@ class MpcOracle:
         values = np.array([int(v) for v in self.rt.run(self.rt.output(noisy))], dtype=np.int64)
         self.measure_tv += n * plan.tv_bound
         self.timings.append({"step": "measure", "clique": list(clique), "cells": n,
-                             "levels": len(plan.levels), "seconds": time.time() - start,
+                             "levels": len(plan.levels), "started_at": start,
+                             "seconds": time.time() - start,
                              "cpu_seconds": time.process_time() - cpu})
         return values
 
@@ -116,7 +117,8 @@ class MpcOracle:
         noisy = count + secure_discrete_gaussian(self.rt, self.secint, plan, 1)[0]
         value = int(self.rt.run(self.rt.output(noisy)))
         self.measure_tv += plan.tv_bound
-        self.timings.append({"step": "size", "scope": scope, "seconds": time.time() - start,
+        self.timings.append({"step": "size", "scope": scope, "started_at": start,
+                             "seconds": time.time() - start,
                              "cpu_seconds": time.process_time() - cpu})
         return value
 
@@ -139,7 +141,7 @@ class MpcOracle:
         self.select_tv += plan.tv_bound
         self.extra_delta = self.tv_to_delta * plan.tv_bound
         self.timings.append({"step": "select", "candidates": len(cands), "cells": cells,
-                             "seconds": time.time() - start,
+                             "started_at": start, "seconds": time.time() - start,
                              "cpu_seconds": time.process_time() - cpu})
         return pick
 

@@ -5,11 +5,13 @@ session directory, connects to the two other servers (bound to the configured ho
 wait bounded), admits clients (agreement + degree check, ``distaim.protocol``; then each
 client's counts checked inside MPC, ``distaim.validation``), adds the admitted shares, runs
 AIM with ``MpcOracle`` and writes ``party<I>.json``: the admission record, the opened
-measurements, the accounting and per-step timings. The run's computed extra delta (the
-samplers' deviations and the validation's openings, each times (1 + e^eps)) is checked
-against the plan's reserve (delta / 1000) before the report is written, by the check a plan
-passes at creation on the least its runs add (``distaim.reserve``); over it, the party exits
-7 and writes nothing.
+measurements, the accounting, per-step timings and the run's cost (``run_stats``: bytes
+sent to and received from each peer, peak resident memory, when AIM started and ended;
+like the timings, a server keeps these out of the release it serves). The run's computed
+extra delta (the samplers' deviations and the validation's openings, each times
+(1 + e^eps)) is checked against the plan's reserve (delta / 1000) before the report is
+written, by the check a plan passes at creation on the least its runs add
+(``distaim.reserve``); over it, the party exits 7 and writes nothing.
 
 Right after connecting, the three parties exchange the digest of their session plan
 (``distaim.plan.plan_digest``) and refuse to run (exit 6) if they differ. ``session.json``
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import ssl
 import sys
 import time
@@ -44,6 +47,7 @@ from feddpsyn.distaim.mpc_runtime import (
     exit_after,
     mpyc_module,
     party_runtime,
+    traffic,
 )
 from feddpsyn.distaim.plan import plan_digest, schedule_of
 from feddpsyn.distaim.protocol import Participation, Schedule, admit_clients, aggregate
@@ -123,6 +127,28 @@ def tls_contexts(tls: dict | None):
     return server, client
 
 
+class _PhaseClock:
+    """Each phase's wall seconds, this process's CPU seconds and the bytes it sent to its
+    peers; a phase runs from the end of the previous one (or the clock's creation)."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.sent: dict[str, int] = {}
+        self._at = self._now()
+
+    def _now(self) -> tuple[float, float, int]:
+        return time.time(), time.process_time(), sum(traffic(self.rt)["sent"].values())
+
+    def end(self, phase: str) -> None:
+        now = self._now()
+        self.wall[phase] = now[0] - self._at[0]
+        self.cpu[phase] = now[1] - self._at[1]
+        self.sent[phase] = now[2] - self._at[2]
+        self._at = now
+
+
 def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: Path,
               timeout: float = 120.0) -> dict:
     from feddpsyn.distaim.oracle import SCORE_GRID_BITS, MpcOracle
@@ -140,10 +166,8 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
     modulus = secint.field.modulus
     if modulus != session["modulus"]:
         raise ValueError("session modulus differs from this server's field")
-    phases: dict[str, float] = {}
-    t = time.time()
+    clock = _PhaseClock(rt)
     rt.run(rt.start(timeout=timeout))
-    phases["connect"] = time.time() - t
     sys.stderr.write(f"distaim: party {pid} connected to all parties\n")
     sys.stderr.flush()
     # One plan or none: each server's digest of its own plan, compared before any share is
@@ -153,24 +177,24 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
         rt.run(rt.shutdown(timeout=timeout))
         raise PlanMismatch("plan digests differ between the servers: " + ", ".join(
             f"server {i + 1} {d[:16]}" for i, d in enumerate(digests)))
-    t = time.time()
+    clock.end("connect")  # connected, and one plan at the three
     shares, unreadable = _load_shares(session_dir, session["session_id"], pid + 1, modulus,
                                       layout.length)
+    clock.end("load_shares")
     admission = rt.run(admit_clients(rt, modulus, shares))
     excluded = dict(admission.excluded)
     for cid, why in unreadable.items():
         excluded.setdefault(cid, why)
-    phases["admission"] = time.time() - t
+    clock.end("admission")
     # Every consistent client's shares must hold a table's counts before it is summed
     # (distaim.validation): what makes the privacy claim hold for any client input.
-    t = time.time()
     rows_bound = int(session.get("rows_bound", 1 << 20))
     validation = rt.run(validate_clients(rt, secint, layout.offsets, shares,
                                          admission.admitted, rows_bound,
                                          admission.joint_seed))
     excluded.update(validation.invalid)
     admitted = validation.valid
-    phases["validation"] = time.time() - t
+    clock.end("validation")
     rate = Fraction(session.get("participation", 1))
     participation = Participation(admission.joint_seed, rate)
     rounds = session.get("rounds")
@@ -186,7 +210,7 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
             sums[joined] = secint.array(secint.field.array(np.array(total, dtype=object)))
         return sums[joined]
 
-    t = time.time()
+    aim_started = time.time()
     oracle = MpcOracle(rt, secint, em_secint, None, layout, session["epsilon"],
                        rows_bound=max(1, len(admitted)) * rows_bound,
                        totals_at_round=totals_at_round,
@@ -198,8 +222,14 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
                  round_iters=session.get("round_iters"),
                  final_iters=session.get("final_iters"),
                  rng=np.random.default_rng(0))
-    phases["aim"] = time.time() - t
+    clock.end("aim")
+    run_stats = {"aim_started_at": aim_started, "aim_ended_at": time.time(),
+                 "phase_cpu_seconds": clock.cpu, "phase_bytes_sent": clock.sent,
+                 "bytes": traffic(rt)}
     rt.run(rt.shutdown(timeout=timeout))
+    run_stats["cpu_seconds"] = time.process_time()  # the whole process's, imports included
+    run_stats["peak_rss_mb"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # kB on Linux
     coupling = float(tv_to_delta(session["epsilon"]))
     validation = validation_tv(len(layout.cliques))
     report = {
@@ -222,8 +252,9 @@ def run_party(pid: int, addresses: list[PartyAddress], session_dir: Path, out: P
         "delta_reserve": session.get("delta_reserve"),
         "within_reserve": _within_reserve(session, oracle.select_tv + oracle.measure_tv
                                           + validation),
-        "phases": phases,
+        "phases": clock.wall,
         "timings": oracle.timings,
+        "run_stats": run_stats,
     }
     write_private(out, json.dumps(report).encode())
     return report

@@ -281,7 +281,9 @@ class DistServer:
         if self.state(session_id)[0] != "done":
             raise ServiceError(409, "no result yet")
         report = json.loads((self.session_dir(session_id) / "result.json").read_text())
-        report.pop("timings", None)
+        # the run's cost (step timings, bytes, memory) stays in the state directory
+        for internal in ("timings", "run_stats"):
+            report.pop(internal, None)
         return report
 
     def close(self) -> None:
