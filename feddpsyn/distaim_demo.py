@@ -46,9 +46,31 @@ from feddpsyn.progress import ProgressDisplay, Step, wait_for
 from feddpsyn.synthesis.evaluate import workload_error
 from feddpsyn.synthesis.marginals import NoisyMarginal
 
-__all__ = ["run_distaim_demo"]
+__all__ = ["run_distaim_demo", "release_measurements", "privacy_record"]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def release_measurements(release: dict, sizes) -> list[NoisyMarginal]:
+    """The noisy marginals of a server's release (its ``measurements``), shaped."""
+    return [NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float)
+                          .reshape([sizes[a] for a in m["clique"]]), m["sigma2"])
+            for m in release["measurements"]]
+
+
+def privacy_record(release: dict, epsilon: float, delta: float) -> dict:
+    """What the demo's report states of a release's privacy: the budget, the epsilon its
+    rho_spent gives at delta less the reserve (CKS20), the samplers' and the validation's
+    extra delta against the reserve (delta / 1000), and the rounds run."""
+    reserve = delta_reserve(delta)
+    rho_spent = Fraction(release["rho_spent"])
+    return {"epsilon_budget": epsilon,
+            "epsilon_spent": rho_to_eps(rho_spent, Fraction(delta) - reserve),
+            "delta": delta, "rho_spent": str(rho_spent),
+            "extra_delta": (release["selection_extra_delta"]
+                            + release["measurement_extra_delta"]
+                            + release["validation_extra_delta"]),
+            "delta_reserved": float(reserve), "rounds": len(release["selected"])}
 
 
 def _synthesize(measurements: list[NoisyMarginal], sizes, rows, seed: int):
@@ -78,7 +100,6 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     d = len(sizes)
     workload = [(i, j) for i in range(d) for j in range(i + 1, d)]
     layout = Layout.for_workload(sizes, workload)
-    reserve = delta_reserve(delta)
     client_ids = [f"owner{i}" for i in range(len(csvs))]
     http_ports = [free_port() for _ in range(3)]
     mpc_ports = [free_port() for _ in range(3)]
@@ -156,9 +177,8 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
         if (other["measurements"] != first["measurements"]
                 or other["selected"] != first["selected"]):
             raise RuntimeError("the three servers opened different values")
-    extra_delta = (first["selection_extra_delta"] + first["measurement_extra_delta"]
-                   + first["validation_extra_delta"])
-    if extra_delta > float(reserve):
+    record = privacy_record(first, epsilon, delta)
+    if record["extra_delta"] > record["delta_reserved"]:
         raise RuntimeError("sampler deviation exceeds the reserved delta")
     say(f"[distaim] AIM in MPC: {len(first['selected'])} rounds, admitted "
         f"{first['admitted']}, excluded {first['excluded'] or 'none'}")
@@ -168,10 +188,7 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
         indent=1))
 
     t = time.time()
-    measurements = [NoisyMarginal(tuple(m["clique"]), np.asarray(m["values"], dtype=float)
-                                  .reshape([sizes[a] for a in m["clique"]]), m["sigma2"])
-                    for m in first["measurements"]]
-    records = _synthesize(measurements, sizes, rows, seed)
+    records = _synthesize(release_measurements(first, sizes), sizes, rows, seed)
     rows_out = decode_records(records, schema, np.random.default_rng(seed))
     with (out / "synthetic.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
@@ -190,7 +207,6 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
     central_records = central.synthesize(rows)
     central_error = workload_error(union, central_records, sizes)
     phases["central_baseline"] = time.time() - t
-    rho_spent = Fraction(first["rho_spent"])
     report = {
         "version": VERSION,
         "dataset": ds.name,
@@ -199,14 +215,14 @@ def run_distaim_demo(out: Path, dataset_name: str = "fed_heart_disease", clients
         "rows_synthetic": int(len(records)),
         "method": "distaim",
         "epsilon_budget": epsilon,
-        "epsilon_spent": rho_to_eps(rho_spent, Fraction(delta) - reserve),
+        "epsilon_spent": record["epsilon_spent"],
         "delta": delta,
-        "rho_spent": str(rho_spent),
+        "rho_spent": record["rho_spent"],
         "participation": {"rate": participation, "schedule": schedule},
         "noise": {"mechanism": "discrete Gaussian in MPC (alias tables over secret bits)",
                   "selection": "exponential mechanism in MPC (fixed-point weights)",
-                  "extra_delta": extra_delta, "delta_reserved": float(reserve),
-                  "rounds": len(first["selected"])},
+                  "extra_delta": record["extra_delta"],
+                  "delta_reserved": record["delta_reserved"], "rounds": record["rounds"]},
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "upload_bytes_per_client": upload_bytes,
         "workload_error": error,

@@ -126,6 +126,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_demo_and_cli": [
             "test_start_servers_stops_the_key_server_when_the_compute_server_never_comes_up",
         ],
+        "test_distaim_bench": ALL,
         "test_distaim_loopback": ALL,
         "test_distaim_malicious": ALL,
         "test_distaim_operator": ALL,
@@ -236,6 +237,7 @@ LONGEST_FIRST = [
     "test_noisy_scores_joint",
     "test_bench_joint_scores",
     "test_distaim_app",
+    "test_distaim_bench",
 ]
 
 
