@@ -59,10 +59,6 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from feddpsyn.distaim.mpc_runtime import mpyc_module  # noqa: E402
-
-mpyc_module()  # MPyC reads sys.argv when first imported: not this script's options
-
 from bench.distaim.distaim_common import adult_flaim  # noqa: E402
 from feddpsyn.demo import ServerProcess, dataset, free_port  # noqa: E402
 from feddpsyn.distaim.client import session_info, upload_vector  # noqa: E402
@@ -125,12 +121,12 @@ def machine() -> dict:
     memory = next((int(line.split()[1]) for line in
                    Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal:")), 0)
-    import gmpy2
-    import mpyc
+    # versions from the installed metadata: importing mpyc would parse this command line
+    from importlib.metadata import version
     return {"host": platform.node(), "platform": platform.platform(),
             "python": platform.python_version(), "cpu_model": cpu, "cores": os.cpu_count(),
-            "memory_gb": round(memory / 2 ** 20, 1), "mpyc": mpyc.__version__,
-            "gmpy2": gmpy2.version()}
+            "memory_gb": round(memory / 2 ** 20, 1), "mpyc": version("mpyc"),
+            "gmpy2": version("gmpy2")}
 
 
 def commit() -> dict:
