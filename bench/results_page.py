@@ -59,6 +59,7 @@ CURRENT = (
     "demo_time/adult_noisy_greedy.json",
     "distaim_flaim*.json",
     "client_stream*.json",
+    "admission",                          # a fresh key server's answers to POST /sessions
     "scale.json",
     "adult/2026-12-05",                   # every method, at the current default
     "adult/2026-12-01",                   # every method, the complete 3-repeat run
@@ -804,6 +805,29 @@ def render_joint_chunk_memory(files: list[tuple[Path, dict]]) -> list[str]:
     return out
 
 
+def is_admission(d: dict) -> bool:
+    return "bench_load.py --admission" in str(d.get("command", ""))
+
+
+def render_admission(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## A fresh key server's answer to each request", "",
+           "One `POST /sessions` after another to a key server process just started "
+           "(`feddpsyn.loadtest.run_admission`): seconds to its answer (202: accepted, the "
+           "plan and circuits built by its job; 409: refused by a limit, the reason given), "
+           "`/health`'s latency right after, the server's peak resident memory after it. "
+           "The promise (docs/deployment.md): every request answered within 2 s, a request "
+           "past a limit refused at once.", ""]
+    for path, d in files:
+        rows = [[r["request"], f"{r['bytes']:,}", str(r["status"]), f"{r['seconds']:.2f}",
+                 f"{r['health_seconds']:.2f}", f"{r['peak_mb_after']:.0f}"]
+                for r in d["requests"]]
+        out += file_table(f"`{rel(path)}`", d, ["request", "bytes", "status", "seconds",
+                                                "/health s", "peak MB"], rows,
+                          f"{d.get('date')} on {d.get('machine')} ({d.get('cores')} cores, "
+                          f"load {d.get('load_before')} before)")
+    return out
+
+
 KINDS = [  # (test, renderer), in the page's order; the first test that matches wins
     (is_served_vs_central, render_served_vs_central),
     (is_online, render_online),
@@ -817,6 +841,7 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_demo_time, render_demo_time),
     (is_joint_chunk_memory, render_joint_chunk_memory),
     (is_synthesis_paired, render_synthesis_paired),
+    (is_admission, render_admission),
 ]
 
 
