@@ -58,6 +58,7 @@ CURRENT = (
     "demo_time/adult_offline_first_128.json",
     "demo_time/adult_noisy_greedy.json",
     "distaim_flaim*.json",
+    "distaim_adult_mpc.json",             # DistAIM in three MPyC processes on Adult
     "client_stream*.json",
     "admission",                          # a fresh key server's answers to POST /sessions
     "scale.json",
@@ -78,6 +79,7 @@ HEADLINE = {
                 "distaim_flaim_32_interleaved.json", "distaim_flaim_enrolment.json",
                 "distaim_flaim_32_enrolment.json"),
     "privacy": ("plan_acceptance_envelope_384.json",),
+    "distaim_mpc": ("distaim_adult_mpc.json",),
 }
 # The same code's demo on two days (archived runs), for the spread of a time between days.
 SAME_CODE_TWO_DAYS = ("demo_time/fed_heart_disease_default.json",
@@ -828,6 +830,31 @@ def render_admission(files: list[tuple[Path, dict]]) -> list[str]:
     return out
 
 
+def is_distaim_mpc(d: dict) -> bool:
+    return "bench_distaim.py" in str(d.get("command", "")) and "parties" in d
+
+
+def render_distaim_mpc(files: list[tuple[Path, dict]]) -> list[str]:
+    out = ["## DistAIM in three MPyC processes", "",
+           "`bench/distaim/bench_distaim.py`: three `feddpsyn distaim serve` processes on "
+           "loopback, the owners' shares uploaded over HTTP, then the servers' MPyC parties "
+           "run the admission, the uploads' range checks (validation) and AIM's rounds. Per "
+           "party: wall and CPU seconds of each phase, bytes sent, peak resident memory.", ""]
+    for path, d in files:
+        rows = []
+        for name, party in sorted(d["parties"].items()):
+            rows.append([name] + [f"{party['phases_s'][ph]:.0f} ({party['phases_cpu_s'][ph]:.0f})"
+                                  for ph in ("validation", "aim")]
+                        + [f"{party['bytes_sent_total'] / 1e9:.2f}",
+                           f"{party['peak_rss_mb']['mpc_party']:.0f}"])
+        m = d["machine"]
+        out += file_table(f"`{rel(path)}`", d, ["party", "validation s (CPU)", "AIM s (CPU)",
+                                                "GB sent", "peak MB"], rows,
+                          f"{d['date']} on {m['host']} ({m['cores']} cores, {m['cpu_model']}, "
+                          f"load {m['load_before']} before)")
+    return out
+
+
 KINDS = [  # (test, renderer), in the page's order; the first test that matches wins
     (is_served_vs_central, render_served_vs_central),
     (is_online, render_online),
@@ -842,6 +869,7 @@ KINDS = [  # (test, renderer), in the page's order; the first test that matches 
     (is_joint_chunk_memory, render_joint_chunk_memory),
     (is_synthesis_paired, render_synthesis_paired),
     (is_admission, render_admission),
+    (is_distaim_mpc, render_distaim_mpc),
 ]
 
 
@@ -1033,6 +1061,22 @@ def distaim_summary(files: list[tuple[Path, dict]]) -> list[str]:
             + ratios(lambda st: st["enrolment_one_ways"]) + "."]
 
 
+def distaim_mpc_line(path: Path, d: dict) -> str:
+    """DistAIM's time in three MPyC processes on Adult, beside the published MPC AIM."""
+    s, parties = d["setting"], d["parties"]
+    party = parties[min(parties)]
+    validation = party["phases_s"]["validation"]
+    peak = max(p["peak_rss_mb"]["mpc_party"] for p in parties.values())
+    return (f"In real three-party MPC ({link(path)}, {d['date'][:10]}): three `feddpsyn "
+            f"distaim serve` processes on one {d['machine']['cores']}-core machine, "
+            f"{s['clients']} clients, T = {s['rounds']}, eps {num(s['epsilon'])}, every "
+            f"pair of {len(s['domain_sizes'])} attributes: **{d['wall_s']['mpc_run'] / 60:.1f} "
+            f"min** of MPC ({validation / d['wall_s']['mpc_run']:.0%} of it the uploads' "
+            f"range checks), {d['bytes_between_parties'] / 1e9:.1f} GB between the parties, "
+            f"at most {peak:.0f} MB a party; Fu et al. "
+            f"2026 publish {d['fu_et_al_2026_minutes']} min for MPC AIM on Adult over a WAN.")
+
+
 def privacy_summary(path: Path, d: dict) -> list[str]:
     """The share of the eps asked that the default selection's plans spend."""
     points = d["points"]
@@ -1064,6 +1108,8 @@ def summary(files: dict[str, tuple[Path, dict]]) -> list[str]:
         groups.setdefault(key, []).append((path, d))
     out += time_summary(list(groups.values()), [files[n] for n in SAME_CODE_TWO_DAYS]) + [""]
     out += distaim_summary(get("distaim")) + [""]
+    (mpc_path, mpc), = get("distaim_mpc")
+    out += [distaim_mpc_line(mpc_path, mpc), ""]
     (privacy_path, privacy), = get("privacy")
     return out + privacy_summary(privacy_path, privacy)
 
