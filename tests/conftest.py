@@ -52,9 +52,6 @@ TIERS: dict[str, dict[str, list[str]]] = {
         "test_walkthrough": ALL,
         "test_tls": ALL,
         "test_absent_owner": ALL,
-        "test_session_limits": [
-            "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",
-        ],
         "test_aggregation": ALL,
         "test_api_fuzz": ALL,
         "test_bench_joint_noise": ALL,
@@ -103,7 +100,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_a_peer_request_is_answered_while_a_preparation_runs",
             "test_session_create_waits_with_progress_or_returns_at_once",
             "test_a_real_compile_does_not_stall_the_server",
-            "test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready",
+            "test_a_saturated_server_answers_202_within_a_second_stops_on_sigterm_and_resumes",
             "test_the_joint_noise_sets_are_made_while_the_module_compiles",
             "test_a_failed_preparation_drops_the_sets_it_made",
         ],
@@ -118,7 +115,6 @@ TIERS: dict[str, dict[str, list[str]]] = {
         ],
         "test_session_limits": [
             "test_a_million_categories_are_refused_at_once_by_a_real_server",
-            "test_sigterm_stops_a_key_server_mid_preparation_and_a_restart_resumes",
         ],
         "test_api_fuzz": ALL,
         "test_dask_executor": ALL,
@@ -142,7 +138,7 @@ TIERS: dict[str, dict[str, list[str]]] = {
             "test_a_peer_request_is_answered_while_a_preparation_runs",
             "test_session_create_waits_with_progress_or_returns_at_once",
             "test_a_real_compile_does_not_stall_the_server",
-            "test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready",
+            "test_a_saturated_server_answers_202_within_a_second_stops_on_sigterm_and_resumes",
         ],
     },
     "slow": {

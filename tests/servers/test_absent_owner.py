@@ -123,8 +123,10 @@ def feddpsyn(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("killed", ["none", "keyserver", "computeserver"])
+@pytest.mark.parametrize("killed", ["keyserver", "computeserver"])
 def test_the_operator_closes_without_the_absent_owner(tmp_path, killed):
+    """Each run kills one server right after the close (the release after a restart is the
+    one a run without the kill gives: the checks below hold for both)."""
     state = tmp_path / "state"
     ks, cs = start_servers(state)
     try:
@@ -149,7 +151,7 @@ def test_the_operator_closes_without_the_absent_owner(tmp_path, killed):
         if killed == "keyserver":
             kill(ks)
             ks, cs = _restart(state, cs)
-        elif killed == "computeserver":
+        else:
             kill(cs)
             ks, cs = _restart(state, ks)
         document = released(ks, cs, created, agents)
@@ -169,10 +171,10 @@ def _restart(state: Path, survivor):
     return start_servers(state)
 
 
-@pytest.mark.parametrize("selection", ["none", "noisy-greedy"])
-def test_the_deadline_closes_once_the_quorum_has_uploaded(tmp_path, selection):
-    """With noisy-greedy, the encrypted selection's inputs and P2's mask sums run over the
-    absent owner's zeros too."""
+def test_the_deadline_closes_once_the_quorum_has_uploaded(tmp_path):
+    """With noisy-greedy (the servers' default), so the encrypted selection's inputs and
+    P2's mask sums run over the absent owner's zeros too."""
+    selection = "noisy-greedy"
     state = tmp_path / "state"
     ks, cs = start_servers(state)
     try:

@@ -483,12 +483,15 @@ def _start_key_server(tmp_path: Path, peer_token: Path):
 CREATE_WITHIN_S = 1.0  # what an operator waits for a 202, whatever the server is doing
 
 
-def test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_ready(tmp_path):
+def test_a_saturated_server_answers_202_within_a_second_stops_on_sigterm_and_resumes(
+        tmp_path):
     """A real key server whose CPU is saturated by another session's job (a noisy-greedy
     module compiling in its child process, and a busy loop on every other core): a
-    second ``POST /sessions`` is answered 202 within a second, and that session becomes
-    ready once the first job is done."""
+    second ``POST /sessions`` is answered 202 within a second. SIGTERM, with the first
+    module still compiling, ends the server within 10 s; restarted on its state, it
+    prepares both sessions to ready."""
     import os
+    import signal
 
     peer_token = tmp_path / "peer.token"
     peer_token.write_text(new_token())
@@ -501,12 +504,12 @@ def test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_read
                            content=request("noisy-greedy").model_dump_json(by_alias=True))
         assert first.status_code == 202, first.text
 
-        def first_phase() -> str:
-            status = httpx.get(ks.url + first.json()["status_url"], headers=operator,
+        def phase(accepted: httpx.Response) -> str:
+            status = httpx.get(ks.url + accepted.json()["status_url"], headers=operator,
                                timeout=30).json()
             return status["preparation"]["phase"] if status["state"] == "preparing" else ""
 
-        wait_for(lambda: "selection module" in first_phase(), "the first session compiling",
+        wait_for(lambda: "selection module" in phase(first), "the first session compiling",
                  timeout=300)
         # The compile holds one core; a busy loop on each other one saturates the machine.
         burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -517,20 +520,29 @@ def test_a_create_on_a_saturated_server_answers_202_within_a_second_then_is_read
         second = httpx.post(f"{ks.url}/sessions", headers=operator, content=body, timeout=60)
         took = time.perf_counter() - started
         assert second.status_code == 202, second.text
-        assert "selection module" in first_phase()  # answered while the job still runs
+        assert "selection module" in phase(first)  # answered while the job still runs
         assert took < CREATE_WITHIN_S, f"POST /sessions took {took:.2f} s under load"
         for burner in burners:
             burner.kill()
             burner.wait(10)
         burners = []
 
-        def second_state() -> str:
-            return httpx.get(ks.url + second.json()["status_url"], headers=operator,
+        # SIGTERM mid-compile: the server ends within 10 s (its child with it).
+        assert "selection module" in phase(first)
+        stopped = time.monotonic()
+        ks.proc.send_signal(signal.SIGTERM)
+        ks.proc.wait(timeout=10)
+        assert time.monotonic() - stopped < 10
+        ks.stop()
+        ks = _start_key_server(tmp_path, peer_token)
+
+        def state(accepted: httpx.Response) -> str:
+            return httpx.get(ks.url + accepted.json()["status_url"], headers=operator,
                              timeout=30).json()["state"]
 
-        state = wait_for(lambda: (s := second_state()) != "preparing" and s,
-                         "the second session ready", timeout=600)
-        assert state == "collecting"  # ready: waiting for its owners' uploads
+        for accepted in (second, first):  # ready: waiting for their owners' uploads
+            assert wait_for(lambda a=accepted: (s := state(a)) != "preparing" and s,
+                            "a session ready after the restart", timeout=600) == "collecting"
     finally:
         for burner in burners:
             burner.kill()
