@@ -649,6 +649,21 @@ SessionState = Literal["preparing", "failed", "collecting", "computing", "releas
                        "blocked"]
 
 
+class StepCost(StrictModel):
+    """One kind of encrypted step's cost at the compute server in a session so far
+    (``computeserver.metering``)."""
+
+    step: str = Field(description="release (P1 chunks), p2_indif, p2_sums, score_noise or "
+                                  "p3_select")
+    tasks: int
+    cpu_seconds: float = Field(description="CPU seconds of the processes that ran the tasks")
+    run_seconds: float = Field(description="the tasks' seconds inside concrete, summed")
+    wall_seconds: float = Field(description="the steps' wall seconds, summed")
+    bootstraps: int | None = Field(
+        default=None, description="programmable bootstraps the tasks ran (concrete's count "
+                                  "per call); null where a circuit's count was not readable")
+
+
 class SessionStatus(StrictModel):
     session_id: str
     state: SessionState = Field(
@@ -675,6 +690,9 @@ class SessionStatus(StrictModel):
                                   "server)")
     progress: WorkProgress | None = Field(
         default=None, description="the compute server's long step under way, if any")
+    costs: list[StepCost] | None = Field(
+        default=None, description="the compute server: its encrypted steps' cost in this "
+                                  "session so far, by kind (since the server's last start)")
     offline: WorkProgress | None = Field(
         default=None, description="the key server's offline job for this session: the "
                                   "joint noise's chunks (and joint score noise's pairs) "

@@ -55,6 +55,7 @@ from feddpsyn.computeserver.executor import (
     InProcessExecutor,
     map_streamed,
 )
+from feddpsyn.computeserver.metering import MeteredExecutor, StepCosts
 from feddpsyn.computeserver.progress import ProgressReporter
 from feddpsyn.computeserver.release import UploadChunks, chunk_task
 from feddpsyn.computeserver.selection import SELECTION_SQL, SelectionRole
@@ -126,7 +127,9 @@ class ComputeServer:
         self._progress: dict[str, str] = {}
         self._work: dict[str, wire.WorkProgress] = {}
         self.progress = ProgressReporter(self._push_progress)
-        self.executor = executor or InProcessExecutor()
+        # Every step's CPU and bootstraps, per session, for its status (computeserver.metering).
+        self.costs = StepCosts()
+        self.executor = MeteredExecutor(executor or InProcessExecutor(), self.costs)
         self.selection = SelectionRole(self, self.executor)
 
     @property
@@ -357,7 +360,8 @@ class ComputeServer:
             clients_uploaded=sorted(ready - set(absent)),
             clients_missing=[c for c in public.clients if c not in ready],
             clients_absent=absent, releases_done=done, detail=detail,
-            progress=self._work.get(session_id) if state == "computing" else None)
+            progress=self._work.get(session_id) if state == "computing" else None,
+            costs=self.costs.of(session_id) or None)
 
     # ------------------------------------------------------------ the job
     def step(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-__all__ = ["PeakMemory", "status_kb"]
+__all__ = ["PeakMemory", "status_kb", "descendants"]
 
 PROC = Path("/proc")
 
@@ -34,7 +34,7 @@ def status_kb(pid: int, field: str) -> int | None:
     return None
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (its children's children too), from the kernel's
     per-thread child lists; bounded by the processes that exist."""
     found: list[int] = []
@@ -87,7 +87,7 @@ class PeakMemory:
             hwm = status_kb(pid, "VmHWM")
             if hwm is not None:
                 self._hwm[name] = max(self._hwm[name], hwm)
-            for child in _descendants(pid):
+            for child in descendants(pid):
                 rss = status_kb(child, "VmRSS")
                 if rss is not None:
                     self._workers[name] = max(self._workers[name], rss)

@@ -15,7 +15,6 @@ import httpx
 import numpy as np
 import pytest
 
-from feddpsyn import operator_api
 from feddpsyn.clients.agent import AgentError, ClientAgent
 from feddpsyn.common import wire
 from feddpsyn.demo import start_servers
@@ -105,6 +104,20 @@ def test_release_is_the_true_union_plus_two_small_noises(released_session):
     assert document.accounting["epsilon_spent"] <= 50.0
     assert Fraction(document.accounting["rho_spent"]) <= Fraction(document.accounting["rho_total"])
     assert [e["release"] for e in document.accounting["entries"]] == ["one_way", "two_way"]
+
+
+def test_the_compute_servers_status_says_what_its_steps_cost(servers, released_session):
+    """``computeserver.metering``: the session's release chunks, counted as tasks with their
+    CPU seconds and bootstraps (concrete's count of the release circuit's function)."""
+    ks, cs, _ = servers
+    created, _, agent_state, _, _ = released_session
+    with ClientAgent(ks.url, cs.url, created.session.session_id, "alice",
+                     created.client_tokens["alice"], agent_state) as agent:
+        costs = agent.compute_status().costs
+    assert costs is not None and [c.step for c in costs] == ["release"]
+    assert costs[0].tasks >= len(created.session.releases)  # a chunk or more a release
+    assert costs[0].cpu_seconds > 0 and costs[0].wall_seconds > 0
+    assert costs[0].bootstraps is not None and costs[0].bootstraps >= 0
 
 
 def test_release_document_feeds_synthesis(released_session, tmp_path):
@@ -407,60 +420,6 @@ def test_malformed_uploads_get_a_4xx_that_says_why_and_store_nothing(servers):
     r = httpx.put(masked_url, json={**good, "values": [2] * cells}, headers=auth)
     assert r.status_code == 409 and "different masked vector" in r.json()["detail"]
     assert httpx.put(masked_url, json=good, headers=auth).json()["stored"] is False
-
-
-def test_https_with_a_self_signed_certificate_on_loopback(tmp_path):
-    """Both servers over TLS; the compute server and the agent verify with the CA file."""
-    import subprocess
-
-    from feddpsyn.common.credentials import new_token
-    from feddpsyn.common.serving import write_private
-    from feddpsyn.demo import ServerProcess, free_port
-
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
-                   timeout=60)
-    peer = tmp_path / "peer.token"
-    write_private(peer, new_token().encode())
-    tls = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
-    ks_port, cs_port = free_port(), free_port()
-    ks = ServerProcess(["keyserver", "--port", str(ks_port), "--state-dir", str(tmp_path / "ks"),
-                        "--peer-token-file", str(peer), *tls], tmp_path / "ks.log",
-                       f"https://127.0.0.1:{ks_port}")
-    cs = ServerProcess(["computeserver", "--port", str(cs_port), "--state-dir",
-                        str(tmp_path / "cs"), "--keyserver", ks.url, "--peer-token-file",
-                        str(peer), "--ca-file", str(cert), *tls], tmp_path / "cs.log",
-                       f"https://127.0.0.1:{cs_port}")
-    try:
-        for server in (ks, cs):
-            server.wait_healthy(verify=str(cert))
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(f"{ks.url}/health")  # not trusted without the CA file
-        operator = (tmp_path / "ks" / "operator.token").read_text().strip()
-        created = operator_api.create_session(
-            ks.url, operator, wire.SessionCreate(
-                schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
-                budget=wire.BudgetSpec(epsilon=50, delta=1e-6), max_rows=1000,
-                selection=wire.SelectionRequest(mode="none")),
-            verify=str(cert), timeout=600, poll=0.25)
-        csvs = write_client_csvs(tmp_path)
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, created.session.session_id, client,
-                             created.client_tokens[client], tmp_path / "agents",
-                             verify=str(cert)) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, created.session.session_id, "alice",
-                         created.client_tokens["alice"], tmp_path / "agents",
-                         verify=str(cert)) as agent:
-            document = wait_released(agent)
-        released = np.concatenate([np.array(m.counts) for r in document.releases
-                                   for m in r.marginals.values()])
-        assert np.abs(released - true_counts(csvs)).max() < 2 ** 10
-    finally:
-        ks.stop()
-        cs.stop()
 
 
 def test_a_chunked_body_over_the_limit_is_refused_while_streaming(servers):
