@@ -171,4 +171,15 @@ def _print_report(report: dict, out: Path) -> None:
             + ", ".join(f"{k} {v:.4g}" for k, v in noise["per_count_variance"].items()))
     say(f"epsilon spent {report['epsilon_spent']:.4f} (delta {report['delta']})")
     say("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["phases"].items()))
+    online = (report.get("core_seconds") or {}).get("phases", {}).get(
+        "encrypt_aggregate_release")
+    if online:
+        steps = report["core_seconds"].get("compute_server_steps", [])
+        say(f"core-seconds of encrypt_aggregate_release ({report['core_seconds']['cores']} "
+            f"cores x {online['wall_s']:.0f} s): key server {online['keyserver']:.0f}, "
+            f"compute server {online['computeserver']:.0f}"
+            + "".join(f" ({s['step']} {s['cpu_seconds']:.0f}"
+                      + (f", {s['cpu_ms_per_bootstrap']:.1f} ms a bootstrap"
+                         if "cpu_ms_per_bootstrap" in s else "") + ")" for s in steps)
+            + f", idle {online['idle']:.0f}")
     say(f"wrote {out / 'synthetic.csv'} and {out / 'report.json'}")

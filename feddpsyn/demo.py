@@ -29,6 +29,7 @@ from feddpsyn.common.credentials import new_token
 from feddpsyn.common.serving import write_private
 from feddpsyn.params.shape_record import shape_of
 from feddpsyn.operator_api import SessionError, create_session
+from feddpsyn.core_seconds import CoreSeconds
 from feddpsyn.peak_memory import PeakMemory
 from feddpsyn.progress import ProgressDisplay, Step, session_steps, wait_for
 from feddpsyn.params.layout import MarginalLayout
@@ -285,6 +286,8 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
     ks, cs = start_servers(out / "state", workers)
     phases["start_servers"] = time.time() - t
     memory = PeakMemory({"keyserver": ks.proc.pid, "computeserver": cs.proc.pid}).start()
+    cores = CoreSeconds({"keyserver": ks.proc.pid, "computeserver": cs.proc.pid}).start()
+    steps: list[wire.StepCost] = []
     try:
         say(f"[demo] key server {ks.url}, compute server {cs.url}")
         operator = (out / "state" / "keyserver" / "operator.token").read_text().strip()
@@ -334,12 +337,14 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
             display.finish()
         session_id = created.session.session_id
         phases["session_keygen"] = time.time() - t
+        cores.mark("session_keygen")
         say(f"[demo] session {session_id}: circuits compiled, keys generated "
             f"({created.session.total_cells} cells per client)")
         if offline_first:
             t = time.time()
             wait_offline(ks.url, operator, session_id, say, live)
             phases["offline_wait"] = time.time() - t
+            cores.mark("offline_wait")
         t = time.time()
         upload_bytes = []
         for cid, path in zip(present, csvs):
@@ -361,6 +366,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
             say(f"[demo]   {', '.join(client_ids[len(present):])}: never uploaded; the "
                 f"uploads close without them ({how})")
         phases["client_uploads"] = time.time() - t
+        cores.mark("client_uploads")
         t = time.time()
         with ClientAgent(ks.url, cs.url, session_id, client_ids[0],
                          created.client_tokens[client_ids[0]], out / "client-state") as agent:
@@ -385,7 +391,9 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
                                        "servers' state is kept); see "
                                        f"{out / 'state'}/*.log") from None
             document = agent.release()
+            steps = agent.compute_status().costs or []
         phases["encrypt_aggregate_release"] = time.time() - t
+        cores.mark("encrypt_aggregate_release")
         late_refusal = None
         if absent:  # an absent owner shows up after the close: refused by the servers
             late = client_ids[-1]
@@ -401,6 +409,7 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         (out / "release.json").write_text(document.model_dump_json(by_alias=True, indent=1))
     finally:
         memory.stop()  # its last look needs the servers running
+        cores.stop()
         # The compute server first: its job loop polls the key server, and would log a
         # refused connection for every poll after the key server is gone.
         cs.stop()
@@ -449,12 +458,25 @@ def run_demo(dataset_name: str | DemoDataset, clients: int, out: Path, epsilon: 
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "upload_bytes_per_client": upload_bytes,
         "peak_memory_mb": memory.report(),
+        "core_seconds": {**cores.report(), "compute_server_steps": step_costs(steps)},
         "workload_error": error,
         "central_workload_error": central_error,
         "session_id": session_id,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def step_costs(steps: list[wire.StepCost]) -> list[dict]:
+    """The compute server's encrypted steps (``computeserver.metering``) as the report gives
+    them: with each step's CPU milliseconds a bootstrap where its bootstraps are known."""
+    out = []
+    for step in steps:
+        row = step.model_dump()
+        if step.bootstraps:
+            row["cpu_ms_per_bootstrap"] = round(1000 * step.cpu_seconds / step.bootstraps, 2)
+        out.append(row)
+    return out
 
 
 def central_reference(schema: Schema, union: np.ndarray, chosen: list | None, epsilon: float,

@@ -3,7 +3,8 @@
 Runs the demo (its defaults unless arguments follow ``--``) in a fresh output folder, times the
 whole process, and keeps the phases the demo's ``report.json`` records (server start, session
 preparation, uploads, the encrypted aggregation, selection and releases, synthesis), each
-server's peak resident memory (``feddpsyn.peak_memory``), the machine's load average
+server's peak resident memory (``feddpsyn.peak_memory``), where the core-seconds went
+(``feddpsyn.core_seconds``, ``computeserver.metering``), the machine's load average
 before and after (a run on a loaded machine says so in its file) and, measured just before
 the demo, one core's milliseconds per 3-bit lookup (``bench/scale/lookup_rate.py``): the
 same code's wall time moved by 1.3-1.6x between days on one VM, so a time is read beside
@@ -72,6 +73,11 @@ def main() -> None:
         "epsilon": report["epsilon_budget"], "delta": report["delta"],
         "phases": report["phases"],
         "peak_memory_mb": report.get("peak_memory_mb"),
+        # Where the core-seconds went: each server's process tree per phase and the idle
+        # rest (feddpsyn.core_seconds), the compute server's steps (computeserver.metering).
+        "core_seconds": report.get("core_seconds"),
+        "contributors": report.get("contributors"), "absent": report.get("absent"),
+        "late_upload_refused": report.get("late_upload_refused"),
         "two_way_error": report["workload_error"].get("two_way"),
         "central_two_way_error": report["central_workload_error"].get("two_way")},
         indent=1) + "\n")

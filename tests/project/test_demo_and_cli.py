@@ -71,6 +71,12 @@ def test_demo_writes_the_report_and_a_synthetic_table(demo_out, data_dir):
         assert 0 <= report["workload_error"][key] <= 2
         assert 0 <= report["central_workload_error"][key] <= 2
     assert {"client_uploads", "encrypt_aggregate_release", "synthesis"} <= set(report["phases"])
+    # Where the online phase's core-seconds went (feddpsyn.core_seconds, computeserver.metering)
+    cores = report["core_seconds"]
+    online = cores["phases"]["encrypt_aggregate_release"]
+    assert online["wall_s"] > 0 and online["computeserver"] > 0 and online["keyserver"] > 0
+    assert online["idle"] >= 0
+    assert [s["step"] for s in cores["compute_server_steps"]] == ["release"]
     # Each server's peak: a Python process with concrete loaded is past 100 MB.
     for server in ("keyserver", "computeserver"):
         assert report["peak_memory_mb"][server]["process_mb"] > 100
