@@ -383,6 +383,11 @@ class SelectionPublic(StrictModel):
     max_rows: int
     chunk_sizes: list[int] = Field(description="the P2 chunk sizes this session's pairs are "
                                                "cut into (one module function each)")
+    indif_widths: list[int] | None = Field(
+        default=None, description="P2's narrower widths the module compiles (one function "
+                                  "per chunk size each), each chunk run at the narrowest that "
+                                  "holds its cells' public bound; none in a record that "
+                                  "predates them")
     nb: int | None = None
     kappa_prime: list[int] | None = None
     thresholds: list[int] | None = None

@@ -3,9 +3,10 @@
 Design concerns:
 
 * **Scores never leave encryption.** P2 turns the key server's encrypted sums M into each
-  pair's InDif digits with this server's clear offsets c = 2^(k-1) - S - K (S: the masks it
-  expands from the clients' seeds; K: expected counts from the published 1-ways); chunk
-  scores are added under encryption; P3 runs on the digits. Only one-hot outputs are sent.
+  pair's InDif digits with this server's clear offsets c = 2^(w-1) - S - K (S: the masks it
+  expands from the clients' seeds; K: expected counts from the published 1-ways; w: the
+  chunk's width from the same 1-ways, ``params.indif_widths``); chunk scores are added
+  under encryption; P3 runs on the digits. Only one-hot outputs are sent.
 * **Its share of the coins and the order, used once.** Each round draws a fresh uniform order
   and fresh R^CS bits from ``secrets``; the key server's encrypted priorities per position hide
   which candidates were tried first (``crypto.tfhe_permute_and_flip``: the output is the
@@ -140,14 +141,16 @@ class SelectionRole:
         return [np.asarray(result.marginals[slot.key].counts, dtype=float)
                 for slot in plan.layout.one_way]
 
-    def _check_row_bound(self, session_id: str, plan: SessionPlan) -> None:
+    def _check_row_bound(self, session_id: str, plan: SessionPlan) -> list[np.ndarray]:
         """Refuse the selection when the union may exceed max_rows (a score could wrap):
         checked on the published 1-ways (``SessionPlan.check_row_bound``); the session is
-        blocked with the reason, and nothing is sent to the key server."""
-        check = plan.check_row_bound(self._one_way_release(session_id, plan))
+        blocked with the reason, and nothing is sent to the key server. The 1-ways."""
+        one_way = self._one_way_release(session_id, plan)
+        check = plan.check_row_bound(one_way)
         if not check.holds:
             self._store.block(session_id, f"selection refused: {check.message()}")
             raise RuntimeError(check.message())
+        return one_way
 
     def candidate_scores(self, session_id: str, plan: SessionPlan,
                          seeds: dict[str, bytes]) -> list[bytes]:
@@ -157,15 +160,14 @@ class SelectionRole:
         path = self._store.session_dir(session_id) / "outputs" / "selection_candidates.bin"
         if path.exists():
             return unpack_blobs(path.read_bytes())
-        self._check_row_bound(session_id, plan)
+        one_way = self._check_row_bound(session_id, plan)
         public = self._store.public(session_id)
         k, k2 = plan.parameters.count_bits, plan.selection.indif_bits
         total = plan.layout.total_cells
         mask_sum = masks_summed(seeds, session_id, public.clients, total, k)
         pairs = [slot.attrs for slot in plan.layout.two_way]
-        expected = expected_counts_for_pairs(self._one_way_release(session_id, plan), pairs,
-                                             plan.selection.max_rows)
-        chunks = plan.indif_chunks()
+        expected = expected_counts_for_pairs(one_way, pairs, plan.selection.max_rows)
+        chunks = plan.indif_chunks_by_width(one_way)
         response = self._store.peer_request("GET",
                                             f"/peer/sessions/{session_id}/selection/inputs")
         if response.status_code != 200:
@@ -173,13 +175,14 @@ class SelectionRole:
                                f"{response.status_code} {wire.error_detail(response, 300)}")
         inputs = unpack_blobs(response.content, expected=len(chunks))
         by_pair: dict[int, list] = {}
-        for (index, cells, size), blob in zip(chunks, inputs):
+        for (index, cells, size, width), blob in zip(chunks, inputs):
             slot = plan.layout.two_way[index]
-            offset = np.full(size, 1 << (k2 - 1), dtype=np.int64)  # padding: |C - K| = 0
+            offset = np.full(size, 1 << (width - 1), dtype=np.int64)  # padding: |C - K| = 0
             offset[:len(cells)] = indif_offset(
-                mask_sum[cells], expected[slot.attrs][cells - slot.offset], k2)
+                mask_sum[cells], expected[slot.attrs][cells - slot.offset], width)
+            name = indif_name(size, None if width == k2 else width)
             by_pair.setdefault(index, []).append(
-                CallTask(indif_name(size), (blob, digits_of(offset, k2))))
+                CallTask(name, (blob, digits_of(offset, width))))
         description = self.executor.description
         phase = f"{plan.selection.mode} scores: InDif of {len(pairs)} pairs under encryption"
 

@@ -32,7 +32,7 @@ Why digits and not one k-bit ciphertext: extracting k bits from a (k+1)-bit ciph
 bootstraps) and costs k bootstraps a cell; the digits need 2 ceil(k/2) - 1 + [k even]
 lookups a cell (12 instead of 18 at k = 12), all in 3-bit partitions. Measured at k = 12, 32
 cells, in one run on 2 cores: 6.3-9.0 s against 13.0-17.1 s a chunk (x0.44-0.53), every
-score exact (``bench/primitives/bench_p2_digits.py``). The key server encrypts D ciphertexts a cell
+score exact (``experiments/replaced_constructions/bench_p2_digits.py``). The key server encrypts D ciphertexts a cell
 instead of one (offline, 2-bit messages).
 
 Sensitivity (count units, K fixed public constants): adding or removing one record changes
@@ -41,7 +41,10 @@ exactly one cell of C_jk by 1, so InDif changes by at most 1 under add/remove ne
 PrivSyn's InDif with N and the 1-ways also data-dependent. ``tests/crypto/test_indif.py`` checks
 both by enumerating neighbours.
 
-Widths: |d| <= N, so k with N < 2^(k-1) (Fed-Heart: k = 11; Adult: k = 16).
+Widths: |d| <= N, so k with N < 2^(k-1) (Fed-Heart: k = 11; Adult: k = 16). The same circuit
+at a narrower w computes each cell's distance from d to the nearest multiple of 2^w
+(:func:`indif_at_width`), |d| whenever |d| <= 2^(w-1): a chunk whose public bound allows it
+runs at w (``params.indif_widths``), with the same sensitivity.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from concrete import fhe
 from feddpsyn.crypto._concrete import ensure_tag_stack, lookup, table
 
 __all__ = ["compile_indif_chunk", "digits_of", "digit_count", "indif_offset",
-           "indif_plaintext", "indif_exact", "indif_from_bits", "indif_inputset",
+           "indif_plaintext", "indif_exact", "indif_at_width", "indif_from_bits", "indif_inputset",
            "chunk_bootstraps",
            "CHUNK_COMPLEXITY", "ADD_COMPLEXITY"]
 
@@ -137,6 +140,16 @@ def indif_plaintext(masked_sum: Array, offset: Array, count_bits: int) -> int:
 def indif_exact(counts: Array, expected: Array) -> int:
     """The score itself, from counts in clear (reference for tests)."""
     return int(np.abs(np.asarray(counts, dtype=np.int64) - np.asarray(expected)).sum())
+
+
+def indif_at_width(counts: Array, expected: Array, width: int) -> int:
+    """What P2 at width w computes from counts in clear: per cell the distance from
+    d = C - K to the nearest multiple of 2^w (|d| whenever |d| <= 2^(w-1)), summed. A
+    distance to a set is 1-Lipschitz, so the score's sensitivity is 1 at every width
+    (``params.indif_widths``)."""
+    half = 1 << (width - 1)
+    d = np.asarray(counts, dtype=np.int64) - np.asarray(expected, dtype=np.int64)
+    return int(np.abs((d + half) % (2 * half) - half).sum())
 
 
 

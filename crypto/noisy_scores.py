@@ -32,7 +32,7 @@ One concrete module, one key set, three functions:
   (:attr:`NoisyScoreShape.pass_sizes`; each later pass adds its uniforms to the last one's
   digits); the plan caps u at 30 (``params.noise_rules.SCORE_MAX_UNIFORMS``): two passes.
   Fed-Heart-Disease's 28 uniforms of 6 bits in two 5-bit passes against one 6-bit pass
-  (``bench/primitives/bench_joint_scores.py``, its ``one-pass`` baseline in the same run):
+  (``experiments/joint_scores/bench_joint_scores.py``, its ``one-pass`` baseline in the same run):
   evaluation keys 131 against 350 MB (x0.37), key generation x0.41, a score's call x0.68
   (22 lookups against 11). Measured on the tiny test module before the passes (k = 6,
   6-cell chunks, 6-bit scores): compressed evaluation keys 96 MB with ``noise``, 99 / 124 /
@@ -77,6 +77,7 @@ from concrete import fhe
 from feddpsyn.crypto._concrete import ensure_tag_stack
 from feddpsyn.crypto.private_selection import (
     check_chunk_sizes,
+    check_widths,
     indif_definitions,
     score_functions,
     score_inputsets,
@@ -117,9 +118,12 @@ class NoisyScoreShape:
     joint: JointNoiseShape | None = None
     # ``joint``'s widest lookup a pass may use (the bench's one-pass baseline sets it wider).
     pass_bits: int = PASS_LOOKUP_BITS
+    # P2's narrower widths: ``indif_<s>_w<w>`` for each (``params.indif_widths``)
+    widths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_chunk_sizes(self.chunk_sizes)
+        check_widths(self.widths, self.count_bits)
 
     @property
     def out_bits(self) -> int:
@@ -328,7 +332,7 @@ def compile_noisy_scores(shape: NoisyScoreShape, p_error: float) -> fhe.Module:
     ``module.noise`` or, with a joint shape, ``module.joint``)."""
     ensure_tag_stack()
     n, out_bits = shape.score_bits, shape.out_bits
-    indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
+    indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n, shape.widths)
     indif_defs = indif_definitions(indifs)
     add_def = fhe.function({"x": "encrypted", "y": "encrypted"})(add)
     if shape.joint is None:
@@ -348,7 +352,7 @@ def compile_noisy_scores(shape: NoisyScoreShape, p_error: float) -> fhe.Module:
 
     rng = np.random.default_rng(0)
     indif_inputs, add_inputs, digit_inputs = score_inputsets(
-        shape.count_bits, shape.chunk_sizes, n, rng)
+        shape.count_bits, shape.chunk_sizes, n, rng, shape.widths)
     zeros_n, ones_n = np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
     noise_inputs: Sequence[tuple[Array, ...]]
     if shape.joint is None:

@@ -29,7 +29,7 @@ M mod 2^k. ``score_bits`` must hold every pair's InDif: with K clipped so that s
 InDif <= sum C + sum K <= 2 * max_rows, so score_bits = bit length of 2 * max_rows, and
 truncating a chunk's digits (or a sum's carry-out) to it is exact.
 
-Cost (measured in ``bench/primitives/bench_selection.py``): every lookup is at most 3 bits
+Cost (measured in ``experiments/p3_lookup_cost/bench_selection.py``): every lookup is at most 3 bits
 wide (P2's digits included, ``crypto.indif``), so one key set serves all three functions.
 """
 
@@ -55,8 +55,8 @@ from feddpsyn.crypto.selection_batches import (
 from feddpsyn.crypto.tfhe_permute_and_flip import SelectionShape, clear_arguments, select_core
 
 __all__ = ["PrivateSelectionShape", "compile_private_selection", "add_plaintext",
-           "score_functions", "score_inputsets", "indif_name", "indif_definitions",
-           "check_chunk_sizes", "batch_names"]
+           "score_functions", "score_inputsets", "indif_name", "indif_names", "indif_definitions",
+           "check_chunk_sizes", "check_widths", "batch_names"]
 
 Array = np.ndarray[Any, Any]
 
@@ -72,11 +72,14 @@ class PrivateSelectionShape:
     # P3 by candidate batches (``crypto.selection_batches``), or None
     batches: BatchLayout | None = None
     single: bool = True  # compile the one-call ``select`` (always, without batches)
+    # P2's narrower widths: ``indif_<s>_w<w>`` for each (``params.indif_widths``)
+    widths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.selection.batch != 1:
             raise ValueError("the service selects one pair per call (batch = 1)")
         check_chunk_sizes(self.chunk_sizes)
+        check_widths(self.widths, self.count_bits)
         if self.batches is None and not self.single:
             raise ValueError("P3 needs the one-call select or candidate batches")
         if self.batches is not None and (self.batches.candidates != self.selection.candidates
@@ -98,9 +101,19 @@ def check_chunk_sizes(sizes: tuple[int, ...]) -> None:
         raise ValueError("chunk sizes: one or more distinct positive cell counts")
 
 
-def indif_name(size: int) -> str:
-    """The module function that runs P2 on a chunk of ``size`` cells."""
-    return f"indif_{size}"
+def check_widths(widths: tuple[int, ...], count_bits: int) -> None:
+    """P2's narrower widths: increasing, each from 2 to k - 1."""
+    if list(widths) != sorted(set(widths)) or (widths and (widths[0] < 2
+                                                            or widths[-1] >= count_bits)):
+        raise ValueError(f"P2's narrower widths must increase from 2 to k - 1 = "
+                         f"{count_bits - 1}: {list(widths)}")
+
+
+def indif_name(size: int, width: int | None = None) -> str:
+    """The module function that runs P2 on a chunk of ``size`` cells: at the module's full
+    ``count_bits`` (``width`` None), or at a narrower width (``indif_<s>_w<width>``, the
+    chunks whose public bound fits it: ``params.indif_widths``)."""
+    return f"indif_{size}" if width is None else f"indif_{size}_w{width}"
 
 
 def add_plaintext(x: list[int], y: list[int]) -> list[int]:
@@ -110,7 +123,14 @@ def add_plaintext(x: list[int], y: list[int]) -> list[int]:
     return [(total >> i) & 1 for i in range(n)]
 
 
-def _indif_function(count_bits: int, cells: int, score_bits: int) -> Callable[[Any, Any], Any]:
+def indif_names(chunk_sizes: tuple[int, ...], widths: tuple[int, ...] = ()) -> list[str]:
+    """Every P2 function of a module: each size at the full width, then at each narrower."""
+    return [indif_name(size) for size in chunk_sizes] + [
+        indif_name(size, width) for width in widths for size in chunk_sizes]
+
+
+def _indif_function(count_bits: int, cells: int, score_bits: int,
+                    name: str) -> Callable[[Any, Any], Any]:
     n = score_bits
     chunk_bits = _indif_bits_function(count_bits, cells)
 
@@ -119,16 +139,23 @@ def _indif_function(count_bits: int, cells: int, score_bits: int) -> Callable[[A
         digits += [digits[0] * 0] * (n - len(digits))
         return fhe.array(digits)
 
-    indif.__name__ = indif_name(cells)  # concrete names a module's functions by __name__
+    indif.__name__ = name  # concrete names a module's functions by __name__
     return indif
 
 
-def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int
+def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int,
+                    widths: tuple[int, ...] = ()
                     ) -> tuple[dict[str, Callable[[Any, Any], Any]], Callable[[Any, Any], Any]]:
-    """``{indif_<s>: function}`` and ``add`` (module docstring) for digit vectors of
-    ``score_bits`` digits; shared with ``crypto.noisy_scores``."""
+    """``{indif_<s>: function}`` (and ``indif_<s>_w<w>`` for every narrower width ``w``) and
+    ``add`` (module docstring) for digit vectors of ``score_bits`` digits; shared with
+    ``crypto.noisy_scores``."""
     n = score_bits
-    indifs = {indif_name(size): _indif_function(count_bits, size, n) for size in chunk_sizes}
+    indifs = {indif_name(size): _indif_function(count_bits, size, n, indif_name(size))
+              for size in chunk_sizes}
+    for width in widths:
+        for size in chunk_sizes:
+            name = indif_name(size, width)
+            indifs[name] = _indif_function(width, size, n, name)
 
     def add(x: Any, y: Any) -> Any:
         out, carry = [], None
@@ -136,7 +163,7 @@ def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
             # Declared widths (as everywhere in these circuits): each input digit is a bit and
             # the column total at most 3. Without them concrete sized add's inputs from the
             # input set alone, and at k = 16 an add fed with an add's output lost carries
-            # (Adult-width chained sums off by 2-6; bench/primitives/bench_indif_chunks.py
+            # (Adult-width chained sums off by 2-6; experiments/p2_chunk_sizes/bench_indif_chunks.py
             # caught it).
             xj = fhe.hint(x[j], can_store=1)
             yj = fhe.hint(y[j], can_store=1)
@@ -150,15 +177,21 @@ def score_functions(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: i
 
 
 def score_inputsets(count_bits: int, chunk_sizes: tuple[int, ...], score_bits: int,
-                    rng: np.random.Generator
+                    rng: np.random.Generator, widths: tuple[int, ...] = ()
                     ) -> tuple[dict[str, list[tuple[Array, Array]]], list[tuple[Array, Array]],
                                list[Array]]:
-    """Input sets of every ``indif_<s>`` and of ``add`` (and the digit vectors they use),
-    drawn from ``rng`` in a fixed order so that a module compiled from them is reproducible."""
+    """Input sets of every ``indif_<s>`` (and ``indif_<s>_w<w>``) and of ``add`` (and the
+    digit vectors they use), drawn from ``rng`` in a fixed order so that a module compiled
+    from them is reproducible; the narrower widths' from a generator of their own, so that a
+    module without them is the one earlier versions compiled."""
     k, n = count_bits, score_bits
     indif_inputs = {indif_name(cells): indif_inputset(k, cells, rng) for cells in chunk_sizes}
     digit_inputs = [rng.integers(0, 2, n) for _ in range(8)] + [np.ones(n, dtype=np.int64)]
     add_inputs = [(a, b) for a, b in zip(digit_inputs, digit_inputs[1:] + digit_inputs[:1])]
+    narrow = np.random.default_rng(1)
+    for width in widths:
+        for cells in chunk_sizes:
+            indif_inputs[indif_name(cells, width)] = indif_inputset(width, cells, narrow)
     return indif_inputs, add_inputs, digit_inputs
 
 
@@ -166,7 +199,7 @@ def _functions(shape: PrivateSelectionShape, c: list[int]
                ) -> tuple[dict[str, Callable[[Any, Any], Any]], Callable[[Any, Any], Any],
                           Callable[..., Any], dict[str, str]]:
     n, s = shape.selection.score_bits, shape.selection.candidates
-    indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n)
+    indifs, add = score_functions(shape.count_bits, shape.chunk_sizes, n, shape.widths)
 
     def select(**kwargs: Any) -> Any:
         scores = [kwargs[f"score_{r}"] for r in range(s)]
@@ -322,7 +355,8 @@ def compile_private_selection(shape: PrivateSelectionShape, c: list[int],
     w = shape.selection.random_bits
     pw = shape.selection.priority_bits
     rng = np.random.default_rng(0)
-    indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_sizes, n, rng)
+    indif_inputs, add_inputs, _ = score_inputsets(shape.count_bits, shape.chunk_sizes, n, rng,
+                                                  shape.widths)
     inputsets: dict[str, Sequence[tuple[Array, ...]]] = {**indif_inputs, "add": add_inputs}
     if shape.single:
         select_inputs = []

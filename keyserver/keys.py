@@ -25,6 +25,7 @@ from feddpsyn.crypto.private_selection import (
     batch_names,
     compile_private_selection,
     indif_name,
+    indif_names,
 )
 from feddpsyn.params.session_plan import SessionPlan
 
@@ -126,11 +127,18 @@ class ScoreModuleKeys:
 
     parse = staticmethod(SessionKeys.parse)
 
-    def encrypt_indif_input(self, masked_sum: np.ndarray) -> bytes:
-        """One chunk's M (residues mod 2^k), as the base-4 digits the ``indif_<s>`` function
-        of its size takes (``crypto.indif``)."""
-        encrypted = self._client.encrypt(digits_of(masked_sum, self.shape.count_bits), None,
-                                         function_name=indif_name(len(masked_sum)))
+    def encrypt_indif_input(self, masked_sum: np.ndarray, width: int | None = None) -> bytes:
+        """One chunk's M, as the base-4 digits of M mod 2^w that the function of its size and
+        width takes (``indif_<s>`` at the module's k, ``indif_<s>_w<w>`` at a narrower w:
+        ``crypto.indif``, ``params.indif_widths``)."""
+        full = self.shape.count_bits
+        narrow = None if width is None or width == full else width
+        if narrow is not None and narrow not in self.shape.widths:
+            raise ValueError(f"the module has no P2 function at width {narrow}")
+        bits = full if narrow is None else narrow
+        residues = np.asarray(masked_sum, dtype=np.int64) % (1 << bits)
+        encrypted = self._client.encrypt(digits_of(residues, bits), None,
+                                         function_name=indif_name(len(masked_sum), narrow))
         return encrypted[0].serialize()
 
 
@@ -152,7 +160,7 @@ class SelectionKeys(ScoreModuleKeys):
         p3 = (["select"] if shape.single else []) + (
             [] if shape.batches is None else sorted(set(batch_names(shape.batches).values())))
         keys.bootstraps_per_function = module_bootstraps(
-            module, [indif_name(s) for s in shape.chunk_sizes] + ["add"] + p3)
+            module, indif_names(shape.chunk_sizes, shape.widths) + ["add"] + p3)
         return keys, server_zip, evaluation_keys
 
     def encrypt_randomness(self, r_ks: np.ndarray, priority: np.ndarray) -> list[bytes]:

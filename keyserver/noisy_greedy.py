@@ -72,7 +72,7 @@ from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
 from feddpsyn.crypto.joint_noise import draw_bits
 from feddpsyn.crypto.noisy_scores import (NoisyScoreShape, compile_noisy_scores, decode_score,
                                           noise_tail_delta)
-from feddpsyn.crypto.private_selection import indif_name
+from feddpsyn.crypto.private_selection import indif_names
 from feddpsyn.keyserver.coins import StoredOnce
 from feddpsyn.keyserver.keys import ScoreModuleKeys, _keys_for, module_bootstraps
 from feddpsyn.keyserver.ledger import PrivacyLedger
@@ -135,7 +135,8 @@ class NoisyScoreKeys(ScoreModuleKeys):
         client, server_zip, evaluation_keys = _keys_for(module, directory, "selection_")
         keys = NoisyScoreKeys(client, shape)
         keys.bootstraps_per_function = module_bootstraps(
-            module, [indif_name(s) for s in shape.chunk_sizes] + ["add", shape.noise_function])
+            module, indif_names(shape.chunk_sizes, shape.widths)
+            + ["add", shape.noise_function])
         return keys, server_zip, evaluation_keys
 
     def decrypt_noisy_score(self, value: fhe.Value) -> int:
@@ -172,7 +173,7 @@ class NoisyGreedyRole:
     selection's keys (``keyserver.selection``: every use of them is a task there)."""
 
     def __init__(self, store: SessionStore, ledger: PrivacyLedger,
-                 check_row_bound: Callable[[str, SessionPlan], None], pool: OfflinePool,
+                 check_row_bound: Callable[[str, SessionPlan], object], pool: OfflinePool,
                  key_files: Callable[[str], KeyFiles]):
         self._store = store
         self._ledger = ledger

@@ -19,8 +19,9 @@ Design concerns:
   never compared), and the S outputs it decrypts are the batched round's last function's, one
   encoding as the one call's.
 * **Inputs are fresh encryptions of sums it already holds.** P2's inputs are
-  M = (sum of the clients' masked vectors) mod 2^k per 2-way cell: uniformly distributed
-  given the masks, which the compute server holds and this server never sees. Their chunks
+  M = (sum of the clients' masked vectors) mod 2^w per 2-way cell (w: the chunk's width,
+  ``params.indif_widths``): uniformly distributed given the masks, which the compute server
+  holds and this server never sees. Their chunks
   are spread over the offline pool's workers (``keyserver.offline_pool``), in contiguous
   groups, and stored together in chunk order.
 * **No key in the server's process.** Every use of the module's keys (the shares' and P2's
@@ -77,7 +78,7 @@ def module_shape(plan: SessionPlan) -> PrivateSelectionShape:
     return PrivateSelectionShape(count_bits=plan.selection.indif_bits,
                                  chunk_sizes=plan.used_chunk_sizes(),
                                  selection=plan.selection.shape, batches=batches,
-                                 single=batches is None)
+                                 single=batches is None, widths=plan.selection.indif_widths)
 
 
 def compiled_bootstraps(plan: SessionPlan, per_function: dict[str, int]) -> int:
@@ -109,13 +110,14 @@ def create_selection_files(plan: SessionPlan, directory: Path) -> dict[str, int]
 
 @dataclass(frozen=True)
 class EncryptIndifInputs:
-    """An offline task: consecutive P2 chunks' M (residues mod 2^k, padded to their chunk
-    sizes), each encrypted as its ``indif_<s>`` function's digits."""
+    """An offline task: consecutive P2 chunks' M (residues mod 2^w, padded to their chunk
+    sizes) with their widths w, each encrypted as its function's digits (``indif_<s>`` or
+    ``indif_<s>_w<w>``: ``params.indif_widths``)."""
 
-    chunks: tuple[np.ndarray, ...]
+    chunks: tuple[tuple[np.ndarray, int], ...]
 
     def run(self, keys) -> list[bytes]:
-        return [keys.encrypt_indif_input(chunk) for chunk in self.chunks]
+        return [keys.encrypt_indif_input(chunk, width) for chunk, width in self.chunks]
 
 
 @dataclass(frozen=True)
@@ -196,19 +198,21 @@ class SelectionRole:
                  "the row bound) are reserved out of the requested delta")
 
     # ------------------------------------------------------------ row bound
-    def check_row_bound(self, session_id: str, plan: SessionPlan) -> None:
+    def check_row_bound(self, session_id: str, plan: SessionPlan) -> list[list[float]]:
         """409 before anything of the selection is encrypted, decrypted or charged when the
-        published 1-ways say the union may exceed max_rows (``params.selection_plan``)."""
+        published 1-ways say the union may exceed max_rows (``params.selection_plan``);
+        the published 1-ways, in layout order."""
         if "one_way" not in self._store.releases_done(session_id):
             raise ServiceError(409, "selection starts after the 1-way release is published")
         with self._store.db.connect() as conn:
             row = conn.execute("SELECT result_json FROM releases WHERE session_id = ? AND "
                                "release = 'one_way'", (session_id,)).fetchone()
         result = wire.ReleaseResult.model_validate_json(row["result_json"])
-        check = plan.check_row_bound([result.marginals[slot.key].counts
-                                      for slot in plan.layout.one_way])
+        one_way = [result.marginals[slot.key].counts for slot in plan.layout.one_way]
+        check = plan.check_row_bound(one_way)
         if not check.holds:
             raise ServiceError(409, f"selection refused: {check.message()}")
+        return one_way
 
     # ------------------------------------------------------------ P2 inputs
     def inputs(self, session_id: str) -> bytes:
@@ -219,7 +223,7 @@ class SelectionRole:
                 + len(self._store.absent_clients(session_id)) < len(public.clients):
             raise ServiceError(409, "the selection's inputs exist once every client uploaded "
                                     "or was left out")
-        self.check_row_bound(session_id, plan)
+        one_way = self.check_row_bound(session_id, plan)
         path = self._store.session_dir(session_id) / "selection_inputs.bin"
         if path.exists():
             return path.read_bytes()
@@ -229,12 +233,11 @@ class SelectionRole:
             vector = np.frombuffer((self._store.session_dir(session_id) / "masked"
                                     / f"{client_id}.npy").read_bytes(), dtype=np.int64)
             total = (total + vector) % modulus
-        k2 = plan.selection.indif_bits
         chunks = []
-        for _, cells, size in plan.indif_chunks():
+        for _, cells, size, width in plan.indif_chunks_by_width(one_way):
             padded = np.zeros(size, dtype=np.int64)
-            padded[:len(cells)] = total[cells] % (1 << k2)
-            chunks.append(padded)
+            padded[:len(cells)] = total[cells] % (1 << width)
+            chunks.append((padded, width))
         # A few groups a worker: chunk sizes differ, so the workers finish closer together.
         tasks = [EncryptIndifInputs(tuple(group))
                  for group in split_evenly(chunks, 4 * self._pool.workers)]

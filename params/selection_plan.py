@@ -193,6 +193,9 @@ class SelectionPlan:
     score_bits: int           # digits of a pair's InDif (<= 2 max_rows)
     p_error: float = 2.0 ** -40
     chunk_sizes: tuple[int, ...] = (16,)
+    # P2's narrower widths (``params.indif_widths``), set by ``SessionPlan.build`` from the
+    # 1-ways' noise; () in a record that predates them: every chunk at indif_bits.
+    indif_widths: tuple[int, ...] = ()
     max_rows: int = 0
     parameters: SelectionParameterSet = field(
         default_factory=lambda: get_selection_set(DEFAULT_SELECTION_SET))
@@ -221,7 +224,7 @@ class SelectionPlan:
                          max_rows=max_rows, parameters=parameters,
                          chunk_sizes=parameters.chunk_sizes,
                          indif_bits=max(2, (max_rows + 1).bit_length() + 1),
-                         score_bits=(2 * max_rows).bit_length())
+                         score_bits=(2 * max_rows).bit_length(), indif_widths=())
         if mode == SelectionMode.NONE:
             return NoSelection(rho=Fraction(0), **widths)
         if rho <= 0:
@@ -241,7 +244,8 @@ class SelectionPlan:
             raw["relative_loss"]), "chunk_sizes": tuple(raw["chunk_sizes"])})
         widths = _Widths(p_error=public.p_error, max_rows=public.max_rows,
                          parameters=parameters, chunk_sizes=parameters.chunk_sizes,
-                         indif_bits=public.indif_bits, score_bits=public.score_bits)
+                         indif_bits=public.indif_bits, score_bits=public.score_bits,
+                         indif_widths=tuple(public.indif_widths or ()))
         if public.mode == SelectionMode.NOISY_GREEDY:
             return NoisyGreedySelection.described(public, pairs, widths)
         return EmSelection.described(public, pairs, widths)
@@ -256,6 +260,7 @@ class SelectionPlan:
             mode=self.mode, parameter_set=self.parameters.to_dict(),
             indif_bits=self.indif_bits, score_bits=self.score_bits, max_rows=self.max_rows,
             chunk_sizes=list(used_chunk_sizes), p_error=self.p_error, bootstraps=bootstraps,
+            indif_widths=list(self.indif_widths) if self.indif_widths else None,
             fhe_delta=self.fhe_delta(pair_cells, bootstraps),
             row_bound_delta=self.row_bound_delta(delta, epsilon), delta_terms=delta_terms,
             **self._public_fields())
@@ -331,7 +336,10 @@ class SelectionPlan:
         total = 0
         for cells in pair_cells:
             chunks = chunk_sizes_for(cells, self.chunk_sizes)
-            total += sum(per_function[f"indif_{c}"] for c in chunks)
+            # A chunk runs at any compiled width (``params.indif_widths``): the most of them.
+            total += sum(max(per_function[name] for name in
+                             [f"indif_{c}"] + [f"indif_{c}_w{w}" for w in self.indif_widths]
+                             if name in per_function) for c in chunks)
             total += (len(chunks) - 1) * per_function["add"]
         return total
 
@@ -352,6 +360,7 @@ class _Widths(TypedDict):
     parameters: SelectionParameterSet
     indif_bits: int
     score_bits: int
+    indif_widths: tuple[int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -500,7 +509,7 @@ class NoisyGreedySelection(SelectionPlan):
         return NoisyScoreShape(count_bits=self.indif_bits,
                                chunk_sizes=tuple(chunk_sizes or self.chunk_sizes),
                                score_bits=self.score_bits, noise_bits=self.noise_bits,
-                               joint=self.score_joint)
+                               joint=self.score_joint, widths=self.indif_widths)
 
     @property
     def score_variance(self) -> Fraction:

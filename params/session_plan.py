@@ -32,8 +32,10 @@ from feddpsyn.dp.accounting import eps_delta_to_rho, gaussian_sigma2
 from feddpsyn.dp.binomial_accounting import RDP_ORDERS, session_delta_of
 from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, orders_for
 from feddpsyn.dp.noise_pool import NoiseDraw
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.params import plan_record, run_time
 from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.indif_widths import chunks_by_width, narrow_widths, wrap_margin
 from feddpsyn.params.modes import NoiseMode, SelectionMode
 from feddpsyn.dp.pld_accounting import calibrate
 from feddpsyn.params.budget_split import default_split
@@ -299,6 +301,10 @@ class SessionPlan:
         plan = cls(schema, layout, params, epsilon, delta, rho_total, releases,
                    chosen, delta_conversion, max_rows, accounting, topup)
         plan.check_capacity(max_rows)
+        if chosen is not None:
+            # P2's narrower widths, from the published 1-ways' noise (params.indif_widths).
+            widths = narrow_widths(chosen.indif_bits, plan.wrap_margin(), max_rows)
+            plan = replace(plan, selection=replace(chosen, indif_widths=widths))
         return plan
 
     @staticmethod
@@ -504,7 +510,24 @@ class SessionPlan:
         return tuple(m.key for m in self.layout.two_way if m.key in keys)
 
     def indif_chunks(self) -> list[tuple[int, np.ndarray, int]]:
+        """P2's chunks in layout order (their sizes; what the plan's cost and bootstrap
+        bounds count)."""
         return indif_chunks(self.layout, self.selection.chunk_sizes)
+
+    def wrap_margin(self) -> float:
+        """The tail t of the published 1-ways' noise that P2's cell bounds leave room for
+        (``params.indif_widths``)."""
+        return wrap_margin(*self.release("one_way").row_bound_noise())
+
+    def indif_chunks_by_width(self, one_way: list) -> list[tuple[int, np.ndarray, int, int]]:
+        """P2's chunks as both servers run them once the 1-ways are published: (candidate
+        index, cells, size, width), each pair's cells ordered by their public bound and each
+        chunk at the narrowest compiled width that holds it (``params.indif_widths``)."""
+        one = [np.asarray(counts, dtype=float) for counts in one_way]
+        expected = expected_counts_for_pairs(one, self.layout.pairs, self.selection.max_rows)
+        return chunks_by_width(self.layout, self.selection.chunk_sizes,
+                               self.selection.indif_bits, self.selection.indif_widths, one,
+                               expected, self.wrap_margin(), self.selection.max_rows)
 
     def used_chunk_sizes(self) -> tuple[int, ...]:
         """The chunk sizes this session's pairs are cut into: the module compiles only

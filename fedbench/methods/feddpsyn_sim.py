@@ -54,6 +54,7 @@ from feddpsyn.dp.accounting import gaussian_sigma2
 from feddpsyn.dp.discrete_gaussian import discrete_gaussian_vector
 from feddpsyn.dp.binomial_accounting import session_delta_of
 from feddpsyn.dp.joint_noise_accounting import JointNoiseShape, release_marginals
+from feddpsyn.crypto.indif import indif_at_width
 from feddpsyn.dp.pair_selection import expected_counts_for_pairs, greedy_select, indif_scores
 from feddpsyn.dp.privsyn_allocation import allocation_groups, greedy_select_allocated
 from feddpsyn.fedbench.methods.base import MethodResult, budget_rho
@@ -181,12 +182,23 @@ def score_shape(plan: SessionPlan,
 def pair_scores(plan: SessionPlan, union_counts: np.ndarray, one_way: list[NoisyMarginal],
                 max_rows: int) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
     """Every candidate pair and its InDif against expected counts from the released 1-ways
-    (Primitive 2's exact value)."""
+    (Primitive 2's exact value: each chunk at the width the servers give it from the same
+    1-ways, ``params.indif_widths``, a chunk whose bound failed scored as its circuit
+    would)."""
     pairs = [slot.attrs for slot in plan.layout.two_way]
-    expected = expected_counts_for_pairs([m.counts.ravel() for m in one_way], pairs, max_rows)
+    published = [m.counts.ravel() for m in one_way]
+    expected = expected_counts_for_pairs(published, pairs, max_rows)
     counts = {slot.attrs: union_counts[slot.offset:slot.offset + slot.size]
               for slot in plan.layout.two_way}
-    return pairs, indif_scores(counts, expected)
+    if plan.selection is None or not plan.selection.indif_widths:
+        return pairs, indif_scores(counts, expected)
+    scores = dict.fromkeys(pairs, 0)
+    for index, cells, _, width in plan.indif_chunks_by_width(published):
+        slot = plan.layout.two_way[index]
+        local = cells - slot.offset
+        scores[slot.attrs] += indif_at_width(counts[slot.attrs][local],
+                                             expected[slot.attrs][local], width)
+    return pairs, scores
 
 
 def em_picks(selection: SelectionPlan, pairs: list[tuple[int, int]],

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from feddpsyn.crypto.indif import digits_of, indif_exact, indif_offset
+from feddpsyn.crypto.indif import digits_of, indif_at_width, indif_exact, indif_offset
 from feddpsyn.crypto.noisy_scores import (
     NoiseOutOfRange,
     NoisyScoreShape,
@@ -23,8 +23,9 @@ from feddpsyn.crypto.noisy_scores import (
 )
 from feddpsyn.crypto.private_selection import add_plaintext, indif_name
 
-K, CELLS, N, B = 6, 6, 6, 4
-SHAPE = NoisyScoreShape(count_bits=K, chunk_sizes=(CELLS,), score_bits=N, noise_bits=B)
+K, CELLS, N, B, W = 6, 6, 6, 4, 4
+SHAPE = NoisyScoreShape(count_bits=K, chunk_sizes=(CELLS,), score_bits=N, noise_bits=B,
+                        widths=(W,))
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,36 @@ def test_indif_add_noise_compose_and_match_their_models(module):
     top, _ = module.noise.encrypt(np.ones(N, dtype=np.int64), None)
     got = module.noise.decrypt(module.noise.run(top, noise_operand(2 ** B - 1, SHAPE)))
     assert decode_noisy_score(got.tolist(), SHAPE) == 2 ** N - 1 + 2 ** B - 1
+
+
+def test_a_narrow_chunk_is_the_circular_distance_and_adds_to_a_full_one(module):
+    """``indif_<s>_w<w>`` on M mod 2^w: |d| where |d| <= 2^(w-1) (both edges included), the
+    distance to the nearest multiple of 2^w where the bound failed (a wrapped cell: lower,
+    never higher, so the score's sensitivity stays 1); its digits add to a full chunk's."""
+    narrow = getattr(module, indif_name(CELLS, W))
+    half = 2 ** (W - 1)
+    rng = np.random.default_rng(11)
+    cases = [np.array([half, -half, 0, 1, -1, half - 1]),         # every |d| within the width
+             np.array([half + 1, -half - 1, 2 * half, 13, -13, 31]),  # wrapped cells
+             rng.integers(-half, half + 1, CELLS)]
+    for d in cases:
+        expected = rng.integers(0, 16, CELLS) + 31
+        counts = expected + d
+        mask = rng.integers(0, 2 ** K, CELLS)
+        masked, _ = narrow.encrypt(digits_of((counts + mask) % 2 ** W, W), None)
+        out = narrow.run(masked, digits_of(indif_offset(mask, expected, W), W))
+        score = indif_at_width(counts, expected, W)
+        assert narrow.decrypt(out).tolist() == digits(score)
+        assert score <= indif_exact(counts, expected)
+        if np.abs(d).max() <= half:
+            assert score == indif_exact(counts, expected)
+    full = getattr(module, indif_name(CELLS))
+    counts, expected = np.full(CELLS, 5), np.arange(CELLS)
+    masked, _ = full.encrypt(digits_of(counts % 2 ** K, K), None)
+    wide = full.run(masked, digits_of(indif_offset(np.zeros(CELLS, dtype=np.int64), expected,
+                                                   K), K))
+    both = module.add.decrypt(module.add.run(wide, out)).tolist()
+    assert both == digits((indif_exact(counts, expected) + score) % 2 ** N)
 
 
 def test_noise_outside_the_offset_fails_closed():

@@ -1,0 +1,121 @@
+"""P2's width per chunk, from the published 1-ways: fewer lookups for the same scores.
+
+P2 (``crypto.indif``) runs one carry and one sign-fold lookup per base-4 digit of every cell
+at the session's full width k (|C - K| < 2^(k-1) for any union of max_rows rows). Most cells
+are far smaller than max_rows, and after the 1-way release both servers hold a public bound
+on each: C_ab lies in [0, min(C_a, C_b)], C_a <= C^_a + t (C^_a the published 1-way, t a
+tail bound of its noise), so
+
+    |C_ab - K_ab| <= B_ab = max(K_ab, min(C^_a, C^_b, max_rows) + t - K_ab).
+
+A chunk whose cells all have B <= 2^(w-1) is run by the module's ``indif_<s>_w<w>`` on the
+residues mod 2^w (fewer digits: about k - w lookups a cell fewer); its score is exact
+whenever the bound holds.
+
+**Privacy does not rest on the bound.** At width w the circuit computes, per cell,
+f_w(d) = |((d + 2^(w-1)) mod 2^w) - 2^(w-1)|: the distance from d to the nearest multiple
+of 2^w. A distance to a set is 1-Lipschitz, so adding or removing one record (one cell's
+d by 1) changes a chunk's score by at most 1 at every width, and InDif's sensitivity stays
+1 (``docs/privacy.md``). The widths and the cut are functions of the published 1-ways and
+the public plan (post-processing), the same on both servers. A bound that fails only
+lowers that chunk's score (f_w(d) <= |d|): accuracy, never privacy; and InDif can only
+shrink, so the score's digits (2 max_rows) still hold it. The bound's tail t is therefore
+an accuracy choice: :data:`WRAP_TAIL` per published count, by the noise's sub-Gaussian
+proxy (the release's ``row_bound_noise``: Hoeffding for a joint noise).
+
+**Which widths.** Every width is one more function per chunk size in the selection module
+(compile time, not keys: every lookup stays 3 bits wide). The module holds the widths
+from the least a bound can need (t alone) to k - 1, at most :data:`MAX_NARROW_WIDTHS` of
+them (:func:`narrow_widths`). Measured on Adult's default plan (one draw of the 1-ways):
+P2's lookups x0.709 with (10, 12, 14, 16), x0.687 with every width from 10 to 16; on
+Fed-Heart-Disease x0.910 with (9, 10), where the 1-ways' tail (214) is a fifth of max_rows.
+
+**Which cells share a chunk.** A pair's cells are ordered by their bound, smallest first,
+and cut by the pair's chunk sizes largest first (``params.selection_plan.chunk_sizes_for``):
+the small cells fill the large chunks at a narrow width and the few large cells pay the
+full width in the small ones. The order is public (the bounds) and both servers derive it;
+a pair's InDif is a sum over its cells, so the order changes no score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from feddpsyn.params.layout import MarginalLayout
+from feddpsyn.params.selection_plan import chunk_sizes_for
+
+__all__ = ["WRAP_TAIL", "MAX_NARROW_WIDTHS", "wrap_margin", "narrow_widths", "width_for",
+           "cell_bounds", "chunks_by_width"]
+
+Array = np.ndarray[Any, Any]
+
+# The probability, per published count, that its noise passes the bound's tail t (an
+# accuracy choice: module docstring).
+WRAP_TAIL = 1e-6
+
+# At most this many widths below the full one are compiled (module docstring).
+MAX_NARROW_WIDTHS = 4
+
+
+def wrap_margin(proxy: Fraction, noises: int) -> float:
+    """t with P[|noise| > t] <= WRAP_TAIL for a sum of ``noises`` independent noises each
+    sub-Gaussian with variance proxy ``proxy``: sqrt(2 proxy noises ln(2 / WRAP_TAIL))."""
+    return math.sqrt(2 * float(proxy) * noises * math.log(2 / WRAP_TAIL))
+
+
+def width_for(bound: float) -> int:
+    """The least w >= 2 with bound <= 2^(w-1).
+
+    >>> [width_for(b) for b in (0, 2, 2.5, 4, 5, 1024, 1025)]
+    [2, 2, 3, 3, 4, 11, 12]
+    """
+    return max(2, 1 + (max(math.ceil(bound), 1) - 1).bit_length())
+
+
+def narrow_widths(count_bits: int, margin: float, max_rows: int) -> tuple[int, ...]:
+    """The widths below k the module compiles: from the least any bound can need (the
+    margin alone, which the most chunks use once the small cells are grouped) to k - 1,
+    every one, or every second, third, ... from the least so that at most
+    MAX_NARROW_WIDTHS remain.
+
+    >>> narrow_widths(11, 214.0, 995), narrow_widths(17, 426.0, 35827)
+    ((9, 10), (10, 12, 14, 16))
+    """
+    widths = list(range(width_for(min(margin, max_rows)), count_bits))
+    step = -(-len(widths) // MAX_NARROW_WIDTHS)
+    return tuple(widths[::max(step, 1)])
+
+
+def cell_bounds(one_way: Sequence[Array], attrs: tuple[int, ...], expected: Array,
+                margin: float, max_rows: int) -> Array:
+    """B per cell of the pair ``attrs`` (module docstring), in the pair's cell order."""
+    a, b = (np.maximum(np.asarray(one_way[i], dtype=float), 0.0) for i in attrs)
+    top = np.minimum(np.minimum.outer(a, b).ravel() + margin, max_rows)
+    k = np.asarray(expected, dtype=float)
+    return np.maximum(k, top - k)
+
+
+def chunks_by_width(layout: MarginalLayout, sizes: tuple[int, ...], count_bits: int,
+                    widths: tuple[int, ...], one_way: Sequence[Array],
+                    expected: Mapping[tuple[int, ...], Array], margin: float, max_rows: int
+                    ) -> list[tuple[int, Array, int, int]]:
+    """P2's chunks as (candidate index, cell positions, chunk size, width): the chunk
+    sizes of ``params.selection_plan.indif_chunks``, each pair's cells by bound, each chunk
+    at the narrowest compiled width that holds its cells' bounds (``count_bits`` if none)."""
+    out = []
+    for index, slot in enumerate(layout.two_way):
+        bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, max_rows)
+        order = np.argsort(bounds, kind="stable")
+        start = 0
+        for size in chunk_sizes_for(slot.size, sizes):
+            part = order[start:start + size]
+            need = width_for(float(bounds[part].max()))
+            width = min([w for w in widths if w >= need], default=count_bits)
+            out.append((index, slot.offset + part, size, width))
+            start += size
+    return out

@@ -1,0 +1,121 @@
+"""P2's widths per chunk (``params.indif_widths``): the circular distance a narrow chunk
+computes is 1-Lipschitz at every width (the score's sensitivity stays 1); the chunks
+partition each pair's cells in the plan's chunk sizes; each chunk's width holds its cells'
+public bound, so on a real table every score equals the full-width InDif; the widths are in
+the public record, and a record without them runs every chunk at the full width."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from feddpsyn.crypto.indif import chunk_bootstraps, indif_at_width, indif_exact
+from feddpsyn.demo import dataset
+from feddpsyn.dp.pair_selection import expected_counts_for_pairs
+from feddpsyn.params.indif_widths import cell_bounds, narrow_widths, width_for
+from feddpsyn.params.plan_request import PlanRequest
+from feddpsyn.params.schema import Schema
+from feddpsyn.params.session_plan import SessionPlan
+from feddpsyn.params.table_codec import encode_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = Schema.load(ROOT / "params" / "schemas" / "fed_heart_disease.schema.json")
+CSV = dataset("fed_heart_disease").csv
+MAX_ROWS = 995
+
+
+def test_the_circular_distance_is_one_lipschitz_and_never_above_the_distance():
+    """Adding or removing a record moves one cell's d by 1: the chunk's score moves by at
+    most 1, whatever the width, inside the bound or past it (enumerated)."""
+    for width in range(2, 10):
+        ds = range(-3 * 2 ** width, 3 * 2 ** width + 1)
+        values = [indif_at_width(np.array([d]), np.array([0]), width) for d in ds]
+        assert max(abs(a - b) for a, b in zip(values, values[1:])) == 1
+        assert all(v <= abs(d) for v, d in zip(values, ds))
+        assert all(v == abs(d) for v, d in zip(values, ds) if abs(d) <= 2 ** (width - 1))
+
+
+def test_widths_cover_their_bounds_and_the_module_holds_at_most_four():
+    for bound in [0, 1, 2, 3, 4, 5, 100, 128, 129, 1023, 1024, 1025]:
+        w = width_for(bound)
+        assert bound <= 2 ** (w - 1) and (w == 2 or bound > 2 ** (w - 2))
+    assert narrow_widths(11, 214.0, 995) == (9, 10)
+    assert narrow_widths(17, 426.0, 35827) == (10, 12, 14, 16)
+    assert narrow_widths(11, 5000.0, 995) == ()  # the tail alone needs the full width
+    for k in range(3, 26):
+        for margin in (1.0, 30.0, 400.0, 5000.0):
+            widths = narrow_widths(k, margin, 2 ** (k - 2))
+            assert len(widths) <= 4 and all(2 <= w < k for w in widths)
+
+
+@pytest.fixture(scope="module")
+def fed_heart():
+    plan = SessionPlan.build(PlanRequest(SCHEMA, 1.0, 1e-5, MAX_ROWS,
+                                         selection="noisy-greedy", noise="auto"))
+    records = encode_csv(CSV, SCHEMA).records
+    counts = plan.layout.counts(records)
+    rng = np.random.default_rng(3)
+    # Published 1-ways: the true ones plus a noise of the release's own scale.
+    margin = plan.wrap_margin()
+    one_way = [counts[s.offset:s.offset + s.size] + rng.normal(0, margin / 6, s.size)
+               for s in plan.layout.one_way]
+    return plan, counts, one_way
+
+
+def test_the_chunks_partition_every_pair_in_the_plans_sizes(fed_heart):
+    plan, _, one_way = fed_heart
+    assert plan.selection.indif_widths == (9, 10)
+    chunks = plan.indif_chunks_by_width(one_way)
+    static = plan.indif_chunks()
+    assert [(i, size) for i, _, size in static] == [(i, size) for i, _, size, _ in chunks]
+    for index, slot in enumerate(plan.layout.two_way):
+        cells = np.concatenate([c for i, c, _, _ in chunks if i == index])
+        assert sorted(cells.tolist()) == list(range(slot.offset, slot.offset + slot.size))
+    widths = {w for *_, w in chunks}
+    assert widths <= {*plan.selection.indif_widths, plan.selection.indif_bits}
+    full = sum(chunk_bootstraps(size, plan.selection.indif_bits) for *_, size in static)
+    narrow = sum(chunk_bootstraps(size, w) for _, _, size, w in chunks)
+    assert narrow < 0.95 * full
+
+
+def test_each_chunks_width_holds_its_bound_so_the_scores_are_exact(fed_heart):
+    plan, counts, one_way = fed_heart
+    expected = expected_counts_for_pairs(one_way, plan.layout.pairs, MAX_ROWS)
+    scores = dict.fromkeys(plan.layout.pairs, 0)
+    margin = plan.wrap_margin()
+    for index, cells, _, width in plan.indif_chunks_by_width(one_way):
+        slot = plan.layout.two_way[index]
+        local = cells - slot.offset
+        bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, MAX_ROWS)
+        assert bounds[local].max() <= 2 ** (width - 1)
+        true = counts[cells]
+        assert np.abs(true - expected[slot.attrs][local]).max() <= 2 ** (width - 1)
+        scores[slot.attrs] += indif_at_width(true, expected[slot.attrs][local], width)
+    for slot in plan.layout.two_way:
+        true = counts[slot.offset:slot.offset + slot.size]
+        assert scores[slot.attrs] == indif_exact(true, expected[slot.attrs])
+
+
+def test_the_widths_are_public_and_an_older_record_runs_at_full_width(fed_heart):
+    plan, _, one_way = fed_heart
+    public = plan.to_public("s-w", ["h0", "h1"])
+    assert public.selection.indif_widths == [9, 10]
+    again = SessionPlan.from_public(public)
+    assert again.indif_chunks_by_width(one_way) is not None
+    assert [(i, c.tolist(), s, w) for i, c, s, w in again.indif_chunks_by_width(one_way)] == \
+        [(i, c.tolist(), s, w) for i, c, s, w in plan.indif_chunks_by_width(one_way)]
+    older = public.model_copy(update={"selection": public.selection.model_copy(
+        update={"indif_widths": None})})
+    old_plan = SessionPlan.from_public(older)
+    assert old_plan.selection.indif_widths == ()
+    assert {w for *_, w in old_plan.indif_chunks_by_width(one_way)} == \
+        {plan.selection.indif_bits}
+
+
+def test_the_bootstrap_count_takes_each_chunks_dearest_width(fed_heart):
+    plan, _, _ = fed_heart
+    sizes = plan.used_chunk_sizes()
+    per_function = {f"indif_{s}": 100 for s in sizes} | {"add": 1, "noise": 1, "joint": 1}
+    base = plan.selection.compiled_bootstraps(plan.pair_cells(), per_function)
+    dearer = per_function | {f"indif_{sizes[0]}_w9": 150}
+    assert plan.selection.compiled_bootstraps(plan.pair_cells(), dearer) > base
