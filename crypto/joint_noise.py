@@ -29,7 +29,7 @@ DP as for the rest of the protocol) and the published count + Z. Shapes:
   variance n_u (4^w - 1) / 12. XOR has no carry, so no reduction mod 2^w (no lookup) is
   needed: the additive form (a + b) mod 2^w needs one lookup per uniform, and in the k-bit
   release circuit that lookup did not fit (concrete's compile passed 20 GB at k = 20, w = 7;
-  alone, 5-bit lookups ran at 0.28 s each: ``bench/primitives/bench_joint_noise.py``).
+  alone, 5-bit lookups ran at 0.28 s each: ``experiments/joint_noise/bench_joint_noise.py``).
 
 **Width.** Negative intermediates (s_j = -w_j) do not widen the circuit: concrete's widths
 come from the input set's node ranges, the input set keeps every node below 2^k, and the
@@ -37,7 +37,7 @@ run-time arithmetic is modular (mod 2^(k+1)) exactly as P1's mask wrap-around; t
 checks the width equals ``count_bits``. The only clear-type constraint is that s_j fits the
 signed width the input set gave it (it is drawn from the same +-w_j range).
 
-**Cost** (``bench/primitives/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
+**Cost** (``experiments/joint_noise/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
 ``bench/results/joint_noise.json``): K encrypted bits per released cell, 24 bytes each
 compressed; KS draw + encryption ~0.1 ms and CS run ~0.17 ms per bit (leveled; concrete
 expands the inputs at run time, about 36 KB a bit, so a call holds at most
@@ -51,7 +51,7 @@ and uniforms side by side), against 120 bits for 24 XOR-shared 5-bit uniforms at
 sigma^2. Compile and keys are free (no evaluation keys; the circuit's shape is fixed per
 session).
 
-**Where a bit's time goes** (``bench/primitives/bench_encryption_cost.py``, and ``perf
+**Where a bit's time goes** (``experiments/encryption_cost/bench_encryption_cost.py``, and ``perf
 record`` on each side): not in the arithmetic, which is about 1% of the compute server's
 run. Each bit is one LWE ciphertext of 1,537 64-bit words (k = 20, p_error 2^-40), sent
 compressed as a seed and a body. The key server expands the seed into the mask to encrypt,
@@ -147,7 +147,7 @@ def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
     ``select`` and ``offset`` (clear, :func:`joint_offset` or ``release_offset``). One circuit
     serves every release of a session: a shape narrower than the widest leaves its extra
     columns at weight 0. ``compress_inputs`` False only to measure what the compression
-    costs (``bench/primitives/bench_encryption_cost.py``): the servers always compress, since
+    costs (``experiments/encryption_cost/bench_encryption_cost.py``): the servers always compress, since
     a full ciphertext is ~500x the seeded one."""
     shapes = [shapes] if isinstance(shapes, JointNoiseShape) else list(shapes)
     if n_clients < 1:

@@ -14,7 +14,7 @@ one secure absolute value per cell. Its cost is linear in the operands' width,
 log2(rows_bound) + g + 2 bits: sessions use g = 0 (``distaim.plan``; 0.75x the select time
 of g = 8, the oracle's default, at the same workload error on Adult: rounding a public
 answer moves a cell's term by at most 1/2, next to a penalty of sqrt(2/pi) sigma >= 8;
-``bench/distaim/bench_distaim_speedup.py``). Rounding *public* model answers keeps the
+``experiments/distaim_mpc/bench_distaim_speedup.py``). Rounding *public* model answers keeps the
 sensitivity (triangle inequality), so S has sensitivity max_r w_r 2^g exactly and the
 exponential mechanism over S with parameter eps is an exact AIM selection step up to the
 sampler's counted deviation (``distaim.secure_selection``).

@@ -116,7 +116,7 @@ class SessionRequest(wire.StrictModel):
     score_grid_bits: wire.Count = Field(default=0, ge=0, le=8, description=(
         "fractional bits g of the model answers in AIM's secure scores; each bit costs one "
         "more bit in every secure |x|; g = 0 selects 1.35x faster at the same error "
-        "(bench/distaim/bench_distaim_speedup.py)"))
+        "(experiments/distaim_mpc/bench_distaim_speedup.py)"))
     mpc_channel_tls: StrictBool = Field(default=False, description=(
         "the servers' MPC channels use mutual TLS (each server must be configured so: 409 "
         "otherwise)"))
