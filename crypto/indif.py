@@ -32,8 +32,8 @@ Why digits and not one k-bit ciphertext: extracting k bits from a (k+1)-bit ciph
 bootstraps) and costs k bootstraps a cell; the digits need 2 ceil(k/2) - 1 + [k even]
 lookups a cell (12 instead of 18 at k = 12), all in 3-bit partitions. Measured at k = 12, 32
 cells, in one run on 2 cores: 6.3-9.0 s against 13.0-17.1 s a chunk (x0.44-0.53), every
-score exact (``experiments/replaced_constructions/bench_p2_digits.py``). The key server encrypts D ciphertexts a cell
-instead of one (offline, 2-bit messages).
+score exact (``experiments/replaced_constructions/bench_p2_digits.py``). The key server
+encrypts D ciphertexts a cell instead of one (offline, 2-bit messages).
 
 Sensitivity (count units, K fixed public constants): adding or removing one record changes
 exactly one cell of C_jk by 1, so InDif changes by at most 1 under add/remove neighbours

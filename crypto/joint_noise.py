@@ -37,8 +37,8 @@ run-time arithmetic is modular (mod 2^(k+1)) exactly as P1's mask wrap-around; t
 checks the width equals ``count_bits``. The only clear-type constraint is that s_j fits the
 signed width the input set gave it (it is drawn from the same +-w_j range).
 
-**Cost** (``experiments/joint_noise/bench_joint_noise.py``, 2 shared cores, the servers' plans at eps 1,
-``bench/results/joint_noise.json``): K encrypted bits per released cell, 24 bytes each
+**Cost** (``experiments/joint_noise/bench_joint_noise.py``, 2 shared cores, the servers' plans
+at eps 1, ``bench/results/joint_noise.json``): K encrypted bits per released cell, 24 bytes each
 compressed; KS draw + encryption ~0.1 ms and CS run ~0.17 ms per bit (leveled; concrete
 expands the inputs at run time, about 36 KB a bit, so a call holds at most
 ``JOINT_MAX_BITS_PER_CALL`` = 32,768 bits, the plan's cap: 256 cells x 252 bits peaked at
@@ -147,8 +147,8 @@ def compile_joint_release(n_clients: int, chunk_cells: int, count_bits: int,
     ``select`` and ``offset`` (clear, :func:`joint_offset` or ``release_offset``). One circuit
     serves every release of a session: a shape narrower than the widest leaves its extra
     columns at weight 0. ``compress_inputs`` False only to measure what the compression
-    costs (``experiments/encryption_cost/bench_encryption_cost.py``): the servers always compress, since
-    a full ciphertext is ~500x the seeded one."""
+    costs (``experiments/encryption_cost/bench_encryption_cost.py``): the servers always
+    compress, since a full ciphertext is ~500x the seeded one."""
     shapes = [shapes] if isinstance(shapes, JointNoiseShape) else list(shapes)
     if n_clients < 1:
         raise ValueError("need at least one client")

@@ -30,9 +30,10 @@ def test_the_circular_distance_is_one_lipschitz_and_never_above_the_distance():
     for width in range(2, 10):
         ds = range(-3 * 2 ** width, 3 * 2 ** width + 1)
         values = [indif_at_width(np.array([d]), np.array([0]), width) for d in ds]
-        assert max(abs(a - b) for a, b in zip(values, values[1:])) == 1
-        assert all(v <= abs(d) for v, d in zip(values, ds))
-        assert all(v == abs(d) for v, d in zip(values, ds) if abs(d) <= 2 ** (width - 1))
+        assert max(abs(a - b) for a, b in zip(values, values[1:], strict=False)) == 1
+        assert all(v <= abs(d) for v, d in zip(values, ds, strict=True))
+        assert all(v == abs(d) for v, d in zip(values, ds, strict=True)
+                   if abs(d) <= 2 ** (width - 1))
 
 
 def test_widths_cover_their_bounds_and_the_module_holds_at_most_four():
