@@ -27,8 +27,11 @@ proxy (the release's ``row_bound_noise``: Hoeffding for a joint noise).
 (compile time, not keys: every lookup stays 3 bits wide). The module holds the widths
 from the least a bound can need (t alone) to k - 1, at most :data:`MAX_NARROW_WIDTHS` of
 them (:func:`narrow_widths`). Measured on Adult's default plan (one draw of the 1-ways):
-P2's lookups x0.709 with (10, 12, 14, 16), x0.687 with every width from 10 to 16; on
-Fed-Heart-Disease x0.910 with (9, 10), where the 1-ways' tail (214) is a fifth of max_rows.
+P2's lookups x0.709 with (10, 12, 14, 16), x0.687 with every width from 10 to 16. The
+widths cost compile time on the key server before any upload: on Fed-Heart-Disease at eps 1
+(k = 11, widths 9 and 10, lookups x0.91) the module's compile went from 6.8 to 13.6 s while
+P2's calls took x0.96 (``experiments/p2_widths/``), so no width is compiled unless the
+narrowest saves :data:`MIN_SAVED_BITS` bits; the chunks then keep the layout's order.
 
 **Which cells share a chunk.** A pair's cells are ordered by their bound, smallest first,
 and cut by the pair's chunk sizes largest first (``params.selection_plan.chunk_sizes_for``):
@@ -61,6 +64,9 @@ WRAP_TAIL = 1e-6
 # At most this many widths below the full one are compiled (module docstring).
 MAX_NARROW_WIDTHS = 4
 
+# None is compiled unless the narrowest saves at least this many bits (module docstring).
+MIN_SAVED_BITS = 3
+
 
 def wrap_margin(proxy: Fraction, noises: int) -> float:
     """t with P[|noise| > t] <= WRAP_TAIL for a sum of ``noises`` independent noises each
@@ -83,10 +89,16 @@ def narrow_widths(count_bits: int, margin: float, max_rows: int) -> tuple[int, .
     every one, or every second, third, ... from the least so that at most
     MAX_NARROW_WIDTHS remain.
 
-    >>> narrow_widths(11, 214.0, 995), narrow_widths(17, 426.0, 35827)
-    ((9, 10), (10, 12, 14, 16))
+    None when the least is less than MIN_SAVED_BITS below k.
+
+    >>> narrow_widths(11, 214.0, 995), narrow_widths(11, 80.0, 995)
+    ((), (8, 9, 10))
+    >>> narrow_widths(17, 426.0, 35827)
+    (10, 12, 14, 16)
     """
     widths = list(range(width_for(min(margin, max_rows)), count_bits))
+    if not widths or count_bits - widths[0] < MIN_SAVED_BITS:
+        return ()
     step = -(-len(widths) // MAX_NARROW_WIDTHS)
     return tuple(widths[::max(step, 1)])
 
@@ -110,7 +122,8 @@ def chunks_by_width(layout: MarginalLayout, sizes: tuple[int, ...], count_bits: 
     out = []
     for index, slot in enumerate(layout.two_way):
         bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, max_rows)
-        order = np.argsort(bounds, kind="stable")
+        # Without narrower widths, the layout's order (the chunks of ``indif_chunks``).
+        order = np.argsort(bounds, kind="stable") if widths else np.arange(slot.size)
         start = 0
         for size in chunk_sizes_for(slot.size, sizes):
             part = order[start:start + size]
