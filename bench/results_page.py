@@ -53,7 +53,8 @@ CURRENT = (
     "served_eps_sweep/fed_heart_disease_v3.json",
     "served_eps_sweep/fed_heart_disease_all_pgm.json",
     "plan_acceptance_envelope_384.json",  # the default set's version 3: the eps spent
-    "demo_time/fed_heart_disease_packed_*.json",  # the demo at the default's code
+    "demo_time/fed_heart_disease_metered_*.json",  # the demo at the default's code
+    "absent_owner",                       # the demo with an owner who never uploads
     "demo_time/adult_default.json",
     "demo_time/adult_offline_first_128.json",
     "demo_time/adult_noisy_greedy.json",
@@ -70,9 +71,9 @@ CURRENT = (
 HEADLINE = {
     "accuracy": ("served_vs_central.json",),
     "accuracy_repeats": ("adult_eps03_30_repeats/adult_eps03.json",),
-    "demo": ("demo_time/fed_heart_disease_packed_1.json",
-             "demo_time/fed_heart_disease_packed_2.json",
-             "demo_time/fed_heart_disease_packed_3.json"),
+    "demo": ("demo_time/fed_heart_disease_metered_1.json",
+             "demo_time/fed_heart_disease_metered_2.json",
+             "demo_time/fed_heart_disease_metered_3.json"),
     "adult": ("demo_time/adult_default.json", "demo_time/adult_offline_first_128.json",
               "demo_time/adult_noisy_greedy.json"),
     "distaim": ("distaim_flaim.json", "distaim_flaim_32.json", "distaim_flaim_32_subset.json",
@@ -282,6 +283,39 @@ def render_demo_time(files: list[tuple[Path, dict]]) -> list[str]:
     out += table(["file", "data", "selection", "eps", "cores", "load before / after",
                   "ms a lookup", "minutes", "phases (s)", "2-way L1", "central 2-way L1"], rows)
     out.append("")
+    for path, d in files:
+        steps = (d.get("core_seconds") or {}).get("compute_server_steps")
+        rate = (d.get("lookup_rate") or {}).get("ms_per_lookup")
+        if steps:
+            # Where the compute server's core-seconds went (computeserver.metering).
+            parts = []
+            for step in steps:
+                each = step.get("cpu_ms_per_bootstrap")
+                # Only P2's lookups are 3 bits wide, as the isolated rate's are; the sums'
+                # are 2-bit and a few a task, the joint scores' passes 5-bit.
+                ratio = (f", x{each / rate:.2f} the isolated 3-bit rate"
+                         if each and rate and step["step"] == "p2_indif" else
+                         ", 5-bit lookups" if step["step"] == "score_noise" else "")
+                parts.append(f"{step['step']} {step['tasks']} tasks, "
+                             f"{num(step['bootstraps'])} bootstraps, "
+                             f"{step['cpu_seconds']:.0f} CPU s in {step['wall_seconds']:.0f} s"
+                             + (f" ({each:.1f} ms CPU a bootstrap{ratio})" if each else ""))
+            phase = d["core_seconds"]["phases"].get("encrypt_aggregate_release", {})
+            out += [f"{link(path)}: the compute server's steps: " + "; ".join(parts)
+                    + (f". In that phase ({phase['wall_s']:.0f} s on {d['cores']} cores) the "
+                       f"compute server used {phase['computeserver']:.0f} CPU s, the key "
+                       f"server {phase['keyserver']:.0f}, idle {phase['idle']:.0f}."
+                       if phase else "."), ""]
+    for path, d in files:
+        if d.get("absent"):
+            # A session closed without an owner (``demo --absent N --close-by``).
+            refused = (d.get("late_upload_refused") or "").split(":", 1)
+            out += [f"{link(path)}: owners {', '.join(d['contributors'])} contributed; "
+                    f"{', '.join(d['absent'])} never uploaded and the session completed "
+                    f"without it (`{' '.join(d['demo_args'])}`); its late upload: "
+                    + (f"refused, `{refused[0].strip()}` answered "
+                       f"\"{refused[1].strip()[:120]}...\"" if len(refused) == 2
+                       else "not tried"), ""]
     for path, d in files:
         out += [f"{link(path)}:", *provenance(command=d["command"], commit=d["commit"],
                                               started=d["date"]), ""]
