@@ -57,7 +57,7 @@ CURRENT = (
     "absent_owner",                       # the demo with an owner who never uploads
     "demo_time/adult_default.json",
     "demo_time/adult_offline_first_128.json",
-    "demo_time/adult_noisy_greedy.json",
+    "demo_time/adult_noisy_greedy_widths.json",
     "distaim_flaim*.json",
     "distaim_adult_mpc.json",             # DistAIM in three MPyC processes on Adult
     "client_stream*.json",
@@ -75,7 +75,7 @@ HEADLINE = {
              "demo_time/fed_heart_disease_metered_2.json",
              "demo_time/fed_heart_disease_metered_3.json"),
     "adult": ("demo_time/adult_default.json", "demo_time/adult_offline_first_128.json",
-              "demo_time/adult_noisy_greedy.json"),
+              "demo_time/adult_noisy_greedy_widths.json"),
     "distaim": ("distaim_flaim.json", "distaim_flaim_32.json", "distaim_flaim_32_subset.json",
                 "distaim_flaim_32_interleaved.json", "distaim_flaim_enrolment.json",
                 "distaim_flaim_32_enrolment.json"),
