@@ -30,8 +30,10 @@ them (:func:`narrow_widths`). Measured on Adult's default plan (one draw of the 
 P2's lookups x0.709 with (10, 12, 14, 16), x0.687 with every width from 10 to 16. The
 widths cost compile time on the key server before any upload: on Fed-Heart-Disease at eps 1
 (k = 11, widths 9 and 10, lookups x0.91) the module's compile went from 6.8 to 13.6 s while
-P2's calls took x0.96 (``experiments/p2_widths/``), so no width is compiled unless the
-narrowest saves :data:`MIN_SAVED_BITS` bits; the chunks then keep the layout's order.
+P2's calls took x0.96 (``experiments/p2_widths/``): in three demos the session's preparation
+grew by about 19 s and P2 shrank by about 20 s. Each width costs about as much compile as
+the next bit saves there, so no width is compiled unless the narrowest saves
+:data:`MIN_SAVED_BITS` bits; the chunks then keep the layout's order.
 
 **Which cells share a chunk.** A pair's cells are ordered by their bound, smallest first,
 and cut by the pair's chunk sizes largest first (``params.selection_plan.chunk_sizes_for``):
@@ -65,7 +67,7 @@ WRAP_TAIL = 1e-6
 MAX_NARROW_WIDTHS = 4
 
 # None is compiled unless the narrowest saves at least this many bits (module docstring).
-MIN_SAVED_BITS = 3
+MIN_SAVED_BITS = 4
 
 
 def wrap_margin(proxy: Fraction, noises: int) -> float:
@@ -91,8 +93,8 @@ def narrow_widths(count_bits: int, margin: float, max_rows: int) -> tuple[int, .
 
     None when the least is less than MIN_SAVED_BITS below k.
 
-    >>> narrow_widths(11, 214.0, 995), narrow_widths(11, 80.0, 995)
-    ((), (8, 9, 10))
+    >>> narrow_widths(11, 214.0, 995), narrow_widths(11, 80.0, 995), narrow_widths(12, 80.0, 2000)
+    ((), (), (8, 9, 10, 11))
     >>> narrow_widths(17, 426.0, 35827)
     (10, 12, 14, 16)
     """

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = Schema.load(ROOT / "params" / "schemas" / "fed_heart_disease.schema.json")
 CSV = dataset("fed_heart_disease").csv
 MAX_ROWS = 995
+WIDE_ROWS = 2000
 
 
 def test_the_circular_distance_is_one_lipschitz_and_never_above_the_distance():
@@ -40,21 +41,23 @@ def test_widths_cover_their_bounds_and_the_module_holds_at_most_four():
     for bound in [0, 1, 2, 3, 4, 5, 100, 128, 129, 1023, 1024, 1025]:
         w = width_for(bound)
         assert bound <= 2 ** (w - 1) and (w == 2 or bound > 2 ** (w - 2))
-    assert narrow_widths(11, 80.0, 995) == (8, 9, 10)
+    assert narrow_widths(12, 80.0, 2000) == (8, 9, 10, 11)
     assert narrow_widths(17, 426.0, 35827) == (10, 12, 14, 16)
     assert narrow_widths(11, 214.0, 995) == ()  # 2 bits at most: not worth the compile
+    assert narrow_widths(11, 80.0, 995) == ()  # 3 bits: neither
     assert narrow_widths(11, 5000.0, 995) == ()  # the tail alone needs the full width
     for k in range(3, 26):
         for margin in (1.0, 30.0, 400.0, 5000.0):
             widths = narrow_widths(k, margin, 2 ** (k - 2))
             assert len(widths) <= 4 and all(2 <= w < k for w in widths)
-            assert not widths or k - widths[0] >= 3
+            assert not widths or k - widths[0] >= 4
 
 
 @pytest.fixture(scope="module")
 def fed_heart():
-    """Fed-Heart-Disease at eps 4, where the 1-ways' tail (about 80) leaves widths 8 to 10."""
-    plan = SessionPlan.build(PlanRequest(SCHEMA, 4.0, 1e-5, MAX_ROWS,
+    """Fed-Heart-Disease at eps 4 with max_rows 2000 (k = 12), where the 1-ways' tail (about
+    80) leaves widths 8 to 11."""
+    plan = SessionPlan.build(PlanRequest(SCHEMA, 4.0, 1e-5, WIDE_ROWS,
                                          selection="noisy-greedy", noise="auto"))
     records = encode_csv(CSV, SCHEMA).records
     counts = plan.layout.counts(records)
@@ -68,7 +71,7 @@ def fed_heart():
 
 def test_the_chunks_partition_every_pair_in_the_plans_sizes(fed_heart):
     plan, _, one_way = fed_heart
-    assert plan.selection.indif_widths == (8, 9, 10)
+    assert plan.selection.indif_widths == (8, 9, 10, 11)
     chunks = plan.indif_chunks_by_width(one_way)
     static = plan.indif_chunks()
     assert [(i, size) for i, _, size in static] == [(i, size) for i, _, size, _ in chunks]
@@ -96,13 +99,13 @@ def test_without_narrower_widths_the_chunks_are_the_layouts():
 
 def test_each_chunks_width_holds_its_bound_so_the_scores_are_exact(fed_heart):
     plan, counts, one_way = fed_heart
-    expected = expected_counts_for_pairs(one_way, plan.layout.pairs, MAX_ROWS)
+    expected = expected_counts_for_pairs(one_way, plan.layout.pairs, WIDE_ROWS)
     scores = dict.fromkeys(plan.layout.pairs, 0)
     margin = plan.wrap_margin()
     for index, cells, _, width in plan.indif_chunks_by_width(one_way):
         slot = plan.layout.two_way[index]
         local = cells - slot.offset
-        bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, MAX_ROWS)
+        bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, WIDE_ROWS)
         assert bounds[local].max() <= 2 ** (width - 1)
         true = counts[cells]
         assert np.abs(true - expected[slot.attrs][local]).max() <= 2 ** (width - 1)
@@ -115,7 +118,7 @@ def test_each_chunks_width_holds_its_bound_so_the_scores_are_exact(fed_heart):
 def test_the_widths_are_public_and_an_older_record_runs_at_full_width(fed_heart):
     plan, _, one_way = fed_heart
     public = plan.to_public("s-w", ["h0", "h1"])
-    assert public.selection.indif_widths == [8, 9, 10]
+    assert public.selection.indif_widths == [8, 9, 10, 11]
     again = SessionPlan.from_public(public)
     assert again.indif_chunks_by_width(one_way) is not None
     assert [(i, c.tolist(), s, w) for i, c, s, w in again.indif_chunks_by_width(one_way)] == \
