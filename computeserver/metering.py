@@ -95,7 +95,7 @@ class MeteredExecutor:
     def __init__(self, inner: Executor, costs: StepCosts):
         self.inner = inner
         self.costs = costs
-        self._bootstraps: dict[tuple[str, str | None], int | None] = {}
+        self._bootstraps: dict[str, dict[str, int]] = {}  # circuit digest -> per function
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str):
@@ -114,28 +114,26 @@ class MeteredExecutor:
 
     def _count(self, circuit: Circuit, function: str | None) -> int | None:
         """Bootstraps of one call of ``function``, from the circuit's server artefact (no
-        keys), once per circuit and function; None where the artefact is not here."""
-        key = (circuit.digest, function)
+        keys), read once per circuit for all its functions; None where it is not here."""
         with self._lock:
-            if key in self._bootstraps:
-                return self._bootstraps[key]
-        count = None
-        if circuit.server_path:
-            try:
-                from concrete import fhe
+            counts = self._bootstraps.get(circuit.digest)
+        if counts is None:
+            counts = {}
+            if circuit.server_path:
+                try:
+                    from concrete import fhe
 
-                server = fhe.Server.load(circuit.server_path)
-                # A single-function circuit's tasks name no function: its one function.
-                names = list(server.program_info.function_list())
-                name = function if function is not None else (names[0] if len(names) == 1
-                                                               else None)
-                if name is not None:
-                    count = int(server.programmable_bootstrap_count(name))
-            except Exception:  # noqa: BLE001 - a count we cannot read is reported as unknown
-                count = None
-        with self._lock:
-            self._bootstraps[key] = count
-        return count
+                    server = fhe.Server.load(circuit.server_path)
+                    counts = {name: int(server.programmable_bootstrap_count(name))
+                              for name in server.program_info.function_list()}
+                except Exception:  # noqa: BLE001 - counts we cannot read are reported unknown
+                    counts = {}
+            with self._lock:
+                self._bootstraps[circuit.digest] = counts
+        # A single-function circuit's tasks name no function: its one function.
+        if function is None:
+            return next(iter(counts.values())) if len(counts) == 1 else None
+        return counts.get(function)
 
     def map(self, circuit: Circuit, tasks: Sequence[CallTask],
             progress: Progress | None = None) -> list:
@@ -153,7 +151,7 @@ class MeteredExecutor:
         step_cpu = cpu if isinstance(self.inner, InProcessExecutor) else sum(stats.cpu_seconds)
         for kind, members in kinds.items():
             share = len(members) / total
-            counts = [self._count(circuit, t.function) for t in members]
+            counts = [self._count(circuit, t.function) for t in members]  # cached
             bootstraps = None if None in counts else sum(c for c in counts if c is not None)
             self.costs.add(circuit.session_id, kind, len(members),
                            step_cpu * share, sum(stats.run_seconds) * share,
