@@ -205,34 +205,44 @@ TIERS: dict[str, dict[str, list[str]]] = {
 
 
 # The modules whose tests take the longest in all (fixtures included), longest first, as
-# measured with ``./dev test --durations=0``. loadscope hands a worker a whole module at a
-# time; its default order (the modules with the most tests first) left the served and
-# compiled ones, a few tests and minutes each, to the end, where one worker ran the last of
-# them while the other had nothing left. Here the longest go first and the many short ones
-# fill in at the end (pytest_configure turns that reordering off;
-# pytest_collection_modifyitems sorts). A module not listed runs after these, in file order.
+# measured with ``./dev test --durations=0`` (every module above 10 s; re-measure when a
+# served or compiled test is added: an unlisted 100 s module runs last, alone). loadscope
+# hands a worker a whole module at a time; its default order (the modules with the most
+# tests first) left the served and compiled ones, a few tests and minutes each, to the end,
+# where one worker ran the last of them while the other had nothing left. Here the longest
+# go first and the many short ones fill in at the end (pytest_configure turns that
+# reordering off; pytest_collection_modifyitems sorts). A module not listed runs after
+# these, in file order.
 LONGEST_FIRST = [
     "test_servers_selection",
-    "test_selection",
     "test_load_and_faults",
-    "test_joint_release_servers",
     "test_dask_executor",
     "test_demo_and_cli",
-    "test_servers",
     "test_servers_noisy_greedy",
+    "test_selection",
+    "test_joint_release_servers",
     "test_indif",
-    "test_peer_answers_during_jobs",
-    "test_session_preparation",
     "test_noisy_scores",
-    "test_private_selection",
+    "test_session_preparation",
+    "test_absent_owner",
+    "test_walkthrough",
+    "test_servers",
     "test_offline_pool",
-    "test_executor_releases",
+    "test_private_selection",
     "test_api_fuzz",
     "test_selection_batches",
-    "test_selection_views",
+    "test_executor_releases",
+    "test_gaussian_bound",
+    "test_tls",
+    "test_peer_answers_during_jobs",
+    "test_fedbench_methods",
     "test_noisy_scores_joint",
     "test_bench_joint_scores",
+    "test_selection_views",
     "test_distaim_app",
+    "test_servers_replace",
+    "test_privacy_record",
+    "test_distaim_loopback",
     "test_distaim_bench",
 ]
 

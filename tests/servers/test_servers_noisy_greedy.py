@@ -10,12 +10,21 @@ the topped-up 1-ways of ``SessionPlan.resolve``, split by PrivSyn's allocation w
 noise per group, the shapes both servers compute from the public plan and the published pairs
 (the compute server's statement of the noise matches the key server's), its rho charged once;
 published - true follows each count's stated shape exactly; and synthesis reads each
-topped-up 1-way as one measurement, its two combined by inverse variance. One session serves
-every test here (it is the suite's dearest fixture)."""
+topped-up 1-way as one measurement, its two combined by inverse variance.
+
+The session has a fourth owner who never uploads: its deadline passes while it prepares, and
+the third upload reaches its quorum of three and closes it (``keyserver.uploads.close_due``).
+So P2's mask sums, the selection's inputs and both releases run over the absent owner's
+zeros, and every check above is against the three present owners' union; the release names
+who contributed, and the absent owner's late upload is refused by both servers
+(``tests/servers/test_absent_owner.py`` checks the deadline's wait below the quorum and the
+operator's close). One session serves every test here (it is the suite's dearest
+fixture)."""
 
 import csv
 import json
 import sqlite3
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,10 +34,11 @@ import pytest
 from concrete import fhe
 from scipy import stats
 
+from feddpsyn.clients.agent import AgentError, ClientAgent
 from feddpsyn.common import wire
 from feddpsyn.crypto.blobs import pack_blobs, unpack_blobs
 from feddpsyn.crypto.noisy_scores import decode_score
-from feddpsyn.demo import _selection_summary
+from feddpsyn.demo import _selection_summary, start_servers
 from feddpsyn.dp.joint_noise_accounting import JointNoiseShape
 from feddpsyn.dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.keyserver.keys import SessionKeys
@@ -36,12 +46,13 @@ from feddpsyn.params.plan_request import PlanRequest
 from feddpsyn.params.schema import Schema
 from feddpsyn.params.session_plan import SessionPlan
 from feddpsyn.synthesis import marginals_from_release
-from tests.served import serve
+from tests.served import post_session, wait_released
 from tests.servers.test_servers import true_counts
 
 EPSILON = 1.0
 ALPHA = 1e-6
-CLIENTS = ["alice", "bob", "carol"]
+CLIENTS = ["alice", "bob", "carol"]  # the owners who upload
+ABSENT = "dave"  # in the session, never uploads
 # An 8-valued column and two binary ones: at eps 1 every selection tops up the 8-cell 1-way
 # (``tests/params/test_one_way_topup.py`` enumerates them).
 SCHEMA = {"name": "topup", "columns": [
@@ -75,19 +86,50 @@ MAX_ROWS = 3000
 
 
 def session_request() -> wire.SessionCreate:
-    # The selection's defaults: the 1-way top-up is on for noisy-greedy.
-    return wire.SessionCreate(schema=SCHEMA, clients=CLIENTS, parameter_set="test-small",
+    # The selection's defaults: the 1-way top-up is on for noisy-greedy. The deadline passes
+    # while the session prepares; the quorum closes it at the third upload.
+    return wire.SessionCreate(schema=SCHEMA, clients=[*CLIENTS, ABSENT],
+                              parameter_set="test-small",
                               budget=wire.BudgetSpec(epsilon=EPSILON, delta=1e-6),
-                              max_rows=MAX_ROWS,
+                              max_rows=MAX_ROWS, quorum=len(CLIENTS),
+                              upload_deadline=time.time() + 1,
                               selection=wire.SelectionRequest(mode="noisy-greedy"))
 
 
 @pytest.fixture(scope="module")
 def greedy_session(tmp_path_factory):
     csvs = write_dependent_csvs(tmp_path_factory.mktemp("csv"))
-    with serve(tmp_path_factory, session_request(), csvs, timeout=600) as (
-            ks, state, created, document):
-        yield ks, state, created, csvs, document
+    state, agents = tmp_path_factory.mktemp("state"), tmp_path_factory.mktemp("agents")
+    ks, cs = start_servers(state)
+    try:
+        operator = (state / "keyserver" / "operator.token").read_text().strip()
+        created = post_session(ks.url, operator, session_request())
+        sid = created.session.session_id
+        for client in CLIENTS:
+            with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
+                             agents) as agent:
+                agent.upload(csvs[client])
+        with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
+                         agents) as agent:
+            document = wait_released(agent, timeout=600)
+        yield ks, cs, state, created, csvs, document
+    finally:
+        ks.stop()
+        cs.stop()
+
+
+def test_the_absent_owner_is_left_out_and_refused(greedy_session, tmp_path):
+    ks, cs, _, created, csvs, document = greedy_session
+    assert document.contributors == CLIENTS and document.absent == [ABSENT]
+    sid = created.session.session_id
+    with (ClientAgent(ks.url, cs.url, sid, ABSENT, created.client_tokens[ABSENT],
+                      tmp_path) as agent,
+          pytest.raises(AgentError, match="was left out of session")):
+        agent.upload(csvs[CLIENTS[0]])
+    late = httpx.put(f"{cs.url}/sessions/{sid}/clients/{ABSENT}/seed",
+                     json={"seed_hex": "11" * 32}, timeout=30,
+                     headers={"Authorization": f"Bearer {created.client_tokens[ABSENT]}"})
+    assert late.status_code == 409 and "left out" in late.json()["detail"]
 
 
 def _plan() -> SessionPlan:
@@ -109,7 +151,7 @@ def _chosen(document) -> list[tuple[int, int]]:
 
 
 def test_selection_is_charged_once_and_the_release_holds_the_chosen_pairs(greedy_session):
-    _, state, created, _, document = greedy_session
+    _, _, state, created, _, document = greedy_session
     plan = _plan()
     assert SessionPlan.from_public(created.session).releases == plan.releases
     selection = document.accounting["selection"]
@@ -138,7 +180,7 @@ def test_selection_is_charged_once_and_the_release_holds_the_chosen_pairs(greedy
 
 
 def test_the_two_way_release_is_split_and_joint_with_the_shapes_the_plan_gives(greedy_session):
-    _, state, created, _, document = greedy_session
+    _, _, state, created, _, document = greedy_session
     plan = SessionPlan.from_public(created.session)
     public_two = next(r for r in created.session.releases if r.name == "two_way")
     assert public_two.noise == "joint" and public_two.allocation == "privsyn"
@@ -201,7 +243,7 @@ def test_published_minus_true_follows_each_counts_stated_shape(greedy_session):
     randomised PIT of the errors is uniform (chi-square on equal bins of >= 5 expected,
     alpha 1e-6). Few counts, so the test is weak in power but exact in size;
     ``tests/crypto/test_joint_noise.py`` tests the mixed-shape law at scale."""
-    _, _, created, csvs, document = greedy_session
+    _, _, _, created, csvs, document = greedy_session
     schema = Schema.from_dict(SCHEMA)
     plan = SessionPlan.from_public(created.session)
     exact = true_counts(csvs, SCHEMA)
@@ -223,7 +265,7 @@ def test_published_minus_true_follows_each_counts_stated_shape(greedy_session):
 
 
 def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_session):
-    ks, state, created, csvs, document = greedy_session
+    ks, _, state, created, csvs, document = greedy_session
     sid = created.session.session_id
     plan = _plan()
     shape = plan.selection.noisy_shape(plan.used_chunk_sizes())
@@ -274,7 +316,7 @@ def test_noisy_scores_are_indif_plus_noise_and_greedy_picks_from_them(greedy_ses
 
 
 def test_replay_returns_the_decision_and_other_scores_are_refused(greedy_session):
-    ks, state, created, _, document = greedy_session
+    ks, _, state, created, _, document = greedy_session
     sid = created.session.session_id
     peer = {"Authorization": f"Bearer {(state / 'peer.token').read_text().strip()}"}
     body = (state / "computeserver" / "sessions" / sid / "outputs"
@@ -312,19 +354,20 @@ def test_packed_inputs_decrypt_to_the_clients_masked_values(greedy_session):
     """A packed chunk's inputs, as the key server serves them to its peer, decrypt to each
     client's masked values at the chunk's cells (0 on its padding), in the clients' order;
     only the peer gets them, and a fixed release has none."""
-    ks, state, created, _, document = greedy_session
+    ks, _, state, created, _, document = greedy_session
     sid = created.session.session_id
     peer = {"Authorization": f"Bearer {(state / 'peer.token').read_text().strip()}"}
     plan = SessionPlan.from_public(created.session)
     resolved = plan.resolve(plan.release("two_way"), _chosen(document))
     directory = state / "keyserver" / "sessions" / sid
-    keys = SessionKeys.load(directory, len(CLIENTS), joint=True)
+    owners = created.session.clients  # the absent owner's values are zeros
+    keys = SessionKeys.load(directory, len(owners), joint=True)
     base = f"{ks.url}/peer/sessions/{sid}/releases"
     for part in plan.release_chunks(resolved):
         response = httpx.get(f"{base}/two_way/inputs/{part.index}", headers=peer, timeout=60)
         assert response.status_code == 200
-        blobs = unpack_blobs(response.content, expected=len(CLIENTS))
-        for client, blob in zip(CLIENTS, blobs):
+        blobs = unpack_blobs(response.content, expected=len(owners))
+        for client, blob in zip(owners, blobs, strict=True):
             masked = np.frombuffer((directory / "masked" / f"{client}.npy").read_bytes(),
                                    dtype=np.int64)
             want = np.zeros(plan.parameters.chunk_cells, dtype=np.int64)
@@ -335,7 +378,7 @@ def test_packed_inputs_decrypt_to_the_clients_masked_values(greedy_session):
 
 
 def test_synthesis_combines_the_two_measurements(greedy_session):
-    _, _, created, _, document = greedy_session
+    _, _, _, created, _, document = greedy_session
     plan = SessionPlan.from_public(created.session)
     one_way = next(r for r in document.releases if r.release == "one_way")
     two_way = next(r for r in document.releases if r.release == "two_way")
