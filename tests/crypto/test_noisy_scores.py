@@ -154,7 +154,8 @@ def test_the_plan_charges_one_noise_and_resolves_any_number_of_pairs():
 
 def test_chained_chunk_sums_at_adult_width():
     """Regression: at k = 16 an ``add`` fed with an ``add``'s output lost carries until its
-    widths were declared. A pair of 4 chunks, summed as the compute server does."""
+    widths were declared. A pair of 3 chunks, summed chunk by chunk: the last ``add`` takes
+    an ``add``'s output (the compute server's tree of adds does too, from four chunks)."""
     k, n, cells = 16, 16, 16  # the failing configuration: Adult's widths, 16-cell chunks
     module = compile_noisy_scores(NoisyScoreShape(count_bits=k, chunk_sizes=(cells,),
                                                   score_bits=n, noise_bits=4), 2.0 ** -40)
@@ -162,7 +163,7 @@ def test_chained_chunk_sums_at_adult_width():
     indif = getattr(module, indif_name(cells))
     rng = np.random.default_rng(9)
     total, running = None, 0
-    for _ in range(4):
+    for _ in range(3):
         counts = rng.integers(0, 500, cells)
         expected = np.clip(counts + rng.integers(-300, 301, cells), 0, None)
         mask = rng.integers(0, 2 ** k, cells)

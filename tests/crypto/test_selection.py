@@ -27,8 +27,9 @@ from feddpsyn.crypto.tfhe_permute_and_flip import (
 )
 from feddpsyn.dp.permute_and_flip import pf_probabilities_exact
 
-# 20 selections a call: two calls give 40 draws (expected counts 23 / 6 / 11 for the first
-# test's scores, enough for its chi-square); the circuit's cost grows with the batch.
+# 20 selections a call, one call per test (the circuit's cost grows with the batch): the
+# first test's 20 draws are checked against the model's exact distribution by an exact
+# multinomial test (no large-sample approximation at these counts).
 BATCH = 20
 SHAPE = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 4),
                        batch=BATCH)
@@ -59,30 +60,60 @@ def run_circuit(circuit, digits, active, r_ks, r_cs, priority):
     return np.array([np.asarray(o).ravel() for o in outputs]).T  # (batch, S)
 
 
+def multinomial_pvalue(observed: list[int], probabilities: list[float]) -> float:
+    """The exact multinomial test: the probability, under ``probabilities``, of every outcome
+    of ``sum(observed)`` draws at most as likely as the one observed (a tiny tolerance for
+    ties in floating point). Enumerates the outcomes: for 3 categories and 20 draws, 231."""
+    n, k = sum(observed), len(observed)
+
+    def pmf(counts) -> float:
+        out = math.factorial(n)
+        for c in counts:
+            out //= math.factorial(c)
+        return out * math.prod(p ** c for p, c in zip(probabilities, counts))
+
+    seen = pmf(observed)
+    total = 0.0
+    for split in itertools.combinations(range(n + k - 1), k - 1):  # stars and bars
+        bounds = (-1, *split, n + k - 1)
+        counts = [bounds[i + 1] - bounds[i] - 1 for i in range(k)]
+        if (p := pmf(counts)) <= seen * (1 + 1e-9):
+            total += p
+    return total
+
+
+def test_multinomial_pvalue_is_exact_on_a_small_case():
+    # Two fair categories, 4 draws: (0, 4) and (4, 0) have 1/16 each; (1, 3) and (3, 1) 4/16.
+    assert multinomial_pvalue([0, 4], [0.5, 0.5]) == pytest.approx(2 / 16)
+    assert multinomial_pvalue([1, 3], [0.5, 0.5]) == pytest.approx(10 / 16)
+    assert multinomial_pvalue([2, 2], [0.5, 0.5]) == pytest.approx(1.0)
+
+
 def test_circuit_is_bit_identical_to_the_model_and_samples_the_fixed_point_pf(circuit):
     """Fixed scores fed in a fresh random order with fresh joint randomness per selection (as
     the compute server does): every decrypted one-hot equals the integer model's, and the
-    frequencies of the chosen candidates match PF with the fixed-point weights."""
+    frequencies of the chosen candidates match PF with the fixed-point weights (exact
+    multinomial test; the model's own frequencies over 20,000 draws are
+    test_model_frequencies_match_the_exact_distribution's)."""
     scores = [5, 3, 4]
     c = thresholds(SHAPE, EPS)
     active = np.ones(3, dtype=np.int64)
     picks = np.zeros(3, dtype=np.int64)
     source = random.Random(7)
-    for _ in range(2):
-        orders = [source.sample(range(3), 3) for _ in range(BATCH)]
-        digits = np.array([digits_of([scores[i] for i in order], SHAPE.score_bits)
-                           for order in orders])
-        r_ks, r_cs = (random_share(SHAPE, source.getrandbits),
-                      random_share(SHAPE, source.getrandbits))
-        priority = random_priorities(SHAPE, source.getrandbits)
-        out = run_circuit(circuit, digits, active, r_ks, r_cs, priority)
-        for b in range(BATCH):
-            assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b],
-                                                       SHAPE, c, priority[b]).tolist()
-            assert out[b].sum() == 1
-            picks[orders[b][int(np.argmax(out[b]))]] += 1
-    expected = np.array([float(p) for p in model_probabilities(scores, SHAPE, EPS)])
-    assert stats.chisquare(picks, expected * picks.sum()).pvalue > 1e-6
+    orders = [source.sample(range(3), 3) for _ in range(BATCH)]
+    digits = np.array([digits_of([scores[i] for i in order], SHAPE.score_bits)
+                       for order in orders])
+    r_ks, r_cs = (random_share(SHAPE, source.getrandbits),
+                  random_share(SHAPE, source.getrandbits))
+    priority = random_priorities(SHAPE, source.getrandbits)
+    out = run_circuit(circuit, digits, active, r_ks, r_cs, priority)
+    for b in range(BATCH):
+        assert out[b].tolist() == select_plaintext(digits[b], active, r_ks[b], r_cs[b],
+                                                   SHAPE, c, priority[b]).tolist()
+        assert out[b].sum() == 1
+        picks[orders[b][int(np.argmax(out[b]))]] += 1
+    expected = [float(p) for p in model_probabilities(scores, SHAPE, EPS)]
+    assert multinomial_pvalue(picks.tolist(), expected) > 1e-6
 
 
 def test_inactive_candidates_are_never_chosen_and_random_scores_agree(circuit):

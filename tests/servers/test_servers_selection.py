@@ -42,11 +42,10 @@ from feddpsyn.operator_api import wait_ready
 from feddpsyn.params.parameter_sets import DEFAULT_SELECTION_SET
 from feddpsyn.params.session_plan import SessionPlan
 from tests.project.test_demo_and_cli import cli
-from tests.served import running_servers
+from tests.served import post_session, running_servers
 from tests.servers.test_servers import (
     CLIENTS,
     SCHEMA,
-    create_session,
     true_counts,
     wait_released,
     write_client_csvs,
@@ -324,21 +323,35 @@ def test_a_round_cannot_be_replayed_with_other_outputs(selected_session):
     assert beyond.status_code == 404
 
 
+# Two binary columns: one pair of four cells, the smallest noisy-greedy module (its compile
+# and keys are most of this test).
+TWO_BINARY = {"name": "two", "columns": [
+    {"name": "sex", "type": "categorical", "i2s": ["F", "M"]},
+    {"name": "smoker", "type": "categorical", "i2s": ["no", "yes"]}]}
+
+
 def test_a_union_above_max_rows_is_refused_before_any_selection_charge(servers,
                                                                           tmp_path_factory):
-    """The three clients hold 210 rows; with max_rows = 150 a score could wrap modulo the
+    """The three clients hold 210 rows; with max_rows = 60 a score could wrap modulo the
     compiled widths, so the selection must never run: after the 1-way release the compute
     server blocks the session with the reason, the key server refuses the selection's inputs,
     and its ledger holds the 1-way release only. (A second session on the file's servers,
-    with noisy-greedy: both selections share P2's scores and this check,
-    ``computeserver.selection``, and its module, without P3, is the quicker to compile
-    and key.)"""
+    with noisy-greedy on two binary columns: both selections share P2's scores and this
+    check, ``computeserver.selection``, and the smallest such module is the quickest to
+    compile and key.)"""
     ks, cs, state = servers
     operator = (state / "keyserver" / "operator.token").read_text().strip()
-    created = create_session(ks.url, operator, epsilon=5.0, selection="noisy-greedy",
-                             max_rows=150)
+    created = post_session(ks.url, operator, wire.SessionCreate(
+        schema=TWO_BINARY, clients=CLIENTS, parameter_set="test-small",
+        budget=wire.BudgetSpec(epsilon=5.0, delta=1e-6), max_rows=60,
+        selection=wire.SelectionRequest(mode="noisy-greedy")))
     sid = created.session.session_id
-    csvs = write_client_csvs(tmp_path_factory.mktemp("csv"))
+    folder = tmp_path_factory.mktemp("csv")
+    csvs = {}
+    for i, client in enumerate(CLIENTS):
+        csvs[client] = folder / f"{client}.csv"
+        rows = [f"{'FM'[(j + i) % 2]},{('no', 'yes')[j % 3 == 0]}" for j in range(40 + 30 * i)]
+        csvs[client].write_text("sex,smoker\n" + "\n".join(rows) + "\n")
     agents = tmp_path_factory.mktemp("agents")
     for client in CLIENTS:
         with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
@@ -351,10 +364,10 @@ def test_a_union_above_max_rows_is_refused_before_any_selection_charge(servers,
             time.sleep(0.5)
         status = agent.compute_status()
     assert status.state == "blocked"
-    assert "max_rows = 150" in status.detail and "selection refused" in status.detail
+    assert "max_rows = 60" in status.detail and "selection refused" in status.detail
     peer = {"Authorization": "Bearer " + (state / "peer.token").read_text().strip()}
     refused = httpx.get(f"{ks.url}/peer/sessions/{sid}/selection/inputs", headers=peer)
-    assert refused.status_code == 409 and "max_rows = 150" in refused.text
+    assert refused.status_code == 409 and "max_rows = 60" in refused.text
     ledger = httpx.get(f"{ks.url}/sessions/{sid}/ledger",
                        headers={"Authorization": f"Bearer {operator}"}).json()
     assert [e["release"] for e in ledger["entries"]] == ["one_way"]
