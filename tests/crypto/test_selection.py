@@ -27,10 +27,11 @@ from feddpsyn.crypto.tfhe_permute_and_flip import (
 )
 from feddpsyn.dp.permute_and_flip import pf_probabilities_exact
 
-# 20 selections a call, one call per test (the circuit's cost grows with the batch): the
-# first test's 20 draws are checked against the model's exact distribution by an exact
-# multinomial test (no large-sample approximation at these counts).
-BATCH = 20
+# 10 selections a call, one call per test (the circuit's cost grows with the batch): every
+# draw is checked against the integer model bit for bit, and the first test's 10 draws
+# against the model's exact distribution by an exact multinomial test (no large-sample
+# approximation at these counts).
+BATCH = 10
 SHAPE = SelectionShape(candidates=3, score_bits=4, drop_bits=0, nb=2, kappa_prime=(3, 4),
                        batch=BATCH)
 EPS = Fraction(1)
@@ -63,7 +64,7 @@ def run_circuit(circuit, digits, active, r_ks, r_cs, priority):
 def multinomial_pvalue(observed: list[int], probabilities: list[float]) -> float:
     """The exact multinomial test: the probability, under ``probabilities``, of every outcome
     of ``sum(observed)`` draws at most as likely as the one observed (a tiny tolerance for
-    ties in floating point). Enumerates the outcomes: for 3 categories and 20 draws, 231."""
+    ties in floating point). Enumerates the outcomes: for 3 categories and 10 draws, 66."""
     n, k = sum(observed), len(observed)
 
     def pmf(counts) -> float:
