@@ -328,6 +328,10 @@ class SessionPreparation:
                      "next start", session_id, phase[0])
         except Exception as exc:  # every other outcome is a failure, recorded with its reason
             self._stop_ahead(session_id, helper, ahead_done)
+            # The half-made folder goes before the failure is recorded: whoever reads
+            # "failed" finds nothing of the attempt left (seen: a status read between the
+            # two found the folder).
+            shutil.rmtree(workdir, ignore_errors=True)
             reason = (exc.message if isinstance(exc, ServiceError)
                       else str(exc) if isinstance(exc, ChildFailed)
                       else f"{type(exc).__name__}: {exc}")
