@@ -44,11 +44,12 @@ def wait_released(agent: ClientAgent, timeout: float = 120) -> wire.ReleaseDocum
 
 def run_session(ks, cs, operator: str, request: wire.SessionCreate, csvs: dict[str, Path],
                 agents: Path, timeout: float) -> tuple[wire.SessionCreated, wire.ReleaseDocument]:
-    """On running servers: the operator's session, every client's upload (``csvs`` maps each
-    of the request's clients to its table), and the release document."""
+    """On running servers: the operator's session, the uploads of the clients ``csvs`` maps
+    to a table (every client of the request, or the session's quorum with the others absent
+    until its deadline), and the release document."""
     created = post_session(ks.url, operator, request)
     sid = created.session.session_id
-    for client in request.clients:
+    for client in [c for c in request.clients if c in csvs]:
         with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
                          agents) as agent:
             agent.upload(csvs[client])

@@ -46,7 +46,7 @@ from feddpsyn.params.plan_request import PlanRequest
 from feddpsyn.params.schema import Schema
 from feddpsyn.params.session_plan import SessionPlan
 from feddpsyn.synthesis import marginals_from_release
-from tests.served import post_session, wait_released
+from tests.served import run_session
 from tests.servers.test_servers import true_counts
 
 EPSILON = 1.0
@@ -99,19 +99,12 @@ def session_request() -> wire.SessionCreate:
 @pytest.fixture(scope="module")
 def greedy_session(tmp_path_factory):
     csvs = write_dependent_csvs(tmp_path_factory.mktemp("csv"))
-    state, agents = tmp_path_factory.mktemp("state"), tmp_path_factory.mktemp("agents")
+    state = tmp_path_factory.mktemp("state")
     ks, cs = start_servers(state)
     try:
         operator = (state / "keyserver" / "operator.token").read_text().strip()
-        created = post_session(ks.url, operator, session_request())
-        sid = created.session.session_id
-        for client in CLIENTS:
-            with ClientAgent(ks.url, cs.url, sid, client, created.client_tokens[client],
-                             agents) as agent:
-                agent.upload(csvs[client])
-        with ClientAgent(ks.url, cs.url, sid, CLIENTS[0], created.client_tokens[CLIENTS[0]],
-                         agents) as agent:
-            document = wait_released(agent, timeout=600)
+        created, document = run_session(ks, cs, operator, session_request(), csvs,
+                                        tmp_path_factory.mktemp("agents"), timeout=600)
         yield ks, cs, state, created, csvs, document
     finally:
         ks.stop()
