@@ -40,14 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments" / "p2_widths"))
 
-from bench_p2_widths import TABLES, table  # noqa: E402
+from bench_p2_widths import TABLES, published_draw, table  # noqa: E402
 
 from feddpsyn.crypto.indif import chunk_bootstraps, indif_exact  # noqa: E402
-from feddpsyn.dp.pair_selection import expected_counts_for_pairs  # noqa: E402
 from feddpsyn.dp.privsyn_allocation import allocation_weight  # noqa: E402
-from feddpsyn.fedbench.methods.feddpsyn_served import served_plan  # noqa: E402
-from feddpsyn.fedbench.methods.feddpsyn_sim import simulate_release  # noqa: E402
-from feddpsyn.fedbench.partitions import uniform  # noqa: E402
 from feddpsyn.fedbench.provenance import commit  # noqa: E402
 from feddpsyn.params import run_time  # noqa: E402
 from feddpsyn.params.session_plan import SessionPlan  # noqa: E402
@@ -67,20 +63,13 @@ def first_pick_cost(plan: SessionPlan, cells: dict, pair: tuple[int, int]) -> fl
         rho_p = rho * w / (base + w)
         return SCALE * cells[pair] * math.sqrt(run_time.variance_ratio(plan, rho_p)
                                                / (2 * rho_p))
-    if two.allocation == "privsyn":
-        return SCALE * cells[pair] * math.sqrt(1 / (2 * float(two.rho)))
+    # Alone in the allocation, the pair holds the release's whole rho, even or PrivSyn's.
     return SCALE * cells[pair] * math.sqrt(1 / (2 * float(two.rho)))
 
 
 def one_draw(records, schema, eps: float, seed: int) -> dict:
-    rng = np.random.default_rng([seed, 11])
-    owner = uniform(len(records), 4, rng)
-    plan = served_plan(schema, len(records), eps, 1e-5, "noisy-greedy", None)
-    per_owner = [plan.layout.counts(records[owner == c]) for c in range(4)]
-    union = np.sum(per_owner, axis=0)
-    one_way, _ = simulate_release(plan, per_owner, names=("one_way",), noise="plan")
-    published = [m.counts.ravel() for m in one_way]
-    expected = expected_counts_for_pairs(published, plan.layout.pairs, plan.selection.max_rows)
+    plan, union, _, expected = published_draw(records, schema, eps,
+                                              np.random.default_rng([seed, 11]))
     cells = {s.attrs: s.size for s in plan.layout.two_way}
     joint = plan.selection.score_joint
     if joint is not None:

@@ -64,17 +64,23 @@ def table(name: str) -> tuple[np.ndarray, Schema]:
     return encode_csv(csv, schema).records, schema
 
 
-def one_draw(records, schema, eps: float, seed: int) -> dict:
-    """One session's published 1-ways and P2's chunks at their widths (module docstring)."""
-    rng = np.random.default_rng([seed, 7])
+def published_draw(records, schema, eps: float, rng: np.random.Generator):
+    """One default noisy-greedy session over 4 uniform owners: (its plan, the union's
+    counts, the published 1-ways as the servers draw them, P2's expected counts K)."""
     owner = uniform(len(records), 4, rng)
     plan = served_plan(schema, len(records), eps, 1e-5, "noisy-greedy", None)
     counts = [plan.layout.counts(records[owner == c]) for c in range(4)]
-    union = np.sum(counts, axis=0)
     one_way, _ = simulate_release(plan, counts, names=("one_way",), noise="plan")
     published = [m.counts.ravel() for m in one_way]
-    k = plan.selection.indif_bits
     expected = expected_counts_for_pairs(published, plan.layout.pairs, plan.selection.max_rows)
+    return plan, np.sum(counts, axis=0), published, expected
+
+
+def one_draw(records, schema, eps: float, seed: int) -> dict:
+    """One session's published 1-ways and P2's chunks at their widths (module docstring)."""
+    plan, union, published, expected = published_draw(records, schema, eps,
+                                                       np.random.default_rng([seed, 7]))
+    k = plan.selection.indif_bits
     full = sum(chunk_bootstraps(size, k) for _, _, size in plan.indif_chunks())
     narrow = wrapped = 0
     scores = dict.fromkeys(plan.layout.pairs, 0)
