@@ -388,6 +388,10 @@ class SelectionPublic(StrictModel):
                                   "per chunk size each), each chunk run at the narrowest that "
                                   "holds its cells' public bound; none in a record that "
                                   "predates them")
+    indif_typical: int | None = Field(
+        default=None, description="z of the typical bound that narrows each cell's public "
+                                  "bound before its chunk's width is chosen; none: the "
+                                  "worst-case bound alone (a record that predates it)")
     nb: int | None = None
     kappa_prime: list[int] | None = None
     thresholds: list[int] | None = None

@@ -23,6 +23,25 @@ shrink, so the score's digits (2 max_rows) still hold it. The bound's tail t is 
 an accuracy choice: :data:`WRAP_TAIL` per published count, by the noise's sub-Gaussian
 proxy (the release's ``row_bound_noise``: Hoeffding for a joint noise).
 
+**A typical bound beside the worst case.** The worst-case bound is about three times what
+the cells' own |C - K| need (``experiments/p2_cost_floor/``). A session's record may carry a
+multiple z (``indif_typical``; :data:`TYPICAL_MULTIPLE`); each cell's bound is then
+
+    B_z = min(z sqrt(K + v (p_a^2 + p_b^2) + 1), the worst-case bound)
+
+with v the published 1-ways' noise variance and p their shares (K = C^_a C^_b / N^ errs by
+about p_b e_a + p_a e_b): z deviations of a cell of an independent pair. Cells of strongly
+dependent pairs pass it and wrap, which lowers their pair's score; privacy is unchanged
+(the argument above holds at every width), so this too is an accuracy choice, and it is
+measured where accuracy is decided, on the selection: with the same score noise, the pairs
+noisy-greedy keeps were the same under B_12 as under the worst-case bound in every one of
+360 trials (six shared tables, eps 0.3 / 1 / 4, 5 draws of the 1-ways, 4 noise draws each;
+``experiments/p2_wrapped_widths/``), while P2's lookups went to x0.77-0.81 of the
+worst-case widths' on Adult and x0.84-0.92 wherever else widths are compiled (a pair whose
+score dropped, by up to tens of thousands on Adult, stayed far above what keeping it costs).
+At z = 8, one of 360 trials in an earlier run kept one pair fewer. A record without the
+field runs the worst-case bound alone.
+
 **Which widths.** Every width is one more function per chunk size in the selection module
 (compile time, not keys: every lookup stays 3 bits wide). The module holds the widths
 from the least a bound can need (t alone) to k - 1, at most :data:`MAX_NARROW_WIDTHS` of
@@ -46,6 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -54,8 +74,8 @@ import numpy as np
 from feddpsyn.params.layout import MarginalLayout
 from feddpsyn.params.selection_plan import chunk_sizes_for
 
-__all__ = ["WRAP_TAIL", "MAX_NARROW_WIDTHS", "wrap_margin", "narrow_widths", "width_for",
-           "cell_bounds", "chunks_by_width"]
+__all__ = ["WRAP_TAIL", "MAX_NARROW_WIDTHS", "TYPICAL_MULTIPLE", "Typical", "wrap_margin",
+           "narrow_widths", "width_for", "cell_bounds", "chunks_by_width"]
 
 Array = np.ndarray[Any, Any]
 
@@ -68,6 +88,10 @@ MAX_NARROW_WIDTHS = 4
 
 # None is compiled unless the narrowest saves at least this many bits (module docstring).
 MIN_SAVED_BITS = 4
+
+# z of the typical bound B_z (module docstring): the selection kept the same pairs in every
+# paired trial at 12, not at 8.
+TYPICAL_MULTIPLE = 12
 
 
 def wrap_margin(proxy: Fraction, noises: int) -> float:
@@ -85,45 +109,73 @@ def width_for(bound: float) -> int:
     return max(2, 1 + (max(math.ceil(bound), 1) - 1).bit_length())
 
 
-def narrow_widths(count_bits: int, margin: float, max_rows: int) -> tuple[int, ...]:
+def narrow_widths(count_bits: int, margin: float, max_rows: int,
+                  typical: float | None = None) -> tuple[int, ...]:
     """The widths below k the module compiles: from the least any bound can need (the
-    margin alone, which the most chunks use once the small cells are grouped) to k - 1,
-    every one, or every second, third, ... from the least so that at most
-    MAX_NARROW_WIDTHS remain.
+    margin alone, which the most chunks use once the small cells are grouped; with a
+    typical bound B_z, z: ``typical``) to k - 1, every one, or every second, third, ... from
+    the least so that at most MAX_NARROW_WIDTHS remain.
 
-    None when the least is less than MIN_SAVED_BITS below k.
+    None when the worst-case bound's least is less than MIN_SAVED_BITS below k: where the
+    worst case leaves too little, the typical bound's saving is measured to cost about what
+    the widths' compile does (``experiments/p2_wrapped_widths/``).
 
     >>> narrow_widths(11, 214.0, 995), narrow_widths(11, 80.0, 995), narrow_widths(12, 80.0, 2000)
     ((), (), (8, 9, 10, 11))
-    >>> narrow_widths(17, 426.0, 35827)
-    (10, 12, 14, 16)
+    >>> narrow_widths(17, 426.0, 35827), narrow_widths(17, 426.0, 35827, typical=12)
+    ((10, 12, 14, 16), (5, 8, 11, 14))
     """
-    widths = list(range(width_for(min(margin, max_rows)), count_bits))
-    if not widths or count_bits - widths[0] < MIN_SAVED_BITS:
+    worst = width_for(min(margin, max_rows))
+    if count_bits - worst < MIN_SAVED_BITS:
         return ()
+    least = worst if typical is None else min(worst, width_for(typical))
+    widths = list(range(least, count_bits))
     step = -(-len(widths) // MAX_NARROW_WIDTHS)
     return tuple(widths[::max(step, 1)])
 
 
+@dataclass(frozen=True)
+class Typical:
+    """What B_z needs beside the worst-case bound (module docstring): z, the published
+    1-ways' noise variance v and their published row count N^."""
+
+    multiple: float
+    variance: float
+    rows: float
+
+    @staticmethod
+    def of(multiple: float, variance: float, one_way: Sequence[Array]) -> Typical:
+        """N^ from the first published 1-way (every 1-way sums to about N)."""
+        rows = float(np.maximum(np.asarray(one_way[0], dtype=float), 0.0).sum())
+        return Typical(float(multiple), float(variance), max(rows, 1.0))
+
+
 def cell_bounds(one_way: Sequence[Array], attrs: tuple[int, ...], expected: Array,
-                margin: float, max_rows: int) -> Array:
-    """B per cell of the pair ``attrs`` (module docstring), in the pair's cell order."""
+                margin: float, max_rows: int, typical: Typical | None = None) -> Array:
+    """B per cell of the pair ``attrs`` (module docstring), in the pair's cell order: the
+    worst case, or B_z where ``typical`` is given."""
     a, b = (np.maximum(np.asarray(one_way[i], dtype=float), 0.0) for i in attrs)
     top = np.minimum(np.minimum.outer(a, b).ravel() + margin, max_rows)
     k = np.asarray(expected, dtype=float)
-    return np.maximum(k, top - k)
+    worst = np.maximum(k, top - k)
+    if typical is None:
+        return worst
+    pa, pb = a / typical.rows, b / typical.rows
+    spread = typical.variance * np.add.outer(pa * pa, pb * pb).ravel()
+    return np.minimum(worst, typical.multiple * np.sqrt(k + spread + 1))
 
 
 def chunks_by_width(layout: MarginalLayout, sizes: tuple[int, ...], count_bits: int,
                     widths: tuple[int, ...], one_way: Sequence[Array],
-                    expected: Mapping[tuple[int, ...], Array], margin: float, max_rows: int
-                    ) -> list[tuple[int, Array, int, int]]:
+                    expected: Mapping[tuple[int, ...], Array], margin: float, max_rows: int,
+                    typical: Typical | None = None) -> list[tuple[int, Array, int, int]]:
     """P2's chunks as (candidate index, cell positions, chunk size, width): the chunk
     sizes of ``params.selection_plan.indif_chunks``, each pair's cells by bound, each chunk
     at the narrowest compiled width that holds its cells' bounds (``count_bits`` if none)."""
     out = []
     for index, slot in enumerate(layout.two_way):
-        bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, max_rows)
+        bounds = cell_bounds(one_way, slot.attrs, expected[slot.attrs], margin, max_rows,
+                             typical)
         # Without narrower widths, the layout's order (the chunks of ``indif_chunks``).
         order = np.argsort(bounds, kind="stable") if widths else np.arange(slot.size)
         start = 0

@@ -196,6 +196,9 @@ class SelectionPlan:
     # P2's narrower widths (``params.indif_widths``), set by ``SessionPlan.build`` from the
     # 1-ways' noise; () in a record that predates them: every chunk at indif_bits.
     indif_widths: tuple[int, ...] = ()
+    # The typical bound's multiple z where the chunks' widths take it (``params.indif_widths``);
+    # None in a record that predates it: the worst-case bound alone.
+    indif_typical: int | None = None
     max_rows: int = 0
     parameters: SelectionParameterSet = field(
         default_factory=lambda: get_selection_set(DEFAULT_SELECTION_SET))
@@ -224,7 +227,8 @@ class SelectionPlan:
                          max_rows=max_rows, parameters=parameters,
                          chunk_sizes=parameters.chunk_sizes,
                          indif_bits=max(2, (max_rows + 1).bit_length() + 1),
-                         score_bits=(2 * max_rows).bit_length(), indif_widths=())
+                         score_bits=(2 * max_rows).bit_length(), indif_widths=(),
+                         indif_typical=None)
         if mode == SelectionMode.NONE:
             return NoSelection(rho=Fraction(0), **widths)
         if rho <= 0:
@@ -245,7 +249,8 @@ class SelectionPlan:
         widths = _Widths(p_error=public.p_error, max_rows=public.max_rows,
                          parameters=parameters, chunk_sizes=parameters.chunk_sizes,
                          indif_bits=public.indif_bits, score_bits=public.score_bits,
-                         indif_widths=tuple(public.indif_widths or ()))
+                         indif_widths=tuple(public.indif_widths or ()),
+                         indif_typical=public.indif_typical)
         if public.mode == SelectionMode.NOISY_GREEDY:
             return NoisyGreedySelection.described(public, pairs, widths)
         return EmSelection.described(public, pairs, widths)
@@ -261,6 +266,7 @@ class SelectionPlan:
             indif_bits=self.indif_bits, score_bits=self.score_bits, max_rows=self.max_rows,
             chunk_sizes=list(used_chunk_sizes), p_error=self.p_error, bootstraps=bootstraps,
             indif_widths=list(self.indif_widths) if self.indif_widths else None,
+            indif_typical=self.indif_typical,
             fhe_delta=self.fhe_delta(pair_cells, bootstraps),
             row_bound_delta=self.row_bound_delta(delta, epsilon), delta_terms=delta_terms,
             **self._public_fields())
@@ -361,6 +367,7 @@ class _Widths(TypedDict):
     indif_bits: int
     score_bits: int
     indif_widths: tuple[int, ...]
+    indif_typical: int | None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,13 @@ from feddpsyn.dp.noise_pool import NoiseDraw
 from feddpsyn.dp.pair_selection import expected_counts_for_pairs
 from feddpsyn.params import plan_record, run_time
 from feddpsyn.params.layout import MarginalLayout
-from feddpsyn.params.indif_widths import chunks_by_width, narrow_widths, wrap_margin
+from feddpsyn.params.indif_widths import (
+    TYPICAL_MULTIPLE,
+    Typical,
+    chunks_by_width,
+    narrow_widths,
+    wrap_margin,
+)
 from feddpsyn.params.modes import NoiseMode, SelectionMode
 from feddpsyn.dp.pld_accounting import calibrate
 from feddpsyn.params.budget_split import default_split
@@ -303,8 +309,10 @@ class SessionPlan:
         plan.check_capacity(max_rows)
         if chosen is not None:
             # P2's narrower widths, from the published 1-ways' noise (params.indif_widths).
-            widths = narrow_widths(chosen.indif_bits, plan.wrap_margin(), max_rows)
-            plan = replace(plan, selection=replace(chosen, indif_widths=widths))
+            widths = narrow_widths(chosen.indif_bits, plan.wrap_margin(), max_rows,
+                                   TYPICAL_MULTIPLE)
+            plan = replace(plan, selection=replace(
+                chosen, indif_widths=widths, indif_typical=TYPICAL_MULTIPLE if widths else None))
         return plan
 
     @staticmethod
@@ -525,9 +533,12 @@ class SessionPlan:
         chunk at the narrowest compiled width that holds it (``params.indif_widths``)."""
         one = [np.asarray(counts, dtype=float) for counts in one_way]
         expected = expected_counts_for_pairs(one, self.layout.pairs, self.selection.max_rows)
+        z = self.selection.indif_typical
+        typical = (None if z is None else
+                   Typical.of(z, float(self.per_count_variance(self.release("one_way"))), one))
         return chunks_by_width(self.layout, self.selection.chunk_sizes,
                                self.selection.indif_bits, self.selection.indif_widths, one,
-                               expected, self.wrap_margin(), self.selection.max_rows)
+                               expected, self.wrap_margin(), self.selection.max_rows, typical)
 
     def used_chunk_sizes(self) -> tuple[int, ...]:
         """The chunk sizes this session's pairs are cut into: the module compiles only
