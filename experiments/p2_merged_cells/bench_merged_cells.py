@@ -110,15 +110,70 @@ def lookups(schema, rows: int, eps: float, cap: int | None) -> int:
     return total
 
 
+def paired(tables: list[str], eps_list: list[float], repeats: int, cap: int,
+           trials: int = 4) -> list[dict]:
+    """Without synthesis: noisy-greedy's kept pairs from the default's scores and from the
+    merged ones, the same score noise added to both (``trials`` noise draws per draw of
+    the published 1-ways, 4 uniform owners): where they agree, so do the releases."""
+    sys.path.insert(0, str(ROOT / "experiments" / "p2_widths"))
+    sys.path.insert(0, str(ROOT / "experiments" / "p2_wrapped_widths"))
+    from bench_p2_widths import table
+    from bench_wrapped_widths import kept_pairs_differ
+
+    from feddpsyn.fedbench.methods.feddpsyn_sim import pair_scores, simulate_release
+    from feddpsyn.fedbench.partitions import uniform
+
+    rows = []
+    for name in tables:
+        records, schema = table(name)
+        for eps in eps_list:
+            differ = []
+            for repeat in range(repeats):
+                owner = uniform(len(records), 4, np.random.default_rng([repeat, 7]))
+                plan = feddpsyn_served.served_plan(schema, len(records), eps, 1e-5,
+                                                   "noisy-greedy", None)
+                counts = [plan.layout.counts(records[owner == c]) for c in range(4)]
+                union = np.sum(counts, axis=0)
+                one_way, _ = simulate_release(plan, counts, names=("one_way",), noise="plan")
+                max_rows = plan.selection.max_rows
+                pairs, default = pair_scores(plan, union, one_way, max_rows)
+                _, merged = merged_scorer(cap)(plan, union, one_way, max_rows)
+                for _ in range(trials):
+                    noise = feddpsyn_served._score_noise(plan, len(pairs))[0]
+                    differ.append(kept_pairs_differ(plan, pairs, default, merged, noise))
+            rows.append({"table": name, "eps": eps, "cap": cap, "paired_trials": len(differ),
+                         "same_selection": sum(d == 0 for d in differ),
+                         "pairs_differing": statistics.mean(differ)})
+            print(f"{name:16s} eps {eps:<4} cap {cap}: same selection in "
+                  f"{rows[-1]['same_selection']} of {len(differ)}, "
+                  f"{rows[-1]['pairs_differing']:.2f} pairs differ on average", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", default=",".join(TABLES))
     parser.add_argument("--eps", default="0.3,1,4")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cap", type=int, default=64)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--paired", action="store_true",
+                        help="no synthesis: the kept pairs under the same score noise")
+    parser.add_argument("--out", type=Path, help="the accuracy runs' folder")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
+    if args.paired:
+        rows = paired(args.tables.split(","), [float(e) for e in args.eps.split(",")],
+                      args.repeats, args.cap)
+        args.json.write_text(json.dumps({
+            "what": "noisy-greedy's kept pairs from merged-cell scores against the default's, "
+                    "the same score noise added to both (no synthesis)",
+            "command": "python experiments/p2_merged_cells/bench_merged_cells.py "
+                       + " ".join(sys.argv[1:]),
+            "commit": commit(), "machine": platform.node(),
+            "date": datetime.date.today().isoformat(), "results": rows}, indent=1) + "\n")
+        return
+    if args.out is None:
+        parser.error("--out is needed for the accuracy runs")
     name = f"feddpsyn-default@merge={args.cap}"
     METHODS[name] = at_merge_cap(args.cap)
     KINDS[name] = WHAT_IF
