@@ -529,8 +529,9 @@ class SessionPlan:
 
     def indif_chunks_by_width(self, one_way: list) -> list[tuple[int, np.ndarray, int, int]]:
         """P2's chunks as both servers run them once the 1-ways are published: (candidate
-        index, cells, size, width), each pair's cells ordered by their public bound and each
-        chunk at the narrowest compiled width that holds it (``params.indif_widths``)."""
+        index, cells, size, width), each pair's cells ordered by their public bound (capped
+        by the typical one where the record names z) and each chunk at the narrowest compiled
+        width that holds it (``params.indif_widths``)."""
         one = [np.asarray(counts, dtype=float) for counts in one_way]
         expected = expected_counts_for_pairs(one, self.layout.pairs, self.selection.max_rows)
         z = self.selection.indif_typical
