@@ -117,11 +117,10 @@ def paired(tables: list[str], eps_list: list[float], repeats: int, cap: int,
     the published 1-ways, 4 uniform owners): where they agree, so do the releases."""
     sys.path.insert(0, str(ROOT / "experiments" / "p2_widths"))
     sys.path.insert(0, str(ROOT / "experiments" / "p2_wrapped_widths"))
-    from bench_p2_widths import table
+    from bench_p2_widths import session_draw, table
     from bench_wrapped_widths import kept_pairs_differ
 
-    from feddpsyn.fedbench.methods.feddpsyn_sim import pair_scores, simulate_release
-    from feddpsyn.fedbench.partitions import uniform
+    from feddpsyn.fedbench.methods.feddpsyn_sim import pair_scores
 
     rows = []
     for name in tables:
@@ -129,12 +128,8 @@ def paired(tables: list[str], eps_list: list[float], repeats: int, cap: int,
         for eps in eps_list:
             differ = []
             for repeat in range(repeats):
-                owner = uniform(len(records), 4, np.random.default_rng([repeat, 7]))
-                plan = feddpsyn_served.served_plan(schema, len(records), eps, 1e-5,
-                                                   "noisy-greedy", None)
-                counts = [plan.layout.counts(records[owner == c]) for c in range(4)]
-                union = np.sum(counts, axis=0)
-                one_way, _ = simulate_release(plan, counts, names=("one_way",), noise="plan")
+                plan, union, one_way = session_draw(records, schema, eps,
+                                                    np.random.default_rng([repeat, 7]))
                 max_rows = plan.selection.max_rows
                 pairs, default = pair_scores(plan, union, one_way, max_rows)
                 _, merged = merged_scorer(cap)(plan, union, one_way, max_rows)

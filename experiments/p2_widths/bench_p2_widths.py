@@ -64,16 +64,24 @@ def table(name: str) -> tuple[np.ndarray, Schema]:
     return encode_csv(csv, schema).records, schema
 
 
-def published_draw(records, schema, eps: float, rng: np.random.Generator):
-    """One default noisy-greedy session over 4 uniform owners: (its plan, the union's
-    counts, the published 1-ways as the servers draw them, P2's expected counts K)."""
+def session_draw(records, schema, eps: float, rng: np.random.Generator):
+    """One default noisy-greedy session over 4 uniform owners (``rng`` splits the rows):
+    (its plan, the union's counts, the 1-way release's marginals as the servers draw
+    them)."""
     owner = uniform(len(records), 4, rng)
     plan = served_plan(schema, len(records), eps, 1e-5, "noisy-greedy", None)
     counts = [plan.layout.counts(records[owner == c]) for c in range(4)]
     one_way, _ = simulate_release(plan, counts, names=("one_way",), noise="plan")
+    return plan, np.sum(counts, axis=0), one_way
+
+
+def published_draw(records, schema, eps: float, rng: np.random.Generator):
+    """:func:`session_draw` as (its plan, the union's counts, the published 1-ways, P2's
+    expected counts K)."""
+    plan, union, one_way = session_draw(records, schema, eps, rng)
     published = [m.counts.ravel() for m in one_way]
     expected = expected_counts_for_pairs(published, plan.layout.pairs, plan.selection.max_rows)
-    return plan, np.sum(counts, axis=0), published, expected
+    return plan, union, published, expected
 
 
 def one_draw(records, schema, eps: float, seed: int) -> dict:

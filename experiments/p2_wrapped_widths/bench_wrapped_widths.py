@@ -40,13 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments" / "p2_widths"))
 
-from bench_p2_widths import TABLES, table  # noqa: E402
+from bench_p2_widths import TABLES, session_draw, table  # noqa: E402
 
 from feddpsyn.crypto.indif import chunk_bootstraps  # noqa: E402
 from feddpsyn.dp.pair_selection import expected_counts_for_pairs  # noqa: E402
 from feddpsyn.fedbench.methods import feddpsyn_served  # noqa: E402
-from feddpsyn.fedbench.methods.feddpsyn_sim import pair_scores, simulate_release  # noqa: E402
-from feddpsyn.fedbench.partitions import uniform  # noqa: E402
+from feddpsyn.fedbench.methods.feddpsyn_sim import pair_scores  # noqa: E402
 from feddpsyn.fedbench.provenance import commit  # noqa: E402
 from feddpsyn.params.indif_widths import narrow_widths  # noqa: E402
 
@@ -90,12 +89,8 @@ def one_setting(name: str, records: np.ndarray, schema: Any, eps: float, repeats
                 z: float) -> dict[str, Any]:
     draws = []
     for repeat in range(repeats):
-        owner = uniform(len(records), 4, np.random.default_rng([repeat, 7]))
-        plan = feddpsyn_served.served_plan(schema, len(records), eps, 1e-5, "noisy-greedy",
-                                           None)
-        counts = [plan.layout.counts(records[owner == c]) for c in range(4)]
-        union = np.sum(counts, axis=0)
-        one_way, _ = simulate_release(plan, counts, names=("one_way",), noise="plan")
+        plan, union, one_way = session_draw(records, schema, eps,
+                                            np.random.default_rng([repeat, 7]))
         published = [m.counts.ravel() for m in one_way]
         worst, typical = with_bound(plan, None), with_bound(plan, z)
         pairs, before = pair_scores(worst, union, one_way, plan.selection.max_rows)
@@ -110,11 +105,12 @@ def one_setting(name: str, records: np.ndarray, schema: Any, eps: float, repeats
             "largest_drop": max(before[p] - after[p] for p in pairs),
             "kept_differ": [kept_pairs_differ(plan, pairs, before, after, noise)
                             for noise in noises],
-            "widths": list(typical.selection.indif_widths)})
+            "widths": list(typical.selection.indif_widths),
+            "worst_case_widths": list(worst.selection.indif_widths)})
     trials = [t for d in draws for t in d["kept_differ"]]
     return {"table": name, "rows": len(records), "eps": eps, "z": z, "draws": repeats,
             "widths": draws[0]["widths"],
-            "worst_case_widths": list(with_bound(plan, None).selection.indif_widths),
+            "worst_case_widths": draws[0]["worst_case_widths"],
             "lookup_ratio": round(statistics.mean(d["lookups_typical"] for d in draws)
                                   / statistics.mean(d["lookups_worst"] for d in draws), 3),
             "cells": int(sum(s.size for s in plan.layout.two_way)),
